@@ -1,0 +1,152 @@
+"""Exact evaluation of ALU ops on Python scalars, with the semantics every backend implements:
+integer division truncates toward zero, the remainder has the sign of the dividend, integers wrap to
+their dtype, floats round to their dtype's grid. Constant folding and the tests' oracles use this."""
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+
+from tg_core.dtype import ConstType, DType, as_const, dtypes
+from tg_core.helpers import cdiv, cmod
+from tg_core.uop.ops import Ops
+
+
+def _safe_exp2(x: float) -> float:
+    try:
+        return 2.0 ** x
+    except OverflowError:
+        return math.inf
+
+
+def _log2(x: float) -> float:
+    if math.isnan(x) or x < 0:
+        return math.nan
+    return -math.inf if x == 0 else math.log2(x)
+
+
+def _sqrt(x: float) -> float:
+    return math.nan if math.isnan(x) or x < 0 else math.sqrt(x)
+
+
+def _sin(x: float) -> float:
+    return math.nan if math.isinf(x) or math.isnan(x) else math.sin(x)
+
+
+def _recip(x: float) -> float:
+    if x == 0:
+        return math.copysign(math.inf, x)
+    return 1.0 / x
+
+
+def _fdiv(x: float, y: float) -> float:
+    if y == 0:
+        if x == 0 or math.isnan(x):
+            return math.nan
+        return math.copysign(math.inf, x) * math.copysign(1.0, y)
+    return x / y
+
+
+def _idiv(x: int, y: int) -> int:
+    return cdiv(x, y) if y != 0 else 0  # division by zero is undefined; we pick 0, like LLVM's poison made concrete
+
+
+def _mod(x: int, y: int) -> int:
+    return cmod(x, y) if y != 0 else 0
+
+
+def _max(x: ConstType, y: ConstType) -> ConstType:
+    if isinstance(x, float) and math.isnan(x) or isinstance(y, float) and math.isnan(y):
+        return math.nan
+    return max(x, y)
+
+
+def _pow(x: float, y: float) -> float:
+    try:
+        return math.pow(x, y)
+    except (OverflowError, ValueError):
+        if x == 0 and y < 0:
+            return math.inf
+        return math.nan if x < 0 else math.inf
+
+
+def _trunc(x: ConstType) -> ConstType:
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return x
+    return math.trunc(x) if isinstance(x, int) else float(math.trunc(x))
+
+
+python_alu: dict[Ops, Callable[..., ConstType]] = {
+    Ops.EXP2: _safe_exp2, Ops.LOG2: _log2, Ops.SIN: _sin, Ops.SQRT: _sqrt, Ops.RECIPROCAL: _recip,
+    Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Ops.TRUNC: _trunc,
+    Ops.ADD: lambda x, y: x + y, Ops.SUB: lambda x, y: x - y, Ops.MUL: lambda x, y: x * y,
+    Ops.FDIV: _fdiv, Ops.IDIV: _idiv, Ops.MOD: _mod, Ops.MAX: _max, Ops.POW: _pow,
+    Ops.CMPLT: lambda x, y: x < y, Ops.CMPNE: lambda x, y: x != y, Ops.CMPEQ: lambda x, y: x == y,
+    Ops.AND: lambda x, y: x & y, Ops.OR: lambda x, y: x | y, Ops.XOR: lambda x, y: x ^ y,
+    Ops.SHL: lambda x, y: x << y, Ops.SHR: lambda x, y: x >> y,
+    Ops.WHERE: lambda c, x, y: x if c else y, Ops.MULACC: lambda x, y, z: x * y + z,
+}
+
+
+def _as_operand(x: ConstType, dt: DType) -> ConstType:
+    if dtypes.is_float(dt):
+        return float(x)
+    if dtypes.is_bool(dt):
+        return bool(x)
+    return int(x)
+
+
+def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtypes: tuple[DType, ...] | None = None) -> ConstType:
+    """The value of `op` on constant operands, as a constant of `dtype`."""
+    if op not in python_alu:
+        raise NotImplementedError(f"no constant evaluation for {op}")
+    if src_dtypes is not None:
+        operands = tuple(_as_operand(x, d) for x, d in zip(operands, src_dtypes))
+    if op in (Ops.AND, Ops.OR, Ops.XOR) and dtypes.is_bool(dtype):
+        operands = tuple(bool(x) for x in operands)
+    if op is Ops.SHL and dtypes.is_int(dtype) and operands[1] < 0 or op is Ops.SHR and operands[1] < 0:
+        return as_const(0, dtype)  # shifting by a negative amount is undefined; pick 0 like IDIV by zero
+    try:
+        return as_const(python_alu[op](*operands), dtype)
+    except OverflowError:
+        return as_const(math.inf, dtype) if dtypes.is_float(dtype) else as_const(0, dtype)
+
+
+def cast_const(x: ConstType, src: DType, dst: DType) -> ConstType:
+    """CAST of a constant: float to int truncates, int to narrower int wraps, to bool tests != 0."""
+    if dtypes.is_float(src) and dtypes.is_int(dst) and (math.isnan(x) or math.isinf(x)):
+        return 0  # undefined in C and LLVM (poison); a fixed value keeps folding deterministic
+    return as_const(x, dst)
+
+
+_BITS_FMT = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+def bitcast_const(x: ConstType, src: DType, dst: DType) -> ConstType:
+    """BITCAST of a constant between dtypes of equal size."""
+    if src.itemsize != dst.itemsize:
+        raise ValueError(f"bitcast from {src!r} to {dst!r} changes the size ({src.itemsize} != {dst.itemsize} bytes)")
+    raw = _to_bits(x, src)
+    return _from_bits(raw, dst)
+
+
+def _to_bits(x: ConstType, dt: DType) -> int:
+    if dt in (dtypes.float16, dtypes.float32, dtypes.float64):
+        fmt = {dtypes.float16: "e", dtypes.float32: "f", dtypes.float64: "d"}[dt]
+        return int.from_bytes(struct.pack("<" + fmt, x), "little")
+    if dt is dtypes.bfloat16:
+        return int.from_bytes(struct.pack("<f", x), "little") >> 16
+    if dtypes.is_int(dt) or dtypes.is_bool(dt):
+        return int(x) & ((1 << (8 * dt.itemsize)) - 1)
+    raise TypeError(f"bitcast of a constant of {dt!r} is not supported")
+
+
+def _from_bits(raw: int, dt: DType) -> ConstType:
+    if dt in (dtypes.float16, dtypes.float32, dtypes.float64):
+        fmt = {dtypes.float16: "e", dtypes.float32: "f", dtypes.float64: "d"}[dt]
+        return struct.unpack("<" + fmt, raw.to_bytes(dt.itemsize, "little"))[0]
+    if dt is dtypes.bfloat16:
+        return struct.unpack("<f", (raw << 16).to_bytes(4, "little"))[0]
+    if dtypes.is_int(dt) or dtypes.is_bool(dt):
+        return as_const(raw, dt)
+    raise TypeError(f"bitcast of a constant to {dt!r} is not supported")

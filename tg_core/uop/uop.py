@@ -1,0 +1,421 @@
+"""UOp: the one node type of the IR.
+
+A UOp is immutable and hash-consed: constructing `UOp(op, dtype, src, arg, tag)` twice gives the same
+object, so graphs compare by identity, dictionaries keyed by UOps are cheap, and rewriting is
+functional. The cache holds nodes weakly; a graph nobody references is freed.
+
+Node equality is identity. Arithmetic operators build new nodes (`x + 1`), so `==` is not overloaded:
+use `.eq()` / `.ne()` for the comparison ops.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tg_core.dtype import ConstType, DType, PtrDType, as_const, dtypes, least_upper_dtype
+from tg_core.uop.ops import AxisType, GroupOp, Ops
+
+
+class _CacheRef(weakref.ref):
+    __slots__ = ("key",)
+
+
+_ucache: dict[tuple, _CacheRef] = {}
+
+
+def _drop_from_cache(ref: _CacheRef) -> None:
+    # only remove the entry if it still points at this (dead) node: a new equal node may have replaced it
+    if _ucache.get(ref.key) is ref:
+        del _ucache[ref.key]
+
+
+def _arg_key(arg: Any) -> Any:
+    """Floats key by their bits so that 0.0 and -0.0 stay distinct and NaN constants are shared."""
+    if type(arg) is float:
+        return (float, arg.hex())
+    if type(arg) is tuple and any(type(a) is float for a in arg):
+        return (tuple, tuple(_arg_key(a) for a in arg))
+    return arg
+
+
+def _bottom_up(root: UOp, slot: str, compute: Callable[[UOp], Any]) -> Any:
+    """Fill a lazily computed per-node slot for `root` and every descendant missing it, without recursion
+    (index expressions can be thousands of nodes deep)."""
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if getattr(node, slot) is not None:
+            continue
+        if ready:
+            object.__setattr__(node, slot, compute(node))
+            continue
+        stack.append((node, True))
+        stack.extend((s, False) for s in node.src if getattr(s, slot) is None)
+    return getattr(root, slot)
+
+
+class UOp:
+    """One node: `op` applied to `src` nodes, producing `dtype`, parametrized by `arg`; `tag` is free for passes."""
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_minmax", "_ranges", "__weakref__")
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    tag: Any
+
+    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
+        if type(src) is not tuple:
+            src = tuple(src)
+        key = (op, dtype, src, arg if type(arg) not in (float, tuple) else _arg_key(arg), tag)
+        ref = _ucache.get(key)
+        if ref is not None:
+            node = ref()
+            if node is not None:
+                return node
+        node = object.__new__(cls)
+        sa = object.__setattr__
+        sa(node, "op", op)
+        sa(node, "dtype", dtype)
+        sa(node, "src", src)
+        sa(node, "arg", arg)
+        sa(node, "tag", tag)
+        sa(node, "_minmax", None)
+        sa(node, "_ranges", None)
+        ref = _CacheRef(node, _drop_from_cache)
+        ref.key = key
+        # setdefault is atomic: if another thread inserted an equal node meanwhile, both get that one
+        winner = _ucache.setdefault(key, ref)
+        if winner is not ref:
+            other = winner()
+            if other is not None:
+                return other
+            _ucache[key] = ref
+        return node
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"UOp is immutable; use .replace({name}=...) to make a changed copy")
+
+    def __reduce__(self) -> tuple:
+        return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"the truth value of a UOp is not known until it runs ({self.render()}); "
+                        "compare with .vmin/.vmax or simplify() it to a constant first")
+
+    # ---- structure ------------------------------------------------------------------------------------
+
+    def replace(self, **kwargs: Any) -> UOp:
+        """A copy with some of op/dtype/src/arg/tag changed."""
+        bad = set(kwargs) - {"op", "dtype", "src", "arg", "tag"}
+        if bad:
+            raise TypeError(f"replace() got unknown fields {sorted(bad)}; allowed: op, dtype, src, arg, tag")
+        return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src),
+                   kwargs.get("arg", self.arg), kwargs.get("tag", self.tag))
+
+    def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+        """Every node reachable from this one, each after its sources (an ordered set). With `gate`, the
+        search does not descend below nodes for which gate returns False (they are still included)."""
+        out: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, ready = stack.pop()
+            if node in out:
+                continue
+            if ready:
+                out[node] = None
+                continue
+            stack.append((node, True))
+            if gate is None or gate(node):
+                stack.extend((s, False) for s in reversed(node.src) if s not in out)
+        return out
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        """This graph with each key of `mapping` replaced by its value (replacements are not searched again)."""
+        from tg_core.uop.rewrite import substitute
+        return substitute(self, mapping)
+
+    def sink(self, *srcs: UOp) -> UOp:
+        return UOp(Ops.SINK, dtypes.void, (self, *srcs))
+
+    @property
+    def ranges(self) -> dict[UOp, None]:
+        """The RANGEs this value is computed inside of: those its sources depend on and have not ended."""
+        if self._ranges is None:
+            _bottom_up(self, "_ranges", _compute_ranges)
+        return self._ranges
+
+    # ---- constructors ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def const(dtype: DType, value: ConstType | tuple[ConstType, ...]) -> UOp:
+        """A constant of `dtype`; a tuple value makes a vector constant with one value per lane."""
+        if isinstance(value, UOp):
+            raise TypeError(f"UOp.const takes a Python value, got the UOp {value.render()}")
+        if isinstance(value, tuple):
+            if len(value) != dtype.count:
+                raise ValueError(f"a vector constant of {dtype!r} needs {dtype.count} values, got {len(value)}")
+            return UOp(Ops.VCONST, dtype, (), tuple(as_const(v, dtype.scalar()) for v in value))
+        if isinstance(dtype, PtrDType) or dtype is dtypes.void:
+            raise TypeError(f"no constant of {dtype!r}")
+        return UOp(Ops.CONST, dtype, (), as_const(value, dtype.scalar()))
+
+    @staticmethod
+    def variable(name: str, min_val: ConstType, max_val: ConstType, dtype: DType = dtypes.weakint) -> UOp:
+        """A symbolic value known only to lie in [min_val, max_val]."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a variable needs a non-empty string name, got {name!r}")
+        if min_val > max_val:
+            raise ValueError(f"variable {name}: min {min_val} is greater than max {max_val}")
+        lo, hi = dtypes.min(dtype), dtypes.max(dtype)
+        if min_val < lo or max_val > hi:
+            raise ValueError(f"variable {name}: bounds [{min_val}, {max_val}] exceed {dtype!r}'s range [{lo}, {hi}]")
+        return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_val, max_val))
+
+    @staticmethod
+    def range(end: UOp | int, axis_id: int | tuple, kind: AxisType = AxisType.LOOP, dtype: DType = dtypes.weakint) -> UOp:
+        """A loop index taking the values 0, 1, ..., end-1."""
+        end_uop = end if isinstance(end, UOp) else UOp.const(dtype, end)
+        return UOp(Ops.RANGE, dtype, (end_uop,), (axis_id, kind))
+
+    @staticmethod
+    def param(index: int, dtype: DType, name: str | None = None) -> UOp:
+        """A numbered placeholder: a kernel argument or a function input."""
+        return UOp(Ops.PARAM, dtype, (), index if name is None else (index, name))
+
+    placeholder = param
+
+    @staticmethod
+    def special(size: UOp | int, name: str, dtype: DType = dtypes.weakint) -> UOp:
+        return UOp(Ops.SPECIAL, dtype, (size if isinstance(size, UOp) else UOp.const(dtype, size),), name)
+
+    def const_like(self, value: ConstType) -> UOp:
+        return UOp.const(self.dtype, value)
+
+    def bind(self, value: int) -> UOp:
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"only a variable can be bound, not {self.op}")
+        name, lo, hi = self.arg
+        if not lo <= value <= hi:
+            raise ValueError(f"cannot bind {name}={value}: outside its range [{lo}, {hi}]")
+        return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
+
+    # ---- ALU constructors and operators -----------------------------------------------------------------
+
+    def alu(self, op: Ops, *srcs: UOp) -> UOp:
+        """`op` applied to this node and `srcs`; comparisons give bool."""
+        dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else self.dtype
+        if op is Ops.WHERE:
+            dtype = srcs[0].dtype
+        return UOp(op, dtype, (self, *srcs))
+
+    def _operand(self, x: UOp | ConstType) -> UOp:
+        if isinstance(x, UOp):
+            return x
+        if isinstance(x, (bool, int, float)):
+            return UOp.const(self.dtype, x)
+        raise TypeError(f"cannot combine a UOp with {type(x).__name__} {x!r}")
+
+    def _binary(self, op: Ops, x: UOp | ConstType, reverse: bool = False) -> UOp:
+        other = self._operand(x)
+        a, b = (other, self) if reverse else (self, other)
+        if a.dtype != b.dtype:
+            a, b = _promote(a, b, op)
+        return a.alu(op, b)
+
+    def __add__(self, x): return self._binary(Ops.ADD, x)
+    def __radd__(self, x): return self._binary(Ops.ADD, x, True)
+    def __mul__(self, x): return self._binary(Ops.MUL, x)
+    def __rmul__(self, x): return self._binary(Ops.MUL, x, True)
+    def __sub__(self, x): return self + (-self._operand(x))
+    def __rsub__(self, x): return self._operand(x) + (-self)
+    def __floordiv__(self, x): return self._binary(Ops.IDIV, x)   # truncating, as in C
+    def __rfloordiv__(self, x): return self._binary(Ops.IDIV, x, True)
+    def __mod__(self, x): return self._binary(Ops.MOD, x)         # sign of the dividend, as in C
+    def __rmod__(self, x): return self._binary(Ops.MOD, x, True)
+    def __truediv__(self, x): return self._binary(Ops.FDIV, x)
+    def __rtruediv__(self, x): return self._binary(Ops.FDIV, x, True)
+    def __and__(self, x): return self._binary(Ops.AND, x)
+    def __rand__(self, x): return self._binary(Ops.AND, x, True)
+    def __or__(self, x): return self._binary(Ops.OR, x)
+    def __ror__(self, x): return self._binary(Ops.OR, x, True)
+    def __xor__(self, x): return self._binary(Ops.XOR, x)
+    def __rxor__(self, x): return self._binary(Ops.XOR, x, True)
+    def __lshift__(self, x): return self._binary(Ops.SHL, x)
+    def __rshift__(self, x): return self._binary(Ops.SHR, x)
+    def __pow__(self, x): return self._binary(Ops.POW, x)
+    def __lt__(self, x): return self._binary(Ops.CMPLT, x)
+    def __gt__(self, x): return self._binary(Ops.CMPLT, x, True)
+
+    def __le__(self, x):
+        other = self._operand(x)
+        if dtypes.is_float(self.dtype) or dtypes.is_float(other.dtype):
+            return (self < other) | self.eq(other)  # stays false for NaN, unlike not(other < self)
+        return (other < self).logical_not()
+
+    def __ge__(self, x):
+        return self._operand(x) <= self
+
+    def __neg__(self):
+        if dtypes.is_bool(self.dtype):
+            return self.logical_not()
+        return self * -1
+
+    def __invert__(self):
+        if dtypes.is_bool(self.dtype):
+            return self.logical_not()
+        return self ^ -1
+
+    def ne(self, x: UOp | ConstType) -> UOp: return self._binary(Ops.CMPNE, x)
+    def eq(self, x: UOp | ConstType) -> UOp: return self._binary(Ops.CMPEQ, x)
+    def logical_not(self) -> UOp: return self.ne(True)
+    def maximum(self, x: UOp | ConstType) -> UOp: return self._binary(Ops.MAX, x)
+
+    def minimum(self, x: UOp | ConstType) -> UOp:
+        other = self._operand(x)
+        return (self < other).where(self, other)
+
+    def where(self, x: UOp | ConstType, y: UOp | ConstType) -> UOp:
+        if isinstance(x, UOp):
+            a, b = x, (y if isinstance(y, UOp) else x.const_like(y))
+        elif isinstance(y, UOp):
+            a, b = y.const_like(x), y
+        else:
+            dt = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
+            a, b = UOp.const(dt, x), UOp.const(dt, y)
+        if a.dtype != b.dtype:
+            a, b = _promote(a, b, Ops.WHERE)
+        return UOp(Ops.WHERE, a.dtype, (self, a, b))
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        if dtype.nbytes != self.dtype.nbytes:
+            raise ValueError(f"bitcast from {self.dtype!r} to {dtype!r} changes the size "
+                             f"({self.dtype.nbytes} != {dtype.nbytes} bytes)")
+        return UOp(Ops.BITCAST, dtype, (self,))
+
+    def exp2(self) -> UOp: return self.alu(Ops.EXP2)
+    def log2(self) -> UOp: return self.alu(Ops.LOG2)
+    def sin(self) -> UOp: return self.alu(Ops.SIN)
+    def sqrt(self) -> UOp: return self.alu(Ops.SQRT)
+    def reciprocal(self) -> UOp: return self.alu(Ops.RECIPROCAL)
+    def trunc(self) -> UOp: return self.alu(Ops.TRUNC)
+
+    # ---- memory and control ----------------------------------------------------------------------------
+
+    def index(self, idx: UOp, valid: UOp | None = None) -> UOp:
+        return UOp(Ops.INDEX, self.dtype, (self, idx) if valid is None else (self, idx, valid))
+
+    def load(self, *srcs: UOp, dtype: DType | None = None) -> UOp:
+        return UOp(Ops.LOAD, dtype or self.dtype.base, (self, *srcs))
+
+    def store(self, value: UOp) -> UOp:
+        return UOp(Ops.STORE, dtypes.void, (self, value))
+
+    def end(self, *ranges: UOp) -> UOp:
+        return UOp(Ops.END, dtypes.void, (self, *ranges)) if ranges else self
+
+    def reduce(self, op: Ops, *ranges: UOp) -> UOp:
+        return UOp(Ops.REDUCE, self.dtype, (self, *ranges), op)
+
+    def after(self, *effects: UOp) -> UOp:
+        return UOp(Ops.AFTER, self.dtype, (self, *effects))
+
+    # ---- analysis ---------------------------------------------------------------------------------------
+
+    @property
+    def vmin(self) -> ConstType:
+        """A lower bound on every value this node takes."""
+        mm = self._minmax
+        return (mm if mm is not None else _bottom_up(self, "_minmax", _compute_minmax))[0]
+
+    @property
+    def vmax(self) -> ConstType:
+        """An upper bound on every value this node takes."""
+        mm = self._minmax
+        return (mm if mm is not None else _bottom_up(self, "_minmax", _compute_minmax))[1]
+
+    def const_factor(self) -> int:
+        """The largest integer known to divide this index expression."""
+        if self.op is Ops.CONST:
+            return self.arg
+        if self.op is Ops.MUL and self.src[1].op is Ops.CONST:
+            return self.src[1].arg
+        if self.op is Ops.ADD:
+            return math.gcd(self.src[0].const_factor(), self.src[1].const_factor())
+        return 1
+
+    def simplify(self) -> UOp:
+        from tg_core.uop.symbolic import symbolic
+        from tg_core.uop.rewrite import graph_rewrite
+        return graph_rewrite(self, symbolic)
+
+    def variables(self) -> list[UOp]:
+        """The DEFINE_VARs this expression uses, sorted by name."""
+        return sorted((u for u in self.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])
+
+    def evaluate(self, env: dict[UOp, ConstType] | None = None) -> ConstType:
+        """The value of this expression with variables (and loop indices) given by `env`."""
+        from tg_core.uop.evaluate import evaluate
+        return evaluate(self, env or {})
+
+    # ---- printing ---------------------------------------------------------------------------------------
+
+    def render(self) -> str:
+        """This expression as readable text, e.g. `((x*4)+3)`."""
+        from tg_core.uop.printer import render
+        return render(self)
+
+    def __repr__(self) -> str:
+        from tg_core.uop.printer import pretty
+        return pretty(self)
+
+    def __iter__(self) -> Iterator:
+        raise TypeError("a UOp is not iterable; use .src for its sources")
+
+
+def _promote(a: UOp, b: UOp, op: Ops) -> tuple[UOp, UOp]:
+    """Both operands in their common dtype; a constant operand is re-made in it rather than cast."""
+    dt = least_upper_dtype(a.dtype.scalar(), b.dtype.scalar())
+    count = max(a.dtype.count, b.dtype.count)
+    dt = dt.vec(count) if count > 1 else dt
+
+    def conv(x: UOp) -> UOp:
+        if x.dtype == dt:
+            return x
+        if x.op is Ops.CONST:
+            return UOp.const(dt, x.arg)
+        return x.cast(dt)
+    return conv(a), conv(b)
+
+
+# ---- lazily computed analyses ---------------------------------------------------------------------------
+
+def _compute_ranges(u: UOp) -> dict[UOp, None]:
+    if u.op is Ops.RANGE:
+        return {**u.src[0]._ranges, u: None}
+    if u.op is Ops.CALL:
+        srcs = u.src[1:]  # the callee's own loops are internal to it
+    elif u.op in (Ops.END, Ops.REDUCE):
+        ended = {s for s in u.src[1:] if s.op is Ops.RANGE}
+        out: dict[UOp, None] = {}
+        for s in u.src:
+            if s not in ended:
+                out.update((r, None) for r in s._ranges if r not in ended)
+        return out
+    else:
+        srcs = u.src
+    if len(srcs) == 1:
+        return srcs[0]._ranges
+    out = {}
+    for s in srcs:
+        out.update(s._ranges)
+    return out
+
+
+def _compute_minmax(u: UOp) -> tuple[ConstType, ConstType]:
+    from tg_core.uop.vrange import minmax
+    return minmax(u)

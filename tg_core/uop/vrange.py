@@ -1,0 +1,261 @@
+"""Range analysis: for every node, bounds [vmin, vmax] that each value it takes lies within.
+
+Bounds are sound for the semantics in `alu.py`, with one deliberate exception shared with C and LLVM:
+a CAST of a value outside the destination's range is undefined, so a signed or float destination keeps
+only the part of the source range that overlaps it. Integer arithmetic that may overflow its strong
+dtype gives the dtype's full range; weak ints never overflow.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from tg_core.dtype import ConstType, DType, PtrDType, as_const, dtypes
+from tg_core.helpers import cdiv, cmod
+from tg_core.uop.ops import Ops
+
+Bounds = tuple[ConstType, ConstType]
+
+
+def dtype_bounds(dt: DType) -> Bounds:
+    if isinstance(dt, PtrDType) or dt.scalar() is dtypes.void:
+        return -math.inf, math.inf
+    return dtypes.min(dt), dtypes.max(dt)
+
+
+def _isnan(x: ConstType) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _fit(dt: DType, lo: ConstType, hi: ConstType) -> Bounds:
+    """Bounds computed in exact arithmetic, made sound for `dt`: a possible overflow of a strong int gives
+    the full range, floats land on the dtype's grid, and a NaN anywhere gives the full range."""
+    s = dt.scalar()
+    if _isnan(lo) or _isnan(hi):
+        return dtype_bounds(dt)
+    if s is dtypes.bool:
+        return bool(lo), bool(hi)
+    if dtypes.is_int(s):
+        if s is dtypes.weakint:
+            return lo, hi
+        dlo, dhi = dtypes.min(s), dtypes.max(s)
+        if lo < dlo or hi > dhi:
+            return dlo, dhi
+        return int(lo), int(hi)
+    if dtypes.is_float(s):
+        return as_const(lo, s), as_const(hi, s)
+    return lo, hi
+
+
+def _corners(fn: Callable[[ConstType, ConstType], ConstType], a: Bounds, b: Bounds) -> Bounds | None:
+    # a NaN corner (0 * inf, inf - inf) means the result can be anything
+    vals = [fn(x, y) for x in a for y in b]
+    if any(_isnan(v) for v in vals):
+        return None
+    return min(vals), max(vals)
+
+
+def _cast(u_dtype: DType, src_dtype: DType, lo: ConstType, hi: ConstType) -> Bounds:
+    dst = u_dtype.scalar()
+    if _isnan(lo) or _isnan(hi):
+        return dtype_bounds(dst)  # a NaN bound overlaps nothing
+    if dst is dtypes.bool:
+        if lo == hi == 0:
+            return False, False
+        if lo > 0 or hi < 0:
+            return True, True
+        return False, True
+    if dtypes.is_weak(dst):
+        # weak dtypes are unbounded: no clamping; a weakint of a float truncates
+        if dst is dtypes.weakint and dtypes.is_float(src_dtype):
+            if math.isinf(lo) or math.isinf(hi):
+                return dtype_bounds(dst)
+            return math.trunc(lo), math.trunc(hi)
+        return (float(lo), float(hi)) if dst is dtypes.weakfloat else (int(lo), int(hi))
+    dlo, dhi = dtypes.min(dst), dtypes.max(dst)
+    if dtypes.is_unsigned(dst) and not dtypes.is_float(src_dtype):
+        # int -> unsigned is modular and well defined, so only an in-range source keeps its bounds
+        return (lo, hi) if dlo <= lo and hi <= dhi else (dlo, dhi)
+    nlo, nhi = max(lo, dlo), min(hi, dhi)
+    if nlo > nhi:
+        return dlo, dhi  # nothing overlaps: every value of the source is undefined here
+    if dtypes.is_float(dst):
+        return as_const(nlo, dst), as_const(nhi, dst)  # casts are monotonic, so rounded bounds stay bounds
+    if dtypes.is_float(src_dtype):
+        return as_const(nlo, dst), as_const(nhi, dst)  # truncation toward zero is monotonic too
+    return int(nlo), int(nhi)
+
+
+def _idiv(a: Bounds, b: Bounds) -> Bounds | None:
+    if b[0] <= 0 <= b[1]:
+        return None
+    vals = [cdiv(x, y) for x in a for y in b]
+    return min(vals), max(vals)
+
+
+def _mod(a: Bounds, b: Bounds) -> Bounds:
+    m = max(abs(b[0]), abs(b[1])) - 1  # |x % y| < |y|
+    if b[0] == b[1] and b[0] != 0 and (a[0] >= 0 or a[1] <= 0):
+        c = abs(b[0])
+        if a[1] - a[0] < c and cmod(a[0], c) <= cmod(a[1], c):  # within one period: exact
+            return cmod(a[0], c), cmod(a[1], c)
+    if a[0] >= 0:
+        return 0, min(a[1], m)
+    if a[1] <= 0:
+        return max(a[0], -m), 0
+    return max(a[0], -m), min(a[1], m)
+
+
+def _bitwise(op: Ops, a: Bounds, b: Bounds, dt: DType) -> Bounds:
+    if dtypes.is_bool(dt):
+        fn = {Ops.AND: lambda x, y: x and y, Ops.OR: lambda x, y: x or y, Ops.XOR: lambda x, y: x != y}[op]
+        vals = {bool(fn(x, y)) for x in range(int(a[0]), int(a[1]) + 1) for y in range(int(b[0]), int(b[1]) + 1)}
+        return min(vals), max(vals)
+    if a[0] >= 0 and b[0] >= 0:
+        if op is Ops.AND:
+            return 0, min(a[1], b[1])
+        top = (1 << max(int(a[1]), int(b[1])).bit_length()) - 1
+        return 0, top
+    return dtype_bounds(dt)
+
+
+def minmax(u: UOp) -> Bounds:  # noqa: F821 (UOp imported lazily to avoid a cycle)
+    """Bounds of `u`, given that its sources' bounds are already known."""
+    op, dt = u.op, u.dtype
+    if op is Ops.CONST:
+        v = u.arg
+        return (dtype_bounds(dt) if _isnan(v) else (v, v))
+    if op is Ops.VCONST:
+        if any(_isnan(v) for v in u.arg):
+            return dtype_bounds(dt)
+        return min(u.arg), max(u.arg)
+    if op is Ops.DEFINE_VAR:
+        return u.arg[1], u.arg[2]
+    if op in (Ops.RANGE, Ops.SPECIAL):
+        end = u.src[0]._minmax[1]
+        return 0, max(0, end - 1)
+    if op is Ops.BIND:
+        return u.src[0]._minmax
+    if op is Ops.AFTER or op is Ops.REDUCE and u.arg is Ops.MAX:
+        return u.src[0]._minmax
+    if op is Ops.VECTORIZE and u.src:
+        return min(s._minmax[0] for s in u.src), max(s._minmax[1] for s in u.src)
+    if op is Ops.GEP:
+        return u.src[0]._minmax
+    if op is Ops.CAST:
+        s = u.src[0]
+        return _cast(dt, s.dtype.scalar(), *s._minmax)
+    if op is Ops.BITCAST:
+        s = u.src[0]
+        if dtypes.is_int(dt) and dtypes.is_int(s.dtype):
+            lo, hi = s._minmax
+            dlo, dhi = dtype_bounds(dt)
+            if dlo <= lo and hi <= dhi:
+                return lo, hi
+        return dtype_bounds(dt)
+    srcs = u.src
+    if not srcs or op not in _RULES:
+        return dtype_bounds(dt)
+    r = _RULES[op](u, *(s._minmax for s in srcs))
+    if r is None:
+        return dtype_bounds(dt)
+    return _fit(dt, *r)
+
+
+def _add(u, a, b):
+    return _corners(lambda x, y: x + y, a, b)
+
+
+def _sub(u, a, b):
+    return _corners(lambda x, y: x - y, a, b)
+
+
+def _mulr(u, a, b):
+    return _corners(lambda x, y: x * y, a, b)
+
+
+def _max(u, a, b):
+    return max(a[0], b[0]), max(a[1], b[1])
+
+
+def _neg(u, a):
+    return -a[1], -a[0]
+
+
+def _cmplt(u, a, b):
+    if dtypes.is_float(u.src[0].dtype):
+        return False, True  # a NaN operand makes every comparison false, and bounds do not track NaN
+    if a[1] < b[0]:
+        return True, True
+    if a[0] >= b[1]:
+        return False, False
+    return False, True
+
+
+def _cmpne(u, a, b):
+    if dtypes.is_float(u.src[0].dtype):
+        return False, True
+    if a[1] < b[0] or b[1] < a[0]:
+        return True, True
+    if a[0] == a[1] == b[0] == b[1]:
+        return False, False
+    return False, True
+
+
+def _cmpeq(u, a, b):
+    lo, hi = _cmpne(u, a, b)
+    return not hi, not lo
+
+
+def _where(u, c, x, y):
+    if c[0]:
+        return x
+    if not c[1]:
+        return y
+    return min(x[0], y[0]), max(x[1], y[1])
+
+
+def _shl(u, a, b):
+    if b[0] == b[1] and b[0] >= 0 and a[0] >= 0:
+        return a[0] << int(b[0]), a[1] << int(b[0])
+    return None
+
+
+def _shr(u, a, b):
+    if b[0] >= 0 and a[0] >= 0:
+        return a[0] >> int(b[1]), a[1] >> int(b[0])
+    return None
+
+
+def _exp2(u, a):
+    def e(x):
+        try:
+            return 2.0 ** x
+        except OverflowError:
+            return math.inf
+    return e(a[0]), e(a[1])
+
+
+def _sqrt(u, a):
+    return (math.sqrt(a[0]), math.sqrt(a[1])) if a[0] >= 0 else None
+
+
+def _trunc(u, a):
+    f = (lambda x: x if math.isinf(x) else math.trunc(x))
+    return f(a[0]), f(a[1])
+
+
+def _mulacc(u, a, b, c):
+    r = _corners(lambda x, y: x * y, a, b)
+    return None if r is None else (r[0] + c[0], r[1] + c[1])
+
+
+_RULES: dict[Ops, Callable] = {
+    Ops.ADD: _add, Ops.SUB: _sub, Ops.MUL: _mulr, Ops.MAX: _max, Ops.NEG: _neg,
+    Ops.IDIV: lambda u, a, b: _idiv(a, b) if dtypes.is_int(u.dtype) else None,
+    Ops.MOD: lambda u, a, b: _mod(a, b) if dtypes.is_int(u.dtype) else None,
+    Ops.CMPLT: _cmplt, Ops.CMPNE: _cmpne, Ops.CMPEQ: _cmpeq, Ops.WHERE: _where,
+    Ops.AND: lambda u, a, b: _bitwise(Ops.AND, a, b, u.dtype), Ops.OR: lambda u, a, b: _bitwise(Ops.OR, a, b, u.dtype),
+    Ops.XOR: lambda u, a, b: _bitwise(Ops.XOR, a, b, u.dtype),
+    Ops.SHL: _shl, Ops.SHR: _shr, Ops.EXP2: _exp2, Ops.SQRT: _sqrt, Ops.TRUNC: _trunc, Ops.MULACC: _mulacc,
+}
