@@ -28,9 +28,12 @@ class AddrSpace(Enum):
     REG = "reg"
 
 
-@dataclass(frozen=True, eq=True, slots=True)
+@dataclass(frozen=True, eq=False, slots=True)
 class DType:
-    """A scalar or vector value type. `priority` orders dtypes inside one kind for promotion."""
+    """A scalar or vector value type. `priority` orders dtypes inside one kind for promotion.
+
+    DTypes are interned (scalars are the attributes of `dtypes`, vectors and pointers are cached), so
+    they compare and hash by identity: that keeps hashing a UOp's key cheap."""
     priority: int
     itemsize: int          # bytes per scalar element
     name: str
@@ -66,7 +69,13 @@ class DType:
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
         """A pointer to `size` elements of this dtype (-1 when the size is not known)."""
-        return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, addrspace, size)
+        return _ptr(self, size, addrspace)
+
+    def __reduce__(self) -> tuple:
+        # unpickling must give back the interned object, since dtypes compare by identity
+        if self._scalar is not None:
+            return (_vec, (self._scalar, self.count))
+        return (getattr, (dtypes, self.name if self.name in _BY_NAME else _SHORT_TO_NAME[self.name]))
 
 
 @functools.cache
@@ -74,7 +83,12 @@ def _vec(scalar: DType, count: int) -> DType:
     return DType(scalar.priority, scalar.itemsize, f"{scalar.name}{count}", None, count, scalar)
 
 
-@dataclass(frozen=True, eq=True, slots=True)
+@functools.cache
+def _ptr(base: DType, size: int, addrspace: AddrSpace) -> PtrDType:
+    return PtrDType(base.priority, base.itemsize, base.name, base.fmt, base.count, None, base, addrspace, size)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class PtrDType(DType):
     """A pointer: the dtype of buffers and of INDEX into them."""
     _base: DType | None = None
@@ -97,6 +111,9 @@ class PtrDType(DType):
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
         raise ValueError(f"cannot take a pointer to the pointer {self!r}")
+
+    def __reduce__(self) -> tuple:
+        return (_ptr, (self._base, self.size, self.addrspace))
 
 
 def _d(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
@@ -210,6 +227,7 @@ _FINFO = {dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.float16: (5, 10
 WEAKINT_BOUND = 2 ** 127
 _BY_NAME: dict[str, DType] = {
     name: v for name, v in vars(dtypes).items() if isinstance(v, DType) and name not in ("default_int", "default_float")}
+_SHORT_TO_NAME = {v.name: k for k, v in reversed(list(_BY_NAME.items()))}
 
 
 @functools.cache

@@ -7,8 +7,9 @@ from enum import Enum, auto
 class FastEnum(Enum):
     """An Enum whose members compare and hash by identity (the default Enum hash goes through the name)."""
 
-    def __hash__(self) -> int:
-        return id(self)
+    # object's C-level identity hash: Enum's own __hash__ is a Python call on the name, and every UOp
+    # construction hashes its op
+    __hash__ = object.__hash__
 
     def __lt__(self, other: FastEnum) -> bool:
         return self.value < other.value

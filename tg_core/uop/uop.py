@@ -4,12 +4,16 @@ A UOp is immutable and hash-consed: constructing `UOp(op, dtype, src, arg, tag)`
 object, so graphs compare by identity, dictionaries keyed by UOps are cheap, and rewriting is
 functional. The cache holds nodes weakly; a graph nobody references is freed.
 
+Immutability is a contract, not enforced: the fields are plain slots because a `__setattr__` guard
+doubles the cost of creating a node. Use `.replace(...)` to get a changed node; never assign a field.
+
 Node equality is identity. Arithmetic operators build new nodes (`x + 1`), so `==` is not overloaded:
 use `.eq()` / `.ne()` for the comparison ops.
 """
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,17 +22,25 @@ from tg_core.dtype import ConstType, DType, PtrDType, as_const, dtypes, least_up
 from tg_core.uop.ops import AxisType, GroupOp, Ops
 
 
-class _CacheRef(weakref.ref):
-    __slots__ = ("key",)
+# The hash-consing cache: key -> weak reference to the node. Entries of dead nodes are swept when the
+# cache has doubled since the last sweep (amortized O(1) per node, and cheaper than a weakref callback
+# per node). Lookups that hit a live node take no lock: a live entry is never removed. Inserting and
+# sweeping hold the lock, so two threads building the same node always end with the same object.
+_ucache: dict[tuple, weakref.ref] = {}
+_ucache_lock = threading.Lock()
+_sweep_at = 1 << 16
 
 
-_ucache: dict[tuple, _CacheRef] = {}
-
-
-def _drop_from_cache(ref: _CacheRef) -> None:
-    # only remove the entry if it still points at this (dead) node: a new equal node may have replaced it
-    if _ucache.get(ref.key) is ref:
-        del _ucache[ref.key]
+def _sweep_dead() -> None:
+    """Drop entries whose node died. Newest first: a dead parent's key holds its sources alive, and
+    dropping it lets them die before the loop reaches them (children are always older than parents)."""
+    global _sweep_at
+    keys = list(_ucache)
+    while keys:
+        key = keys.pop()  # popped, so that the list does not keep a dead node's sources alive
+        if _ucache[key]() is None:
+            del _ucache[key]
+    _sweep_at = max(1 << 16, 2 * len(_ucache))
 
 
 def _arg_key(arg: Any) -> Any:
@@ -49,7 +61,7 @@ def _bottom_up(root: UOp, slot: str, compute: Callable[[UOp], Any]) -> Any:
         if getattr(node, slot) is not None:
             continue
         if ready:
-            object.__setattr__(node, slot, compute(node))
+            setattr(node, slot, compute(node))
             continue
         stack.append((node, True))
         stack.extend((s, False) for s in node.src if getattr(s, slot) is None)
@@ -68,34 +80,25 @@ class UOp:
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
         if type(src) is not tuple:
             src = tuple(src)
-        key = (op, dtype, src, arg if type(arg) not in (float, tuple) else _arg_key(arg), tag)
+        targ = type(arg)
+        key = (op, dtype, src, _arg_key(arg) if targ is float or targ is tuple else arg, tag)
         ref = _ucache.get(key)
         if ref is not None:
             node = ref()
             if node is not None:
                 return node
         node = object.__new__(cls)
-        sa = object.__setattr__
-        sa(node, "op", op)
-        sa(node, "dtype", dtype)
-        sa(node, "src", src)
-        sa(node, "arg", arg)
-        sa(node, "tag", tag)
-        sa(node, "_minmax", None)
-        sa(node, "_ranges", None)
-        ref = _CacheRef(node, _drop_from_cache)
-        ref.key = key
-        # setdefault is atomic: if another thread inserted an equal node meanwhile, both get that one
-        winner = _ucache.setdefault(key, ref)
-        if winner is not ref:
-            other = winner()
+        node.op, node.dtype, node.src, node.arg, node.tag = op, dtype, src, arg, tag
+        node._minmax = node._ranges = None
+        with _ucache_lock:
+            ref = _ucache.get(key)
+            other = ref() if ref is not None else None
             if other is not None:
-                return other
-            _ucache[key] = ref
+                return other  # another thread made it first
+            _ucache[key] = weakref.ref(node)
+            if len(_ucache) > _sweep_at:
+                _sweep_dead()
         return node
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"UOp is immutable; use .replace({name}=...) to make a changed copy")
 
     def __reduce__(self) -> tuple:
         return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)

@@ -1,0 +1,143 @@
+"""Folding integer division, remainder and comparisons by constants, using linear forms and ranges.
+
+IDIV truncates toward zero and MOD takes the sign of the dividend (C semantics). The identities below
+are the floor-division ones, so each rule first establishes non-negativity where floor and truncation
+could differ. Scaling by a common factor is exact under both semantics and needs no such check.
+"""
+from __future__ import annotations
+
+import math
+
+from tg_core.dtype import dtypes
+from tg_core.uop.linear import decompose, rebuild
+from tg_core.uop.ops import Ops
+from tg_core.uop.uop import UOp
+
+
+def _nonneg(u: UOp) -> bool:
+    return u.vmin >= 0
+
+
+def no_overflow(u: UOp) -> bool:
+    """True when `u` is computed without wrapping. Range analysis saturates to the dtype's full range
+    wherever a strong int may overflow, so a range strictly inside the dtype proves there was none.
+    Only then do identities of exact integer arithmetic hold for it."""
+    dt = u.dtype.scalar()
+    return dt is dtypes.weakint or dtypes.min(dt) < u.vmin and u.vmax < dtypes.max(dt)
+
+
+def fold_divmod(x: UOp) -> UOp | None:
+    num, d = x.src
+    c = d.arg
+    if c == 0:
+        return None
+    if c < 0:
+        # x // -c == -(x // c) and x % -c == x % c under truncation
+        if x.op is Ops.MOD:
+            return UOp(Ops.MOD, x.dtype, (num, d.const_like(-c)))
+        return UOp(Ops.MUL, x.dtype, (UOp(Ops.IDIV, x.dtype, (num, d.const_like(-c))), d.const_like(-1)))
+    lo, hi = num.vmin, num.vmax
+    # the numerator stays in one period: the quotient is fixed and the remainder is a shift
+    if lo >= 0 and lo // c == hi // c:
+        q = lo // c
+        return num.const_like(q) if x.op is Ops.IDIV else (num if q == 0 else num + num.const_like(-q * c))
+    if x.op is Ops.MOD and hi <= 0 and lo > -c:
+        return num
+    if not no_overflow(num):
+        return None
+    nested = _fold_nested(x, num, c)
+    if nested is not None:
+        return nested
+    terms, const, _ = decompose(num)
+    # divide everything by a common factor: (g*a) // (g*b) == a // b and (g*a) % (g*b) == g * (a % b)
+    g = math.gcd(c, const, *terms.values())
+    if g > 1:
+        small = rebuild(x.dtype, {b: k // g for b, k in terms.items()}, const // g)
+        if x.op is Ops.IDIV:
+            return UOp(Ops.IDIV, x.dtype, (small, d.const_like(c // g)))
+        return UOp(Ops.MUL, x.dtype, (UOp(Ops.MOD, x.dtype, (small, d.const_like(c // g))), d.const_like(g)))
+    if lo < 0:
+        return None
+    return _split_by_divisor(x, terms, const, c)
+
+
+def _fold_nested(x: UOp, num: UOp, c: int) -> UOp | None:
+    if num.op is Ops.IDIV and num.src[1].op is Ops.CONST and num.src[1].arg > 0 and x.op is Ops.IDIV:
+        # trunc(trunc(a/b)/c) == trunc(a/(b*c)) for positive b, c
+        return UOp(Ops.IDIV, x.dtype, (num.src[0], num.src[1].const_like(num.src[1].arg * c)))
+    if num.op is Ops.MOD and num.src[1].op is Ops.CONST and x.op is Ops.MOD:
+        m = abs(num.src[1].arg)
+        if m % c == 0:
+            # a % (k*c) keeps a's sign and is congruent to a mod c, so (a % (k*c)) % c == a % c
+            return UOp(Ops.MOD, x.dtype, (num.src[0], num.src[1].const_like(c)))
+    return None
+
+
+def _split_by_divisor(x: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp | None:
+    """For a non-negative numerator: split each coefficient into a multiple of c and a remainder.
+    With non-negative bases, num = c*q + r where q, r >= 0, so num // c == q + r // c and num % c == r % c."""
+    if not all(_nonneg(b) for b in terms):
+        return _split_exact(x, terms, const, c)
+    q_terms = {b: k // c for b, k in terms.items()}
+    r_terms = {b: k % c for b, k in terms.items()}
+    if any(k < 0 for k in terms.values()):
+        return _split_exact(x, terms, const, c)
+    q_const, r_const = const // c, const % c
+    r = rebuild(x.dtype, r_terms, r_const)
+    if r.vmax < c:
+        rdiv, rmod = None, r  # the remainder part never reaches c
+    else:
+        rdiv, rmod = UOp(Ops.IDIV, x.dtype, (r, x.src[1])), UOp(Ops.MOD, x.dtype, (r, x.src[1]))
+    if x.op is Ops.MOD:
+        new = rmod
+    else:
+        q = rebuild(x.dtype, q_terms, q_const)
+        new = q if rdiv is None else rdiv if q.op is Ops.CONST and q.arg == 0 else q + rdiv
+    return None if new is x else new
+
+
+def _split_exact(x: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp | None:
+    """Move out only the terms whose coefficient c divides; valid when what remains is non-negative."""
+    exact = {b: k // c for b, k in terms.items() if k % c == 0}
+    if not exact:
+        return None
+    rest = rebuild(x.dtype, {b: k for b, k in terms.items() if k % c != 0}, const)
+    if rest.vmin < 0:
+        return None
+    if x.op is Ops.MOD:
+        return UOp(Ops.MOD, x.dtype, (rest, x.src[1]))
+    return rebuild(x.dtype, exact, 0) + UOp(Ops.IDIV, x.dtype, (rest, x.src[1]))
+
+
+def fold_int_compare(x: UOp) -> UOp | None:
+    """`sum + k < c` -> `sum < c - k`; `g*sum < c` -> `sum < ceil(c/g)`; `g*sum != c` with g not dividing c is True."""
+    lhs, rhs = x.src
+    if lhs.dtype.count != 1 or not dtypes.is_int(lhs.dtype) or not no_overflow(lhs):
+        return None
+    terms, const, _ = decompose(lhs)
+    if not terms:
+        return None
+    c = rhs.arg - const
+    g = math.gcd(*terms.values())
+    if any(k < 0 for k in terms.values()):
+        g = -g if all(k < 0 for k in terms.values()) else g
+    if x.op is Ops.CMPLT:
+        if g < 0:
+            return None  # dividing by a negative flips the comparison; leave such forms alone
+        bound = -((-c) // g)  # ceil(c / g): g*s < c  <=>  s < ceil(c/g) for integer s
+        new_terms = {b: k // g for b, k in terms.items()}
+    else:
+        if c % g != 0:
+            return UOp.const(dtypes.bool, x.op is Ops.CMPNE)
+        bound = c // g
+        new_terms = {b: k // g for b, k in terms.items()}
+    if not _fits(lhs.dtype, bound):
+        return None
+    new_lhs = rebuild(lhs.dtype, new_terms, 0)
+    new = UOp(x.op, dtypes.bool, (new_lhs, UOp.const(lhs.dtype, bound)))
+    return None if new is x else new
+
+
+def _fits(dt, v: int) -> bool:
+    return dtypes.min(dt) <= v <= dtypes.max(dt) or dt is dtypes.weakint
+
