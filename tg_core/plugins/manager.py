@@ -1,0 +1,379 @@
+"""The plugin registry: one pluggy PluginManager, the plugins discovery found, and loading them on demand.
+
+Phase one (discovery.py) runs when the registry is created. Phase two — importing a plugin's hooks module,
+registering it, asking it for its devices — happens for a plugin only when one of its devices (or a device it
+extends) is first used, or when everything is listed (`tg devices`, `tg config`).
+
+Broken plugins follow one policy:
+- not selected (met while choosing the default device, or while collecting hooks from extending plugins):
+  skipped, and reported once with a `PluginWarning`;
+- selected (asked for by name, by `DEV`, by the config): `PluginBrokenError` chained to the original
+  exception, saying how to disable the plugin.
+Nothing ever falls back silently to another device.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from tg_core.plugins import hookspecs
+from tg_core.plugins.config import Config, load_config, parse_device_string
+from tg_core.plugins.discovery import PluginRecord, Status, discover, norm
+from tg_core.plugins.errors import (ConfigError, DeviceClashError, DeviceNotFoundError, PluginBlockedError,
+                                    PluginBrokenError, PluginRefusedError, suggest)
+from tg_core.plugins.manifest import Manifest
+from tg_core.plugins.specs import DeviceSpec
+from tg_core.plugins.version import API_VERSION_STR
+
+log = logging.getLogger("tg.plugins")
+
+# first-party devices and the distribution that provides each, for "pip install ..." hints
+KNOWN_DEVICES: dict[str, str] = {"AMD": "tg-amd", "CPU": "tg-cpu-x86"}
+FIRST_PARTY_DISTS = ("tg-amd", "tg-cpu-x86", "tg-mockgpu", "tg-profiler-sqtt")
+BUILTIN_NAME = "core"
+REFERENCE_DEVICE = "PYTHON"
+PM_HOOKS = ("tg_pm_encode", "tg_pm_lower", "tg_pm_bufferize", "tg_pm_batch")
+
+
+class PluginWarning(UserWarning):
+    """A plugin that was not selected was skipped (broken, refused, or clashing)."""
+
+
+def _builtin_record() -> PluginRecord:
+    from tg_core import __version__
+    manifest = Manifest(f"=={API_VERSION_STR}", {REFERENCE_DEVICE: 0}, "tg_core.plugins.builtin")
+    return PluginRecord(BUILTIN_NAME, "tg-core", __version__, "(built-in) tg_core.plugins.builtin", None,
+                        manifest=manifest, builtin=True)
+
+
+class PluginRegistry:
+    """Discovered plugins of one configuration. Thread-safe; build it with `PluginRegistry.create`."""
+
+    def __init__(self, config: Config, records: list[PluginRecord]):
+        self.config = config
+        self.records = records
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.pm.hook.tg_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
+        self._lock = threading.RLock()
+        self._reported: set[str] = set()
+        self._cache: dict[tuple[str, str], Any] = {}
+        names = set(FIRST_PARTY_DISTS)
+        for r in records:
+            names |= {r.name, r.dist}
+        config.check_names(self.device_names(), KNOWN_DEVICES, names)
+
+    @classmethod
+    def create(cls, explicit: Mapping[str, Any] | None = None, path: list[str] | None = None,
+               env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
+               home: Path | str | None = None, explicit_source: str = "explicit argument") -> PluginRegistry:
+        """Load the config, then run phase one over the plugins on `path` (default sys.path)."""
+        config = load_config(explicit, env, cwd, home, explicit_source)
+        records = discover(path, config.allow, config.deny, config.source("plugins", "allow"),
+                           config.source("plugins", "deny"))
+        return cls(config, [_builtin_record()] + records)
+
+    # ---- looking things up (phase one only) ----
+
+    def plugin(self, name: str) -> PluginRecord:
+        for r in self.records:
+            if norm(name) in r.names():
+                return r
+        allowed = [r.name for r in self.records]
+        hint = suggest(name, allowed)
+        raise KeyError(f"no plugin {name!r}; plugins: {', '.join(allowed)}" + (f"; did you mean {hint}?" if hint else ""))
+
+    def device_names(self) -> list[str]:
+        return sorted({d for r in self.records for d in r.devices})
+
+    def providers(self, device: str) -> list[PluginRecord]:
+        return [r for r in self.records if device in r.devices]
+
+    def candidates(self) -> list[tuple[str, int]]:
+        """Every device with its priority, best first; the reference device always last."""
+        best: dict[str, int] = {}
+        for r in self.records:
+            for d, prio in r.devices.items():
+                best[d] = max(prio, best.get(d, prio))
+        return sorted(best.items(), key=lambda dp: (dp[0] == REFERENCE_DEVICE, -dp[1], dp[0]))
+
+    def clashes(self) -> dict[str, list[PluginRecord]]:
+        out: dict[str, list[PluginRecord]] = {}
+        for d in self.device_names():
+            provs = [r for r in self.providers(d) if r.status is not Status.BLOCKED]
+            if len(provs) > 1:
+                out[d] = provs
+        return out
+
+    # ---- phase two ----
+
+    def load(self, rec: PluginRecord) -> PluginRecord:
+        """Import and register the plugin if it is only found; its status says how that went."""
+        with self._lock:
+            if rec.status is not Status.FOUND:
+                return rec
+            try:
+                mod = importlib.import_module(rec.manifest.hooks)
+            except Exception as e:
+                rec.fail(e, f"importing its hooks module {rec.manifest.hooks} failed")
+                return rec
+            try:
+                self.pm.register(mod, name=rec.name)
+            except Exception as e:
+                rec.fail(e, f"registering {rec.manifest.hooks} failed")
+                return rec
+            rec.module = mod
+            try:
+                self._check_hooks(rec)
+                rec.specs = self._device_specs(rec)
+            except Exception as e:
+                self.pm.unregister(mod)
+                rec.module = None
+                rec.fail(e, "initializing it failed")
+                return rec
+            rec.status = Status.LOADED
+            log.debug("loaded %s", rec.label)
+            return rec
+
+    def load_all(self) -> None:
+        for r in self.records:
+            self.load(r)
+
+    def _check_hooks(self, rec: PluginRecord) -> None:
+        callers = self.pm.get_hookcallers(rec.module) or []
+        core = [n for n in dir(hookspecs) if n.startswith("tg_")]
+        for caller in callers:
+            if caller.name.startswith("tg_") and not caller.has_spec():
+                hint = suggest(caller.name, core)
+                raise TypeError(f"{rec.manifest.hooks} implements {caller.name}, which is not a tg hook"
+                                + (f"; did you mean {hint}?" if hint else f"; hooks: {', '.join(core)}"))
+            for impl in caller.get_hookimpls():
+                if impl.plugin is rec.module and (impl.wrapper or impl.hookwrapper):
+                    raise TypeError(f"{caller.name} in {rec.manifest.hooks} is a wrapper; tg hooks take plain "
+                                    "implementations, combined in plugin order")
+        rec.hooks = sorted(c.name for c in callers)
+
+    def _device_specs(self, rec: PluginRecord) -> dict[str, DeviceSpec]:
+        specs = self.call(rec, "tg_devices") or []
+        if not all(isinstance(s, DeviceSpec) for s in specs):
+            raise TypeError(f"tg_devices() must return a list of DeviceSpec, got {specs!r}")
+        got, declared = sorted(s.name for s in specs), sorted(rec.devices)
+        if got != declared:
+            raise ValueError(f"tg_devices() returned devices {got}, but the manifest declares {declared}")
+        return {s.name: s for s in specs}
+
+    def call(self, rec: PluginRecord, hook: str, **kwargs: Any) -> Any:
+        """Call one plugin's implementation of `hook` (None if it has none)."""
+        for impl in getattr(self.pm.hook, hook).get_hookimpls():
+            if impl.plugin is rec.module:
+                return impl.function(*(kwargs[a] for a in impl.argnames))
+        return None
+
+    # ---- the policy for broken plugins ----
+
+    def report(self, rec: PluginRecord, why: str = "") -> None:
+        """Say once that a plugin that was not selected is skipped."""
+        self.warn_once(rec.name, f"tg: skipping {rec.label}: {rec.status.value}: {rec.reason}{why} "
+                                 "(`tg devices` shows details)")
+
+    def warn_once(self, key: str, msg: str) -> None:
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        log.warning(msg)
+        warnings.warn(msg, PluginWarning, stacklevel=4)
+
+    def disable_hint(self, rec: PluginRecord) -> str:
+        return (f"to disable it: set TG_PLUGINS_DENY={rec.name}, or add `plugins: {{deny: [{rec.name}]}}` to ./tg.yaml, "
+                f"or uninstall it with `python -m pip uninstall {rec.dist}`")
+
+    def raise_unusable(self, rec: PluginRecord, device: str) -> None:
+        """For a selected plugin that cannot be used: the error the user must get."""
+        if rec.status is Status.REFUSED:
+            raise PluginRefusedError(f"device {device}: {rec.label} is refused: {rec.reason}")
+        if rec.status is Status.BLOCKED:
+            raise PluginBlockedError(f"device {device}: {rec.label} is blocked: {rec.reason}")
+        if rec.status is Status.BROKEN:
+            raise PluginBrokenError(f"device {device}: {rec.label} is broken: {rec.reason}\n"
+                                    f"{self.disable_hint(rec)}") from rec.error
+
+    # ---- devices ----
+
+    def provider(self, device: str) -> PluginRecord:
+        """The loaded plugin that provides `device` (a bare name such as "AMD"), for a device the user selected.
+        Raises DeviceNotFoundError, DeviceClashError, PluginRefusedError or PluginBrokenError."""
+        with self._lock:
+            provs = self.providers(device)
+            if not provs:
+                raise DeviceNotFoundError(self.not_found_message(device))
+            if len(provs) > 1:
+                picked = self.config.device_plugin(device)
+                if picked is None:
+                    dists = " and ".join(f"{r.dist} (plugin {r.name!r})" for r in provs)
+                    raise DeviceClashError(
+                        f"device {device} is provided by two plugins: {dists}; pick one with "
+                        f"`devices: {{{device}: {{plugin: {provs[0].name}}}}}` in ./tg.yaml, or disable the other "
+                        f"with TG_PLUGINS_DENY=<name>")
+                chosen = [r for r in provs if norm(picked[0]) in r.names()]
+                if not chosen:
+                    raise ConfigError(picked[1], f"devices.{device}.plugin", picked[0],
+                                      "plugins providing " + device + ": " + ", ".join(r.name for r in provs),
+                                      suggest(picked[0], [r.name for r in provs]), problem="plugin does not provide it")
+                provs = chosen
+            rec = self.load(provs[0])
+            self.raise_unusable(rec, device)
+            return rec
+
+    def not_found_message(self, device: str) -> str:
+        if device in KNOWN_DEVICES:
+            dist = KNOWN_DEVICES[device]
+            blocked = [r for r in self.records if norm(r.dist) == dist and r.status is Status.BLOCKED]
+            if blocked:
+                return f"device {device}: its distribution {dist} is installed but {blocked[0].reason}"
+            return (f"device {device} is provided by the distribution {dist}, which is not installed; "
+                    f"install it with `python -m pip install {dist}`")
+        known = sorted(set(self.device_names()) | set(KNOWN_DEVICES))
+        hint = suggest(device, known)
+        msg = f"unknown device {device!r}" + (f"; did you mean {hint}?" if hint else "")
+        msg += f" available devices: {', '.join(self.device_names())}"
+        blocked = [r.name for r in self.records if r.status is Status.BLOCKED]
+        if blocked:
+            msg += f" (blocked plugins, not inspected: {', '.join(blocked)})"
+        return msg
+
+    def device_spec(self, device: str) -> tuple[PluginRecord, DeviceSpec]:
+        rec = self.provider(device)
+        return rec, rec.specs[device]
+
+    def device_options(self, device: str) -> dict[str, Any]:
+        """The validated options of `device` (loads its plugin)."""
+        _, spec = self.device_spec(device)
+        return self.config.device_options(device, spec.options)
+
+    def participants(self, device: str) -> list[PluginRecord]:
+        """The loaded plugins whose hooks apply to `device` (a canonical name), in plugin order. Loads extending
+        plugins on first use; a broken one is reported and skipped."""
+        base = parse_device_string(device)[0]
+        owner = self.provider(base)
+        out = [owner]
+        for r in self.records:
+            if r is owner or r.status in (Status.BLOCKED,) or r.manifest is None:
+                continue
+            if base in r.manifest.extends or "*" in r.manifest.extends:
+                if r.status is Status.FOUND:
+                    self.load(r)
+                if r.status is Status.LOADED:
+                    out.append(r)
+                else:
+                    self.report(r, f" (it extends {base})")
+        return self.ordered(out, owner)
+
+    def ordered(self, recs: list[PluginRecord], owner: PluginRecord | None = None) -> list[PluginRecord]:
+        """Plugin order: the config's plugins.order first, then the device's provider, then the rest by name."""
+        order = [norm(n) for n in self.config.order]
+
+        def key(r: PluginRecord) -> tuple:
+            listed = [i for i, n in enumerate(order) if n in r.names()]
+            return (listed[0] if listed else len(order), r is not owner, r.name)
+        return sorted(recs, key=key)
+
+    def _collect(self, hook: str, device: str) -> list[tuple[PluginRecord, Any]]:
+        """Each participating plugin's result of `hook`, in plugin order. A failing provider is an error (the
+        device is in use); a failing extending plugin is marked broken, reported and skipped."""
+        out = []
+        owner = self.provider(parse_device_string(device)[0])
+        for rec in self.participants(device):
+            try:
+                res = self.call(rec, hook, device=device)
+            except Exception as e:
+                if rec is owner:
+                    raise PluginBrokenError(f"{rec.label}: {hook}({device!r}) raised {type(e).__name__}: {e}\n"
+                                            f"{self.disable_hint(rec)}") from e
+                rec.fail(e, f"{hook}({device!r}) raised")
+                self.pm.unregister(rec.module)
+                self.report(rec)
+                continue
+            if res is not None:
+                out.append((rec, res))
+        return out
+
+    def renderers(self, device: str) -> list[type]:
+        """Renderer classes for `device` in plugin order, first of each name kept, before config preferences."""
+        key = ("tg_renderers", device)
+        if key not in self._cache:
+            seen: dict[str, type] = {}
+            for rec, classes in self._collect("tg_renderers", device):
+                for cls in classes:
+                    name = getattr(cls, "name", None)
+                    if not isinstance(name, str):
+                        raise PluginBrokenError(f"{rec.label}: tg_renderers({device!r}) returned {cls!r}, which has "
+                                                "no str class attribute `name`")
+                    seen.setdefault(name.upper(), cls)
+            self._cache[key] = list(seen.values())
+        return list(self._cache[key])
+
+    def choose_renderer(self, device: str) -> tuple[type | None, str]:
+        """The renderer class `device` uses and why; errors if the config names one nobody offers."""
+        base = parse_device_string(device)[0]
+        offered = self.renderers(device)
+        by_name = {c.name.upper(): c for c in offered}
+        wanted, why = self.config.renderer_order(base)
+        for name in wanted:
+            if name in by_name:
+                return by_name[name], f"{name}: preferred by {why}"
+        if wanted:
+            key = "device" if why.startswith("device:") else f"devices.{base}.renderers"
+            source = self.config.source(*key.split("."))
+            raise ConfigError(source, key, wanted[0] if key == "device" else wanted,
+                              f"renderers offered for {base}: {', '.join(by_name) or 'none'}",
+                              suggest(wanted[0], list(by_name)), problem="renderer not offered")
+        if not offered:
+            return None, "no plugin offers a renderer for this device"
+        names = ", ".join(by_name)
+        return offered[0], f"{offered[0].name.upper()}: first renderer offered (in plugin order: {names})"
+
+    def matcher(self, hook: str, device: str) -> Any:
+        """The sum, in plugin order, of the PatternMatchers plugins return from `hook` for `device`; None if none."""
+        if hook not in PM_HOOKS:
+            raise ValueError(f"{hook} is not a matcher hook; matcher hooks: {', '.join(PM_HOOKS)}")
+        key = (hook, device)
+        if key not in self._cache:
+            from tg_core.uop import PatternMatcher
+            total = None
+            for rec, pm in self._collect(hook, device):
+                if not isinstance(pm, PatternMatcher):
+                    raise PluginBrokenError(f"{rec.label}: {hook}({device!r}) returned {type(pm).__name__}, "
+                                            "not a PatternMatcher")
+                total = pm if total is None else total + pm
+            self._cache[key] = total
+        return self._cache[key]
+
+    def profilers(self, device: str) -> list[Any]:
+        return [p for _, ps in self._collect("tg_profilers", device) for p in ps]
+
+
+_registry: PluginRegistry | None = None
+_registry_lock = threading.Lock()
+
+
+def get_registry() -> PluginRegistry:
+    """The process's registry, created on first use from the process's config and sys.path."""
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            _registry = PluginRegistry.create()
+        return _registry
+
+
+def set_registry(registry: PluginRegistry | None) -> None:
+    """Replace the process's registry (None: rebuild from config on next use)."""
+    global _registry
+    with _registry_lock:
+        _registry = registry
