@@ -304,10 +304,13 @@ def truncate_to_int(x: float) -> int:
 
 
 def _round_float(x: float, dt: DType) -> float:
+    if dt is dtypes.fp8e4m3 and math.isinf(x):
+        return math.copysign(_LARGEST[dt], x)  # no infinity in e4m3: satfinite, like every other overflow below
     if dt is dtypes.float64 or dt is dtypes.weakfloat or math.isnan(x) or math.isinf(x):
         return float(x)
     if dt is dtypes.float32:
-        return struct.unpack("f", struct.pack("f", x))[0] if abs(x) < 3.4028235677973366e38 else float(np.float32(x))
+        # at or past the midpoint between FLT_MAX and 2**128 a float32 rounds to infinity (struct refuses to)
+        return struct.unpack("f", struct.pack("f", x))[0] if abs(x) < 3.4028235677973366e38 else math.copysign(math.inf, x)
     if dt is dtypes.float16:
         return float(np.float16(x))
     return _round_minifloat(x, *dtypes.finfo(dt), dt)
@@ -351,8 +354,30 @@ def as_const(val: ConstType, dt: DType) -> ConstType:
         span = hi - lo + 1
         return (val - lo) % span + lo
     if s in _FLOATS:
-        return _round_float(float(val), s)
+        return _round_float(val if isinstance(val, float) else _int_to_float(int(val), s), s)
     raise TypeError(f"{dt!r} holds no constants")
+
+
+def _int_to_float(val: int, dt: DType) -> float:
+    """`val` as a float64 from which `_round_float` gets the correctly rounded value of `dt`. A plain
+    float(val) rounds to float64 first, and that double rounding can be wrong: 2**60 + 2**36 + 1 becomes the
+    float64 2**60 + 2**36, a float32 tie that then rounds to even (down) although the int is above the tie."""
+    mbits = dtypes.finfo(dt)[1]
+    if abs(val) <= 2 ** 53 or mbits >= 52:
+        try:
+            return float(val)  # exact, or (float64) correctly rounded by Python
+        except OverflowError:
+            return math.inf if val > 0 else -math.inf
+    # keep mbits+1 significant bits, rounding half to even; what is left converts to float64 exactly
+    shift = abs(val).bit_length() - (mbits + 1)
+    q, r = divmod(abs(val), 1 << shift)
+    half = 1 << (shift - 1)
+    if r > half or (r == half and q & 1):
+        q += 1
+    try:
+        return float(q << shift) if val > 0 else -float(q << shift)
+    except OverflowError:
+        return math.inf if val > 0 else -math.inf
 
 
 # numpy interop

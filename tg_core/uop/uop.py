@@ -217,7 +217,9 @@ class UOp:
         if isinstance(x, UOp):
             return x
         if isinstance(x, (bool, int, float)):
-            return UOp.const(self.dtype, x)
+            # a Python scalar is weak: _promote gives it this node's dtype, except that a float meeting an
+            # int gives the default float (int32 + 2.5 is float32, not int32 + 2)
+            return UOp.const(dtypes.from_py(x), x)
         raise TypeError(f"cannot combine a UOp with {type(x).__name__} {x!r}")
 
     def _binary(self, op: Ops, x: UOp | ConstType, reverse: bool = False) -> UOp:
@@ -227,12 +229,22 @@ class UOp:
             a, b = _promote(a, b, op)
         return a.alu(op, b)
 
+    def _sub(self, x: UOp | ConstType, reverse: bool) -> UOp:
+        # promote before negating: NEG of a bool is logical not, so in bool - 1 the bool must become int first
+        other = self._operand(x)
+        a, b = (other, self) if reverse else (self, other)
+        if a.dtype != b.dtype:
+            a, b = _promote(a, b, Ops.ADD)
+        if dtypes.is_bool(b.dtype):
+            raise TypeError("subtracting bools is not supported (as in PyTorch); use logical_not() or ^")
+        return a + (-b)
+
     def __add__(self, x): return self._binary(Ops.ADD, x)
     def __radd__(self, x): return self._binary(Ops.ADD, x, True)
     def __mul__(self, x): return self._binary(Ops.MUL, x)
     def __rmul__(self, x): return self._binary(Ops.MUL, x, True)
-    def __sub__(self, x): return self + (-self._operand(x))
-    def __rsub__(self, x): return self._operand(x) + (-self)
+    def __sub__(self, x): return self._sub(x, False)
+    def __rsub__(self, x): return self._sub(x, True)
     def __floordiv__(self, x): return self._binary(Ops.IDIV, x)   # truncating, as in C
     def __rfloordiv__(self, x): return self._binary(Ops.IDIV, x, True)
     def __mod__(self, x): return self._binary(Ops.MOD, x)         # sign of the dividend, as in C
@@ -280,10 +292,9 @@ class UOp:
         return (self < other).where(self, other)
 
     def where(self, x: UOp | ConstType, y: UOp | ConstType) -> UOp:
-        if isinstance(x, UOp):
-            a, b = x, (y if isinstance(y, UOp) else x.const_like(y))
-        elif isinstance(y, UOp):
-            a, b = y.const_like(x), y
+        if isinstance(x, UOp) or isinstance(y, UOp):
+            # a Python scalar branch is weak, as in arithmetic: where(c, int32, 2.5) is the default float
+            a, b = (x if isinstance(x, UOp) else y._operand(x)), (y if isinstance(y, UOp) else x._operand(y))
         else:
             dt = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
             a, b = UOp.const(dt, x), UOp.const(dt, y)
