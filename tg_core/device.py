@@ -372,18 +372,17 @@ class _Devices:
 
     def _set_renderer(self, dev: Compiled, wanted: str | None) -> None:
         reg = self.registry
-        offered = reg.renderers(dev.device)
+        ordered, why = reg.choose_renderer(dev.device)
         if wanted is not None:
-            by_name = {c.name.upper(): c for c in offered}
+            by_name = {c.name.upper(): c for c in ordered}
             if wanted not in by_name:
                 hint = suggest(wanted, list(by_name))
                 raise DeviceNotFoundError(f"no renderer {wanted!r} for {dev.device}; offered: "
                                           f"{', '.join(by_name) or 'none'}" + (f"; did you mean {hint}?" if hint else ""))
-            chosen, why = by_name[wanted], f"{wanted}: named in the device string"
-        else:
-            chosen, why = reg.choose_renderer(dev.device)
-        dev.renderers = [chosen] + [c for c in offered if c is not chosen] if chosen is not None else offered
-        dev.renderer, dev.renderer_reason = chosen, why
+            ordered = [by_name[wanted]] + [c for c in ordered if c is not by_name[wanted]]
+            why = f"{wanted}: named in the device string"
+        dev.renderers = ordered
+        dev.renderer, dev.renderer_reason = (ordered[0] if ordered else None), why
 
     @property
     def DEFAULT(self) -> str:  # noqa: N802 -- the registry's public name
@@ -406,7 +405,9 @@ class _Devices:
     def _choose_default(self) -> tuple[str, str]:
         reg = self.registry
         if reg.config.device is not None:
-            self[reg.config.device]  # selected: every failure is the user's error to see
+            # selected: every failure is the user's error to see. The renderer part is a config preference
+            # (see Config.renderer_order), so the reason names where it came from.
+            self[self.canonicalize(reg.config.device)]
             return parse_device_string(reg.config.device)[0], (
                 f"device: {reg.config.device} from {reg.config.source('device')}")
         skipped = []

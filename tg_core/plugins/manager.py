@@ -319,25 +319,27 @@ class PluginRegistry:
             self._cache[key] = list(seen.values())
         return list(self._cache[key])
 
-    def choose_renderer(self, device: str) -> tuple[type | None, str]:
-        """The renderer class `device` uses and why; errors if the config names one nobody offers."""
+    def choose_renderer(self, device: str) -> tuple[list[type], str]:
+        """The renderer classes of `device`, the one it renders with first, and why that one; errors if the config
+        prefers a renderer nobody offers."""
         base = parse_device_string(device)[0]
         offered = self.renderers(device)
         by_name = {c.name.upper(): c for c in offered}
         wanted, why = self.config.renderer_order(base)
-        for name in wanted:
-            if name in by_name:
-                return by_name[name], f"{name}: preferred by {why}"
-        if wanted:
-            key = "device" if why.startswith("device:") else f"devices.{base}.renderers"
-            source = self.config.source(*key.split("."))
-            raise ConfigError(source, key, wanted[0] if key == "device" else wanted,
+        missing = [w for w in wanted if w not in by_name]
+        if missing:
+            from_dev = why.startswith("device:") and missing[0] == wanted[0]
+            key = "device" if from_dev else f"devices.{base}.renderers"
+            value = self.config.device if from_dev else self.config.get("devices", base, "renderers")
+            raise ConfigError(self.config.source(*key.split(".")), key, value,
                               f"renderers offered for {base}: {', '.join(by_name) or 'none'}",
-                              suggest(wanted[0], list(by_name)), problem="renderer not offered")
-        if not offered:
-            return None, "no plugin offers a renderer for this device"
-        names = ", ".join(by_name)
-        return offered[0], f"{offered[0].name.upper()}: first renderer offered (in plugin order: {names})"
+                              suggest(missing[0], list(by_name)), problem="renderer not offered")
+        ordered = [by_name[w] for w in wanted] + [c for c in offered if c.name.upper() not in wanted]
+        if not ordered:
+            return [], "no plugin offers a renderer for this device"
+        if wanted:
+            return ordered, f"{wanted[0]}: preferred by {why}"
+        return ordered, f"{ordered[0].name.upper()}: first renderer offered (in plugin order: {', '.join(by_name)})"
 
     def matcher(self, hook: str, device: str) -> Any:
         """The sum, in plugin order, of the PatternMatchers plugins return from `hook` for `device`; None if none."""

@@ -1,0 +1,1 @@
+"""A test plugin for tg's plugin tests."""
