@@ -297,11 +297,13 @@ def test_float16_float32_float64_grids_match_numpy(x: float):
     assert as_const(x, dtypes.float64) == x and as_const(x, dtypes.weakfloat) == x
 
 
-def test_float32_rounds_near_its_overflow_threshold():
+def test_float32_and_float16_round_near_their_overflow_thresholds():
     fmax = float(np.finfo(np.float32).max)
     halfway = fmax + 2.0 ** 103
     assert as_const(np.nextafter(halfway, 0), dtypes.float32) == fmax
     assert as_const(halfway, dtypes.float32) == math.inf and as_const(-halfway, dtypes.float32) == -math.inf
+    assert as_const(np.nextafter(65520.0, 0), dtypes.float16) == 65504.0 == float(np.float16(np.nextafter(65520.0, 0)))
+    assert as_const(65520.0, dtypes.float16) == math.inf and as_const(-65520.0, dtypes.float16) == -math.inf
 
 
 @settings(max_examples=300, deadline=None)

@@ -312,7 +312,8 @@ def _round_float(x: float, dt: DType) -> float:
         # at or past the midpoint between FLT_MAX and 2**128 a float32 rounds to infinity (struct refuses to)
         return struct.unpack("f", struct.pack("f", x))[0] if abs(x) < 3.4028235677973366e38 else math.copysign(math.inf, x)
     if dt is dtypes.float16:
-        return float(np.float16(x))
+        # 65520, the midpoint between 65504 and 2**16, rounds to infinity (numpy would warn about the overflow)
+        return float(np.float16(x)) if abs(x) < 65520.0 else math.copysign(math.inf, x)
     return _round_minifloat(x, *dtypes.finfo(dt), dt)
 
 

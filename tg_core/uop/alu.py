@@ -73,7 +73,8 @@ def _pow(x: float, y: float) -> float:
 def _trunc(x: ConstType) -> ConstType:
     if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
         return x
-    return math.trunc(x) if isinstance(x, int) else float(math.trunc(x))
+    # copysign keeps IEEE trunc's sign of zero: trunc(-0.5) is -0.0
+    return math.trunc(x) if isinstance(x, int) else math.copysign(float(math.trunc(x)), x)
 
 
 python_alu: dict[Ops, Callable[..., ConstType]] = {
@@ -106,10 +107,20 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtypes:
         operands = tuple(bool(x) for x in operands)
     if op is Ops.SHL and dtypes.is_int(dtype) and operands[1] < 0 or op is Ops.SHR and operands[1] < 0:
         return as_const(0, dtype)  # shifting by a negative amount is undefined; pick 0 like IDIV by zero
+    if op is Ops.POW and dtypes.is_int(dtype) and all(type(x) is int for x in operands) and operands[1] >= 0:
+        # exact: math.pow goes through float64 and is wrong past 2**53; a strong int only keeps its low bits
+        x, y = operands
+        if dtype.scalar() is not dtypes.weakint:
+            return as_const(pow(x, y, 1 << (8 * dtype.itemsize)), dtype)
+        if abs(x) <= 1 or y * x.bit_length() <= 1 << 16:  # an unbounded result must still fit in memory
+            return x ** y
     try:
-        return as_const(python_alu[op](*operands), dtype)
+        ret = python_alu[op](*operands)
     except OverflowError:
         return as_const(math.inf, dtype) if dtypes.is_float(dtype) else as_const(0, dtype)
+    if isinstance(ret, float) and dtypes.is_int(dtype) and (math.isnan(ret) or math.isinf(ret)):
+        return as_const(0, dtype)  # e.g. int FDIV/POW by zero: undefined, the same 0 as IDIV by zero and cast_const
+    return as_const(ret, dtype)
 
 
 def cast_const(x: ConstType, src: DType, dst: DType) -> ConstType:
