@@ -140,13 +140,13 @@ class Buffer:
 
     def __init__(self, device: str, size: int, dtype: DType | str, options: BufferSpec | None = None,
                  base: Buffer | None = None, offset: int = 0):
+        self._base, self._opaque = None, None  # first: __del__ runs even when a check below raises
         self.device = Device.canonicalize(device)
         self.dtype = to_dtype(dtype)
         if not isinstance(size, int) or size < 0:
             raise ValueError(f"a buffer's size is a number of elements >= 0, got {size!r}")
         self.size, self.options, self.offset = size, options, offset
         self._base = base
-        self._opaque: Any = None
         self._allocator: Allocator | None = None
         self._views: weakref.WeakSet[Buffer] = weakref.WeakSet()
         if base is not None:

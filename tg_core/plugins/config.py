@@ -344,8 +344,10 @@ def _from_env(opt: Option, raw: str) -> Any:
 
 def _check_option(source: str, key: str, opt: Option, value: Any) -> Any:
     if not accepts(opt.type, value):
-        example = f"e.g. {opt.default!r}"
-        raise ConfigError(source, key, value, opt.describe(), example, problem=f"wrong type ({_type_name(value)})")
+        # a quoted number or a yes/no in YAML is the usual slip: suggest the value it was meant to be
+        meant = _from_env(opt, str(value)) if isinstance(value, (str, int, float)) else None
+        hint = repr(meant) if meant is not None and accepts(opt.type, meant) else None
+        raise ConfigError(source, key, value, opt.describe(), hint, problem=f"wrong type ({_type_name(value)})")
     if opt.choices is not None and value not in opt.choices:
         raise ConfigError(source, key, value, opt.describe(), suggest(str(value), [str(c) for c in opt.choices]),
                           problem="bad value")

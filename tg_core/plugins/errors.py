@@ -64,8 +64,9 @@ class DeviceUnavailable(RuntimeError):
 
 def suggest(word: str, candidates: Iterable[str]) -> str | None:
     """The closest candidates to `word`, quoted and joined, or None."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=3, cutoff=0.6)
+    candidates = [str(c) for c in candidates]
+    close = difflib.get_close_matches(str(word), candidates, n=2, cutoff=0.6)
     if not close:
-        lowered = {str(c).lower(): str(c) for c in candidates}
-        close = [lowered[m] for m in difflib.get_close_matches(str(word).lower(), list(lowered), n=3, cutoff=0.6)]
+        lowered = {c.lower(): c for c in candidates}
+        close = [lowered[m] for m in difflib.get_close_matches(str(word).lower(), list(lowered), n=2, cutoff=0.6)]
     return " or ".join(repr(c) for c in close) if close else None

@@ -29,7 +29,8 @@ class Option:
             raise ValueError(f"option default {self.default!r} is not one of its choices {list(self.choices)}")
 
     def describe(self) -> str:
-        allowed = " | ".join(repr(c) for c in self.choices) if self.choices else f"a {self.type.__name__}"
+        name = self.type.__name__
+        allowed = " | ".join(repr(c) for c in self.choices) if self.choices else f"{'an' if name == 'int' else 'a'} {name}"
         return f"{allowed} (default {self.default!r}: {self.help})"
 
 

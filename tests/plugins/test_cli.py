@@ -1,0 +1,183 @@
+"""The `tg` command, run as a user runs it (a subprocess with the test plugins installed)."""
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+from tg_core.plugins.version import API_VERSION_STR
+
+from .conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def listing(plugin_site, tmp_path_factory):
+    import subprocess
+    import sys
+    from .conftest import clean_env
+    cwd = tmp_path_factory.mktemp("cli")
+    env = clean_env(HOME=str(cwd), PYTHONPATH=f"{plugin_site}:{REPO}")
+    res = subprocess.run([sys.executable, "-m", "tg_core", "devices", "--json", "--probe"], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.stderr == ""
+    return res.returncode, json.loads(res.stdout)
+
+
+def _plugin(listing, name):
+    return next(p for p in listing[1]["plugins"] if p["name"] == name)
+
+
+def test_devices_json_core(listing):
+    code, data = listing
+    assert code == 1  # NOHW's probe fails: its hardware is absent
+    assert data["core"] == {"version": "0.1.0", "api": API_VERSION_STR}
+    assert [p["name"] for p in data["plugins"]] == ["core", "badmanifest", "broken", "clash_a", "clash_b", "extra",
+                                                    "incompatible", "multi", "nohw", "template"]
+    assert data["clashes"] == {"CLASH": ["tg-test-clash-a", "tg-test-clash-b"]}
+
+
+def test_devices_json_template(listing):
+    t = _plugin(listing, "template")
+    assert t["distribution"] == "tg-template" and t["version"] == "0.1.0"
+    assert t["entry_point"] == "template = tg_template.manifest" and t["builtin"] is False
+    assert t["status"] == "loaded" and t["reason"] is None and t["traceback"] is None
+    assert t["api"] == ">=1.0,<2" and t["hooks_module"] == "tg_template.plugin" and t["extends"] == []
+    assert t["hooks"] == ["tg_devices"] and t["renderers"] == {"TEMPLATE": []}
+    (dev,) = t["devices"]
+    assert dev["name"] == "TEMPLATE" and dev["priority"] == 10 and dev["clash_with"] == []
+    assert dev["options"]["max_bytes"] == {"type": "int", "default": 1 << 30,
+                                           "help": "bytes the device may have allocated at once", "choices": None}
+    assert dev["options"]["zero"]["type"] == "bool" and dev["options"]["zero"]["default"] is True
+    assert dev["probe"]["result"] == "PASS" and dev["probe"]["steps"] == ["buffer copy in/out"]
+
+
+def test_devices_json_multi_and_extra(listing):
+    m = _plugin(listing, "multi")
+    assert m["hooks"] == ["tg_devices", "tg_pm_encode", "tg_pm_lower", "tg_profilers", "tg_renderers"]
+    assert m["renderers"] == {"MULTI": ["FAST", "EXACT"]}
+    assert m["devices"][0]["options"]["mode"]["choices"] == ["fast", "slow"]
+    e = _plugin(listing, "extra")
+    assert e["status"] == "loaded" and e["devices"] == [] and e["extends"] == ["MULTI"]
+    assert e["renderers"] == {"MULTI": ["EXTRA"]} and e["api"] == ">=1.0"
+
+
+def test_devices_json_broken_refused_clash(listing):
+    b = _plugin(listing, "broken")
+    assert b["status"] == "broken" and "RuntimeError: tg-test-broken fails on purpose" in b["reason"]
+    assert "_load_native_library" in b["traceback"]
+    assert b["devices"][0]["name"] == "BROKEN" and "probe" not in b["devices"][0]
+    bm = _plugin(listing, "badmanifest")
+    assert bm["status"] == "broken" and bm["devices"] == [] and "DEVICES" in bm["reason"]
+    i = _plugin(listing, "incompatible")
+    assert i["status"] == "refused" and i["api"] == ">=99.0,<100" and f"API {API_VERSION_STR}" in i["reason"]
+    assert i["hooks"] == [] and i["hooks_module"] == "tg_test_incompatible.plugin"
+    a = _plugin(listing, "clash_a")
+    assert a["devices"][0]["clash_with"] == ["tg-test-clash-b"]
+    assert a["devices"][0]["probe"]["result"] == "FAIL" and "DeviceClashError" in a["devices"][0]["probe"]["error"]
+    nohw = _plugin(listing, "nohw")
+    assert nohw["devices"][0]["probe"] == {"result": "FAIL", "steps": [], "seconds": nohw["devices"][0]["probe"]["seconds"],
+                                           "error": "DeviceUnavailable: no /dev/nohw on this machine"}
+    core = _plugin(listing, "core")
+    assert core["builtin"] and core["devices"][0]["name"] == "PYTHON" and core["devices"][0]["probe"]["result"] == "PASS"
+
+
+def test_devices_without_probe_opens_nothing(run_tg):
+    res = run_tg("devices", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert all("probe" not in d for p in data["plugins"] for d in p["devices"])
+
+
+def test_devices_human_output(run_tg):
+    res = run_tg("devices")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert f"plugin API {API_VERSION_STR}" in out
+    assert "template  tg-template 0.1.0  [loaded]" in out and "device:      TEMPLATE (priority 10)" in out
+    assert "incompatible  tg-test-incompatible 0.1.0  [refused]" in out
+    assert "ALSO PROVIDED BY tg-test-clash-b" in out
+    assert "renderers FAST, EXACT, EXTRA" not in out and "renderers FAST, EXACT" in out
+
+
+def test_config_explain(run_tg, tmp_path):
+    (tmp_path / "tg.yaml").write_text("devices:\n  MULTI: {count: 4}\n")
+    res = run_tg("--set", "devices.MULTI.mode=slow", "config", "--explain", "--json", env={"DEV": "MULTI:EXACT"})
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["config"]["device"] == "MULTI:EXACT"
+    assert data["config"]["devices"]["MULTI"] == {"count": 4, "mode": "slow", "flag": False, "scale": 1.5}
+    ex = data["explain"]
+    assert ex["layers"] == ["built-in defaults", str(tmp_path / "tg.yaml"), "environment", "command line (tg --set)"]
+    values = {v["key"]: v["source"] for v in ex["values"]}
+    assert values["device"] == "environment variable DEV"
+    assert values["devices.MULTI.count"] == str(tmp_path / "tg.yaml")
+    assert values["devices.MULTI.mode"] == "command line (tg --set)"
+    assert ex["options"]["MULTI"]["flag"] == {"value": False, "source": "default of plugin multi"}
+    assert ex["default_device"] == {"device": "MULTI", "reason": "device: MULTI:EXACT from environment variable DEV"}
+    assert ex["renderer"]["renderer"] == "EXACT"
+    assert ex["renderer"]["reason"] == "EXACT: preferred by device: MULTI:EXACT from environment variable DEV"
+
+
+def test_config_explain_text_auto_default(run_tg):
+    res = run_tg("config", "--explain")
+    assert res.returncode == 0, res.stderr
+    assert "# default device TEMPLATE: highest-priority working device (priority 10); skipped: BROKEN" in res.stdout
+    assert "# renderer None: no plugin offers a renderer for this device" in res.stdout
+    assert "tg: skipping plugin 'broken'" in res.stderr  # reported once, briefly
+
+
+def test_config_error_exit_code(run_tg, tmp_path):
+    (tmp_path / "tg.yaml").write_text("devcie: MULTI\n")
+    res = run_tg("config")
+    assert res.returncode == 2
+    assert res.stderr.strip() == (f"tg config: error: {tmp_path / 'tg.yaml'}: unknown key for devcie: 'MULTI'; "
+                                  "allowed: keys device, plugins, devices; did you mean 'device' or 'devices'?")
+
+
+def test_doctor(run_tg):
+    res = run_tg("doctor")
+    assert res.returncode == 1
+    out = res.stdout
+    assert "[FAIL] plugin 'broken'" in out and "TG_PLUGINS_DENY=broken" in out
+    assert "[WARN] plugin 'incompatible'" in out
+    assert "[FAIL] device CLASH is provided by tg-test-clash-a and tg-test-clash-b" in out
+    assert "[INFO] device AMD is not installed (`python -m pip install tg-amd`)" in out
+    assert "[OK  ] default device TEMPLATE" in out
+
+
+def test_doctor_healthy(run_tg):
+    res = run_tg("--set", "plugins.allow=[template, multi, extra]", "doctor")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "[FAIL]" not in res.stdout and "blocked: not in plugins.allow (set in command line (tg --set))" in res.stdout
+
+
+def test_bad_set_argument(run_tg):
+    res = run_tg("--set", "device", "devices")
+    assert res.returncode == 2 and "KEY=VALUE" in res.stderr
+
+
+def test_no_command_prints_help(run_tg):
+    res = run_tg()
+    assert res.returncode == 2 and "devices" in res.stdout and "doctor" in res.stdout
+
+
+def test_console_script_is_declared():
+    with open(REPO / "pyproject.toml", "rb") as f:
+        assert tomllib.load(f)["project"]["scripts"]["tg"] == "tg_core.cli:main"
+
+
+def test_subcommands_are_extensible(capsys):
+    from tg_core import cli
+
+    @cli.command("hello-test", "say hello", lambda p: p.add_argument("--name", default="tg"))
+    def hello(args):
+        print(f"hello {args.name}")
+        return 0
+    try:
+        assert cli.main(["hello-test", "--name", "you"]) == 0
+        assert capsys.readouterr().out == "hello you\n"
+        with pytest.raises(ValueError, match="registered twice"):
+            cli.command("hello-test", "again")(hello)
+    finally:
+        del cli.COMMANDS["hello-test"]
