@@ -10,13 +10,14 @@ from tg_core.uop.uop import UOp
 def evaluate(root: UOp, env: dict[UOp, ConstType]) -> ConstType:
     """The value of `root` where each DEFINE_VAR/RANGE/SPECIAL/PARAM key of `env` has the given value."""
     vals: dict[UOp, ConstType] = {}
-    for u in root.toposort():
+    # a BIND carries its variable's value: the DEFINE_VAR under it needs no entry in env, so don't visit it
+    for u in root.toposort(gate=lambda n: n.op is not Ops.BIND):
         if u in env:
             vals[u] = env[u]
         elif u.op is Ops.CONST:
             vals[u] = u.arg
         elif u.op is Ops.BIND:
-            vals[u] = vals[u.src[1]]
+            vals[u] = evaluate(u.src[1], env)
         elif u.op is Ops.CAST:
             vals[u] = cast_const(vals[u.src[0]], u.src[0].dtype, u.dtype)
         elif u.op is Ops.BITCAST:
