@@ -48,7 +48,7 @@ def fold_divmod(x: UOp) -> UOp | None:
     nested = _fold_nested(x, num, c)
     if nested is not None:
         return nested
-    terms, const, _ = decompose(num)
+    terms, const = decompose(num)
     # divide everything by a common factor: (g*a) // (g*b) == a // b and (g*a) % (g*b) == g * (a % b)
     g = math.gcd(c, const, *terms.values())
     if g > 1:
@@ -114,7 +114,7 @@ def fold_int_compare(x: UOp) -> UOp | None:
     lhs, rhs = x.src
     if lhs.dtype.count != 1 or not dtypes.is_int(lhs.dtype) or not no_overflow(lhs):
         return None
-    terms, const, _ = decompose(lhs)
+    terms, const = decompose(lhs)
     if not terms:
         return None
     c = rhs.arg - const

@@ -6,9 +6,12 @@ node they match, so a rewrite of a large graph only tries the rules that can app
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import inspect
+import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tg_core.helpers import REWRITE_STEP_LIMIT
@@ -26,17 +29,23 @@ def _describe(fn: Callable, pat: UPat | None = None) -> str:
 
 
 class _Rule:
-    __slots__ = ("pat", "fn", "wants_ctx", "trivial_name")
+    __slots__ = ("pat", "fn", "wants_ctx", "trivial_name", "direct", "dtypes", "early_any", "early_all",
+                 "early_consts", "early")
 
     def __init__(self, pat: UPat, fn: RuleFn):
         self.pat, self.fn = pat, fn
         try:
-            params = inspect.signature(fn).parameters
+            params = list(inspect.signature(fn).parameters)
         except (TypeError, ValueError):
-            params = {}
+            params = []
         self.wants_ctx = "ctx" in params
         # patterns like UPat(Ops.ADD, name="x") bind the node itself: no matching needed
         self.trivial_name = pat.name if pat.trivial and not isinstance(pat, _any_type()) else None
+        # ... and when the function takes just that node, it is called positionally (no kwargs dict)
+        self.direct = self.trivial_name is not None and params == [self.trivial_name]
+        self.dtypes = pat.dtype if self.trivial_name is not None else None  # checked inline for trivial patterns
+        self.early_any, self.early_all, self.early_consts = pat.early_any, pat.early_all, pat.early_consts
+        self.early = bool(self.early_any or self.early_all is not None or self.early_consts)
 
 
 def _any_type() -> type:
@@ -65,30 +74,76 @@ class PatternMatcher:
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
         """The first rule's replacement for `u`, or None if no rule rewrites it."""
+        hit = self._rewrite(u, ctx)
+        return None if hit is None else hit[0]
+
+    def _rewrite(self, u: UOp, ctx: Any) -> tuple[UOp, _Rule] | None:
+        """The replacement and the rule that made it, so that errors can name the rule."""
         rules = self.rules_by_op.get(u.op)
         if rules is None:
             return None
+        srcops: set[Ops] | None = None
+        consts: set | None = None
         for rule in rules:
-            if rule.trivial_name is not None:
-                matches = ({rule.trivial_name: u},)
-            else:
-                matches = rule.pat.match(u, {})
-            for store in matches:
-                try:
+            try:
+                dts = rule.dtypes
+                if dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts:
+                    continue
+                if rule.direct:
+                    ret = rule.fn(u)
+                    if ret is None or ret is u:
+                        continue
+                    return self._checked(ret, rule)
+                if rule.trivial_name is not None:
+                    matches: Any = ({rule.trivial_name: u},)
+                else:
+                    if rule.early:
+                        # reject on the sources' ops and constants before paying for a full match
+                        if srcops is None:
+                            srcops = {s.op for s in u.src}
+                        if rule.early_all is not None and not srcops <= rule.early_all:
+                            continue
+                        reject = False
+                        for req in rule.early_any:
+                            if srcops.isdisjoint(req):
+                                reject = True
+                                break
+                        if not reject and rule.early_consts:
+                            if consts is None:
+                                consts = {s.arg for s in u.src if s.op is Ops.CONST}
+                            for c in rule.early_consts:
+                                if c not in consts:
+                                    reject = True
+                                    break
+                        if reject:
+                            continue
+                    matches = rule.pat.match(u, {})
+                for store in matches:
                     ret = rule.fn(ctx=ctx, **store) if rule.wants_ctx else rule.fn(**store)
-                except Exception as e:
+                    if ret is not None and ret is not u:
+                        return self._checked(ret, rule)
+            except Exception as e:
+                if not getattr(e, "_tg_noted", False):
                     e.add_note(f"raised by {_describe(rule.fn, rule.pat)} on {u.op} node")
-                    raise
-                if ret is not None and ret is not u:
-                    if type(ret) is not UOp:
-                        raise TypeError(f"{_describe(rule.fn, rule.pat)} returned {type(ret).__name__} {ret!r}; "
-                                        "a rule must return a UOp or None")
-                    return ret
+                    e._tg_noted = True
+                raise
         return None
+
+    @staticmethod
+    def _checked(ret: Any, rule: _Rule) -> tuple[UOp, _Rule]:
+        if type(ret) is not UOp:
+            raise TypeError(f"{_describe(rule.fn, rule.pat)} returned {type(ret).__name__} {ret!r}; "
+                            "a rule must return a UOp or None")
+        return ret, rule
 
 
 class RewriteError(RuntimeError):
     pass
+
+
+def _short(u: UOp, limit: int = 120) -> str:
+    text = u.render()
+    return text if len(text) <= limit else text[:limit // 2] + " ... " + text[-limit // 2:]
 
 
 class _Rewriter:
@@ -98,34 +153,57 @@ class _Rewriter:
         self.pm, self.ctx = pm, ctx
         self.applied = 0
         self.limit = REWRITE_STEP_LIMIT.value
-        self.last_rules: Counter = Counter()
+        self.rule_counts: Counter = Counter()
+        # each rewrite result -> (the node it replaced, the rule), to name the rules when a rewrite loops
+        self.made_by: dict[UOp, tuple[UOp, _Rule]] = {}
 
     def _apply(self, u: UOp) -> UOp | None:
         rules = self.pm.rules_by_op.get(u.op)
         if rules is None:
             return None
-        ret = self.pm.rewrite(u, self.ctx)
-        if ret is not None:
-            self.applied += 1
-            if self.applied > self.limit:
-                self._too_many(u, ret)
+        hit = self.pm._rewrite(u, self.ctx)
+        if hit is None:
+            return None
+        ret, rule = hit
+        self.applied += 1
+        self.rule_counts[rule] += 1
+        self.made_by[ret] = (u, rule)
+        if self.applied > self.limit:
+            self._too_many(u, ret, rule)
         return ret
 
-    def _too_many(self, u: UOp, ret: UOp) -> None:
+    def _too_many(self, u: UOp, ret: UOp, rule: _Rule) -> None:
+        top = ", ".join(f"{_describe(r.fn, r.pat)} ({n} times)" for r, n in self.rule_counts.most_common(3))
         raise RewriteError(f"graph_rewrite did not reach a fixed point after {self.applied} rule applications "
-                           f"(REWRITE_STEP_LIMIT={self.limit}); the last rewrite turned {u.op} into {ret.op}. "
+                           f"(REWRITE_STEP_LIMIT={self.limit}); the last rewrite, by {_describe(rule.fn, rule.pat)}, "
+                           f"turned {_short(u)} into {_short(ret)}. Most applied: {top}. "
                            "A rule is probably undoing another one or growing the graph forever.")
 
     def _cycle(self, start: UOp, back: UOp) -> None:
-        raise RewriteError(f"graph_rewrite does not terminate: rewriting {start.render()} leads back to {back.render()} "
-                           f"(rules keep undoing each other; check the rules for {start.op} and {back.op})")
+        """`back`, still being rewritten, was reached again while rewriting `start`: list the rewrites between."""
+        steps, node, seen = [], start, set()
+        if back in self.made_by and self.made_by[back][0] is start:  # reached as the rewrite of start itself
+            steps.append(f"{_describe(self.made_by[back][1].fn, self.made_by[back][1].pat)} rewrote "
+                         f"{_short(start)} into {_short(back)}")
+        while node in self.made_by and node not in seen:
+            seen.add(node)
+            orig, rule = self.made_by[node]
+            steps.append(f"{_describe(rule.fn, rule.pat)} rewrote {_short(orig)} into {_short(node)}")
+            if orig is back:
+                break
+            node = orig
+        how = "; ".join(reversed(steps)) or f"no rule applied yet to {_short(start)}"
+        grows = back is not start and back in start.toposort()
+        why = (f"the result contains {_short(back)} itself, so the graph would grow forever" if grows else
+               f"this leads back to {_short(back)}, so the rules keep undoing each other")
+        raise RewriteError(f"graph_rewrite does not terminate: {how}; {why}")
 
     def sources_first(self, root: UOp) -> UOp:
         """Rewrite each node after its sources; a rule's result is itself rewritten the same way."""
         done: dict[UOp, UOp] = {}
         busy: set[UOp] = set()
         stack: list[tuple[int, UOp, UOp | None]] = [(0, root, None)]
-        apply = self._apply
+        apply, has_rules = self._apply, self.pm.rules_by_op.__contains__
         while stack:
             stage, n, aux = stack.pop()
             if stage == 0:
@@ -146,7 +224,7 @@ class _Rewriter:
                     if a is not b:
                         nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag)
                         break
-                ret = apply(nn)
+                ret = apply(nn) if has_rules(nn.op) else None
                 if ret is None:
                     done[n] = nn
                     busy.discard(n)
@@ -165,7 +243,7 @@ class _Rewriter:
         done: dict[UOp, UOp] = {}
         busy: set[UOp] = set()
         stack: list[tuple[int, UOp, UOp | None]] = [(0, root, None)]
-        apply = self._apply
+        apply, has_rules = self._apply, self.pm.rules_by_op.__contains__
         while stack:
             stage, n, aux = stack.pop()
             if stage == 0:
@@ -174,7 +252,7 @@ class _Rewriter:
                 if n in busy:
                     self._cycle(aux if aux is not None else n, n)
                 busy.add(n)
-                ret = apply(n)
+                ret = apply(n) if has_rules(n.op) else None
                 if ret is not None:
                     stack.append((2, n, ret))
                     stack.append((0, ret, n))
@@ -184,13 +262,16 @@ class _Rewriter:
                     if s not in done:
                         stack.append((0, s, n))
             elif stage == 1:
-                new_src = tuple([done[s] for s in n.src])
-                if all(a is b for a, b in zip(n.src, new_src)):
+                src = n.src
+                new_src = tuple([done[s] for s in src])
+                for a, b in zip(src, new_src):
+                    if a is not b:
+                        stack.append((2, n, nn := UOp(n.op, n.dtype, new_src, n.arg, n.tag)))
+                        stack.append((0, nn, n))
+                        break
+                else:
                     done[n] = n
                     busy.discard(n)
-                else:
-                    stack.append((2, n, nn := UOp(n.op, n.dtype, new_src, n.arg, n.tag)))
-                    stack.append((0, nn, n))
             else:
                 done[n] = done[aux]
                 busy.discard(n)
@@ -208,7 +289,32 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
     if not isinstance(pm, PatternMatcher):
         raise TypeError(f"graph_rewrite needs a PatternMatcher, got {type(pm).__name__}")
     rw = _Rewriter(pm, ctx)
-    return rw.node_first(sink) if bottom_up else rw.sources_first(sink)
+    with _gc_paused():
+        return rw.node_first(sink) if bottom_up else rw.sources_first(sink)
+
+
+_gc_lock = threading.Lock()
+_gc_depth = 0
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while rewriting. A rewrite allocates many nodes and creates no
+    reference cycles, and collections that walk millions of live nodes would otherwise double its time.
+    Reference counting still frees everything at once; nested and concurrent rewrites share one pause."""
+    global _gc_depth
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_paused.was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_paused.was_enabled:
+                gc.enable()
 
 
 def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:

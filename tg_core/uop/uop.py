@@ -70,7 +70,10 @@ def _bottom_up(root: UOp, slot: str, compute: Callable[[UOp], Any]) -> Any:
 
 class UOp:
     """One node: `op` applied to `src` nodes, producing `dtype`, parametrized by `arg`; `tag` is free for passes."""
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "_minmax", "_ranges", "__weakref__")
+    # _minmax, _ranges: lazily computed analyses; _lin: the linear form of a canonical integer sum (set by
+    # the code that builds one, see linear.py). All are pure functions of the node, so caching them on a
+    # shared hash-consed node is safe.
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_minmax", "_ranges", "_lin", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
@@ -89,7 +92,7 @@ class UOp:
                 return node
         node = object.__new__(cls)
         node.op, node.dtype, node.src, node.arg, node.tag = op, dtype, src, arg, tag
-        node._minmax = node._ranges = None
+        node._minmax = node._ranges = node._lin = None
         with _ucache_lock:
             ref = _ucache.get(key)
             other = ref() if ref is not None else None
@@ -344,13 +347,19 @@ class UOp:
     def vmin(self) -> ConstType:
         """A lower bound on every value this node takes."""
         mm = self._minmax
-        return (mm if mm is not None else _bottom_up(self, "_minmax", _compute_minmax))[0]
+        return (mm if mm is not None else self._compute_minmax())[0]
 
     @property
     def vmax(self) -> ConstType:
         """An upper bound on every value this node takes."""
         mm = self._minmax
-        return (mm if mm is not None else _bottom_up(self, "_minmax", _compute_minmax))[1]
+        return (mm if mm is not None else self._compute_minmax())[1]
+
+    def _compute_minmax(self) -> tuple[ConstType, ConstType]:
+        try:
+            return _minmax_recursive(self, 0)
+        except _TooDeep:
+            return _bottom_up(self, "_minmax", _compute_minmax)
 
     def const_factor(self) -> int:
         """The largest integer known to divide this index expression."""
@@ -430,6 +439,29 @@ def _compute_ranges(u: UOp) -> dict[UOp, None]:
     return out
 
 
+class _TooDeep(Exception):
+    pass
+
+
+def _minmax_recursive(u: UOp, depth: int) -> tuple[ConstType, ConstType]:
+    """Plain recursion is the fastest way to fill the few uncached nodes under a new one; graphs deeper
+    than the limit fall back to the explicit stack."""
+    if depth > 200:
+        raise _TooDeep
+    for s in u.src:
+        if s._minmax is None:
+            _minmax_recursive(s, depth + 1)
+    mm = u._minmax = _compute_minmax(u)
+    return mm
+
+
 def _compute_minmax(u: UOp) -> tuple[ConstType, ConstType]:
+    return _vrange_minmax(u)
+
+
+def _vrange_minmax(u: UOp) -> tuple[ConstType, ConstType]:
+    # vrange imports this module, so the real function is bound on first use
+    global _vrange_minmax
     from tg_core.uop.vrange import minmax
+    _vrange_minmax = minmax
     return minmax(u)

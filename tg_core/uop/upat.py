@@ -17,6 +17,7 @@ from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.uop import UOp
 
 _ORDERED, _PERMUTED, _REPEATED = 0, 1, 2
+_CONST_SET = frozenset({Ops.CONST})
 
 
 def _as_set(x: Any, kind: type) -> frozenset | None:
@@ -28,7 +29,8 @@ def _as_set(x: Any, kind: type) -> frozenset | None:
 
 
 class UPat:
-    __slots__ = ("op", "dtype", "arg", "name", "src", "src_kind", "allow_any_len", "trivial")
+    __slots__ = ("op", "dtype", "arg", "name", "src", "src_kind", "allow_any_len", "trivial", "early_any", "early_all",
+                 "early_consts")
 
     def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                  src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
@@ -49,7 +51,18 @@ class UPat:
         else:
             raise TypeError(f"UPat src must be a UPat, tuple or list of UPats, got {type(src).__name__}")
         # a pattern that only names a node (maybe with an op) needs no matching work beyond the op lookup
-        self.trivial = self.dtype is None and self.arg is None and self.src is None
+        self.trivial = self.arg is None and self.src is None  # at most an op, a dtype and a name
+        # cheap necessary conditions on a node's direct sources, checked before any matching:
+        # early_any: for each set, some source's op is in it; early_all: every source's op is in it
+        # early_consts: for each value, some source is a CONST equal to it
+        self.early_any: tuple[frozenset, ...] = ()
+        self.early_all: frozenset | None = None
+        self.early_consts: tuple = ()
+        if self.src is not None and self.src_kind is _REPEATED:
+            self.early_all = self.src[0].op
+        elif self.src is not None:
+            self.early_any = tuple(p.op for p in self.src if p.op is not None)
+            self.early_consts = tuple(p.arg for p in self.src if p.op == _CONST_SET and p.arg is not None)
 
     # ---- construction helpers -------------------------------------------------------------------------
 
@@ -192,9 +205,22 @@ class _UPatAny(UPat):
         self.op = None if any(o is None for o in ops) else frozenset().union(*ops)
         self.alternatives = alternatives
         self.trivial = False
+        self.early_any, self.early_all, self.early_consts = (), None, ()
+
+    def named(self, name: str) -> UPat:
+        # the base class would rebuild a plain UPat from the union of ops and drop the alternatives
+        out = _UPatAny(self.alternatives)
+        out.name = name
+        return out
 
     def match(self, u: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+        if self.name is not None:
+            bound = store.get(self.name)
+            if bound is not None and bound is not u:
+                return []
+            store = {**store, self.name: u}
         return [r for a in self.alternatives for r in a.match(u, store)]
 
     def __repr__(self) -> str:
-        return f"UPat.any({', '.join(repr(a) for a in self.alternatives)})"
+        name = f", name={self.name!r}" if self.name is not None else ""
+        return f"UPat.any({', '.join(repr(a) for a in self.alternatives)}{name})"

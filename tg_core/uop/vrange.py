@@ -34,7 +34,7 @@ def _fit(dt: DType, lo: ConstType, hi: ConstType) -> Bounds:
     if _isnan(lo) or _isnan(hi):
         return dtype_bounds(dt)
     if s is dtypes.bool:
-        return bool(lo), bool(hi)
+        return _to_bool(lo, hi)
     if dtypes.is_int(s):
         if s is dtypes.weakint:
             return lo, hi
@@ -45,6 +45,15 @@ def _fit(dt: DType, lo: ConstType, hi: ConstType) -> Bounds:
     if dtypes.is_float(s):
         return as_const(lo, s), as_const(hi, s)
     return lo, hi
+
+
+def _to_bool(lo: ConstType, hi: ConstType) -> Bounds:
+    """Bounds of `x != 0` for x in [lo, hi]: truthiness is not monotonic, so [-1, 1] holds both False and True."""
+    if lo == hi == 0:
+        return False, False
+    if lo > 0 or hi < 0:
+        return True, True
+    return False, True
 
 
 def _corners(fn: Callable[[ConstType, ConstType], ConstType], a: Bounds, b: Bounds) -> Bounds | None:
@@ -60,11 +69,7 @@ def _cast(u_dtype: DType, src_dtype: DType, lo: ConstType, hi: ConstType) -> Bou
     if _isnan(lo) or _isnan(hi):
         return dtype_bounds(dst)  # a NaN bound overlaps nothing
     if dst is dtypes.bool:
-        if lo == hi == 0:
-            return False, False
-        if lo > 0 or hi < 0:
-            return True, True
-        return False, True
+        return _to_bool(lo, hi)
     if dtypes.is_weak(dst):
         # weak dtypes are unbounded: no clamping; a weakint of a float truncates
         if dst is dtypes.weakint and dtypes.is_float(src_dtype):
@@ -75,7 +80,7 @@ def _cast(u_dtype: DType, src_dtype: DType, lo: ConstType, hi: ConstType) -> Bou
     dlo, dhi = dtypes.min(dst), dtypes.max(dst)
     if dtypes.is_unsigned(dst) and not dtypes.is_float(src_dtype):
         # int -> unsigned is modular and well defined, so only an in-range source keeps its bounds
-        return (lo, hi) if dlo <= lo and hi <= dhi else (dlo, dhi)
+        return (int(lo), int(hi)) if dlo <= lo and hi <= dhi else (dlo, dhi)
     nlo, nhi = max(lo, dlo), min(hi, dhi)
     if nlo > nhi:
         return dlo, dhi  # nothing overlaps: every value of the source is undefined here
@@ -94,7 +99,7 @@ def _idiv(a: Bounds, b: Bounds) -> Bounds | None:
 
 
 def _mod(a: Bounds, b: Bounds) -> Bounds:
-    m = max(abs(b[0]), abs(b[1])) - 1  # |x % y| < |y|
+    m = max(abs(b[0]), abs(b[1]), 1) - 1  # |x % y| < |y|; x % 0 is 0 (alu.py), so a divisor range [0, 0] gives 0
     if b[0] == b[1] and b[0] != 0 and (a[0] >= 0 or a[1] <= 0):
         c = abs(b[0])
         if a[1] - a[0] < c and cmod(a[0], c) <= cmod(a[1], c):  # within one period: exact
@@ -122,6 +127,16 @@ def _bitwise(op: Ops, a: Bounds, b: Bounds, dt: DType) -> Bounds:
 def minmax(u: UOp) -> Bounds:  # noqa: F821 (UOp imported lazily to avoid a cycle)
     """Bounds of `u`, given that its sources' bounds are already known."""
     op, dt = u.op, u.dtype
+    if dt is dtypes.weakint:
+        # index math: exact Python ints, no overflow; the hot path of every symbolic rewrite
+        if op is Ops.ADD:
+            (a0, a1), (b0, b1) = u.src[0]._minmax, u.src[1]._minmax
+            return a0 + b0, a1 + b1
+        if op is Ops.MUL and u.src[1].op is Ops.CONST:
+            (a0, a1), c = u.src[0]._minmax, u.src[1].arg
+            return (a0 * c, a1 * c) if c >= 0 else (a1 * c, a0 * c)
+        if op is Ops.CONST:
+            return u.arg, u.arg
     if op is Ops.CONST:
         v = u.arg
         return (dtype_bounds(dt) if _isnan(v) else (v, v))
@@ -179,6 +194,8 @@ def _max(u, a, b):
 
 
 def _neg(u, a):
+    if dtypes.is_bool(u.dtype):
+        return not a[1], not a[0]  # NEG of a bool is logical not (alu.py), not -1
     return -a[1], -a[0]
 
 
