@@ -13,6 +13,7 @@ import json
 import platform
 import shutil
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -140,6 +141,7 @@ def _print_plugin(info: dict[str, Any]) -> None:
 
 @command("devices", "list every plugin found, its devices, renderers, hooks and status", _devices_args)
 def cmd_devices(args: argparse.Namespace) -> int:
+    from tg_core.plugins.manager import PluginWarning
     from tg_core.plugins.probe import probe
     from tg_core.plugins.version import API_VERSION_STR
     from tg_core import __version__
@@ -147,9 +149,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
     reg.load_all()  # imports the plugins (phase two) but opens no device
     probes: dict[str, Any] = {}
     if args.probe:
-        for rec in reg.records:
-            if rec.status.value == "loaded":
-                probes.update({d: probe(d) for d in rec.devices if d not in probes})
+        with warnings.catch_warnings():
+            # the listing itself shows every skipped plugin with its reason
+            warnings.simplefilter("ignore", PluginWarning)
+            for rec in reg.records:
+                if rec.status.value == "loaded":
+                    probes.update({d: probe(d) for d in rec.devices if d not in probes})
     infos = [plugin_info(reg, rec, probes) for rec in reg.records]
     if args.json:
         clashes = {d: [r.dist for r in rs] for d, rs in reg.clashes().items()}

@@ -420,10 +420,11 @@ class _Devices:
                 continue
             except _UNUSABLE as e:
                 provs = reg.providers(name)
-                if isinstance(e, DeviceClashError) or len(provs) != 1 or provs[0].status.value == "loaded":
-                    reg.warn_once(f"device:{name}", f"tg: skipping device {name} for the default device: {e}")
-                else:
+                if len(provs) == 1 and provs[0].status.value in ("broken", "refused", "blocked"):
                     reg.report(provs[0])
+                else:  # a clash, or a plugin that loads but whose device fails to open
+                    reg.warn_once(f"device:{name}", f"tg: skipping device {name} for the default device: "
+                                                    f"{str(e).splitlines()[0]}")
                 skipped.append(f"{name} ({str(e).splitlines()[0]})")
                 continue
             why = f"highest-priority working device (priority {prio})"

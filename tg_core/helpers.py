@@ -106,7 +106,6 @@ class Context:
 
 DEBUG = ContextVar("DEBUG", 0)
 CHECK_OOB = ContextVar("CHECK_OOB", 0)
-SPEC = ContextVar("SPEC", 0)
 REWRITE_STEP_LIMIT = ContextVar("REWRITE_STEP_LIMIT", 1_000_000)
 
 

@@ -32,8 +32,8 @@ def test_devices_json_core(listing):
     code, data = listing
     assert code == 1  # NOHW's probe fails: its hardware is absent
     assert data["core"] == {"version": "0.1.0", "api": API_VERSION_STR}
-    assert [p["name"] for p in data["plugins"]] == ["core", "badmanifest", "broken", "clash_a", "clash_b", "extra",
-                                                    "incompatible", "multi", "nohw", "template"]
+    assert [p["name"] for p in data["plugins"]] == ["core", "badmanifest", "broken", "brokenext", "clash_a", "clash_b",
+                                                    "extra", "incompatible", "multi", "nohw", "template"]
     assert data["clashes"] == {"CLASH": ["tg-test-clash-a", "tg-test-clash-b"]}
 
 

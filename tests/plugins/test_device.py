@@ -136,6 +136,7 @@ def test_buffer_spec_is_a_cache_key():
     assert BufferSpec() == BufferSpec() and hash(BufferSpec(host=True)) == hash(BufferSpec(host=True))
 
 
+@pytest.mark.slow
 def test_template_passes_the_conformance_suite(plugin_site, tmp_path):
     """The template's own tests, run as its author would: pytest against the installed plugin."""
     tests = REPO / "examples" / "plugin_template" / "tests"

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from tg_core.device import Device
+from tg_core.plugins import PluginWarning
 from tg_core.plugins.discovery import Status
 from tg_core.plugins.version import API_VERSION_STR, in_range, parse_range
 
@@ -18,8 +19,8 @@ def _by_name(reg):
 
 def test_phase_one_finds_every_entry_point(make_registry):
     recs = _by_name(make_registry())
-    assert set(recs) == {"core", "template", "broken", "badmanifest", "incompatible", "clash_a", "clash_b", "multi",
-                         "extra", "nohw"}
+    assert set(recs) == {"core", "template", "broken", "badmanifest", "brokenext", "incompatible", "clash_a", "clash_b",
+                         "multi", "extra", "nohw"}
     t = recs["template"]
     assert (t.dist, t.version, t.entry_point) == ("tg-template", "0.1.0", "template = tg_template.manifest")
     assert t.status is Status.FOUND and t.devices == {"TEMPLATE": 10} and t.manifest.hooks == "tg_template.plugin"
@@ -66,10 +67,12 @@ def test_loading_is_lazy(make_registry):
 
 def test_extending_plugin_loads_with_its_device(make_registry):
     reg = make_registry()
-    Device["MULTI"]
+    with pytest.warns(PluginWarning, match="brokenext.*fails on purpose.*it extends MULTI"):
+        Device["MULTI"]
     recs = _by_name(reg)
     assert recs["multi"].status is Status.LOADED and recs["extra"].status is Status.LOADED
-    assert recs["nohw"].status is Status.FOUND
+    assert recs["brokenext"].status is Status.BROKEN
+    assert recs["nohw"].status is Status.FOUND and recs["template"].status is Status.FOUND
 
 
 def test_deny_blocks_without_reading_the_manifest(make_registry):

@@ -10,6 +10,7 @@ from tg_core.dtype import dtypes
 from tg_core.plugins import (ConfigError, DeviceClashError, DeviceNotFoundError, DeviceUnavailable, PluginBrokenError,
                              PluginWarning)
 from tg_core.plugins.discovery import Status
+from tg_core.plugins.hookspecs import hookimpl
 from tg_core.uop import Ops, UOp
 
 
@@ -166,6 +167,8 @@ def _encode(reg, value):
 
 def test_matchers_sum_in_plugin_order(make_registry):
     reg = make_registry()
+    with pytest.warns(PluginWarning, match="brokenext"):  # the broken extending plugin is skipped, not fatal
+        reg.matcher("tg_pm_encode", "MULTI")
     assert len(reg.matcher("tg_pm_encode", "MULTI")) == 3
     assert _encode(reg, 1) == 10   # the device's own plugin comes first: its rule wins
     assert _encode(reg, 2) == 30   # the extending plugin's rule still applies
@@ -174,6 +177,7 @@ def test_matchers_sum_in_plugin_order(make_registry):
         reg.matcher("tg_renderers", "MULTI")
 
 
+@pytest.mark.filterwarnings("ignore::tg_core.plugins.PluginWarning")
 def test_plugin_order_is_configurable(make_registry):
     reg = make_registry(env={"TG_PLUGINS_ORDER": "extra"})
     assert _encode(reg, 1) == 20
@@ -216,3 +220,45 @@ def test_status_of_records_after_use(make_registry):
     assert rec.status is Status.BROKEN and "importing its hooks module tg_test_broken.plugin failed" in rec.reason
     with pytest.raises(KeyError, match="did you mean 'template'"):
         reg.plugin("templat")
+
+
+def test_failing_hook_of_an_extending_plugin_is_skipped(make_registry, monkeypatch):
+    reg = make_registry()
+    Device["MULTI"]
+    extra = reg.plugin("extra")
+
+    @hookimpl
+    def boom(device):
+        raise ValueError("encode failed")
+    monkeypatch.setattr(extra.module, "tg_pm_encode", boom)
+    reg.pm.unregister(extra.module)
+    reg.pm.register(extra.module, name="extra")
+    with pytest.warns(PluginWarning, match="extra.*tg_pm_encode.*encode failed"):
+        assert len(reg.matcher("tg_pm_encode", "MULTI")) == 1
+    assert extra.status is Status.BROKEN
+
+
+def test_failing_hook_of_the_provider_is_an_error(make_registry, monkeypatch):
+    reg = make_registry()
+    multi = reg.load(reg.plugin("multi"))
+    monkeypatch.setattr(multi.module, "tg_profilers", hookimpl(lambda device: 1 / 0))
+    reg.pm.unregister(multi.module)
+    reg.pm.register(multi.module, name="multi")
+    with pytest.raises(PluginBrokenError, match="tg_profilers.*ZeroDivisionError") as e:
+        reg.profilers("MULTI")
+    assert isinstance(e.value.__cause__, ZeroDivisionError)
+
+
+def test_configure_is_the_explicit_layer(site, monkeypatch):
+    monkeypatch.setenv("DEV", "TEMPLATE")
+    Device.configure(device="MULTI", devices={"MULTI": {"count": 11}})
+    assert Device.default_with_reason() == ("MULTI", "device: MULTI from explicit argument")
+    assert Device["MULTI"].options["count"] == 11
+
+
+def test_hookspecs_are_documented():
+    from tg_core.plugins import hookspecs
+    names = [n for n in dir(hookspecs) if n.startswith("tg_")]
+    assert names == ["tg_addhooks", "tg_devices", "tg_pm_batch", "tg_pm_bufferize", "tg_pm_encode", "tg_pm_lower",
+                     "tg_profilers", "tg_renderers"]
+    assert all(len(getattr(hookspecs, n).__doc__) > 80 for n in names)

@@ -187,7 +187,7 @@ class PluginRegistry:
         if key in self._reported:
             return
         self._reported.add(key)
-        log.warning(msg)
+        log.info(msg)
         warnings.warn(msg, PluginWarning, stacklevel=4)
 
     def disable_hint(self, rec: PluginRecord) -> str:

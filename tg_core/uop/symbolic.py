@@ -163,5 +163,8 @@ symbolic = symbolic_simple + PatternMatcher([
 
 
 def simplify(u: UOp) -> UOp:
+    """`u` with `symbolic` applied to a fixed point. Nodes are visited before their sources: reading a
+    sum flattens the whole linear subexpression below it, so its inner ADDs never need a visit of their
+    own (several times faster than sources-first on long sums; both reach a fixed point)."""
     from tg_core.uop.rewrite import graph_rewrite
-    return graph_rewrite(u, symbolic)
+    return graph_rewrite(u, symbolic, bottom_up=True)

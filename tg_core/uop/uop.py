@@ -44,10 +44,13 @@ def _sweep_dead() -> None:
 
 
 def _arg_key(arg: Any) -> Any:
-    """Floats key by their bits so that 0.0 and -0.0 stay distinct and NaN constants are shared."""
+    """Floats key by their bits so that 0.0 and -0.0 stay distinct and NaN constants are shared; bools key
+    apart from ints (True == 1 in Python, but a node's arg must be what its builder gave)."""
     if type(arg) is float:
         return (float, arg.hex())
-    if type(arg) is tuple and any(type(a) is float for a in arg):
+    if type(arg) is bool:
+        return (bool, arg)
+    if type(arg) is tuple and any(type(a) is float or type(a) is bool for a in arg):
         return (tuple, tuple(_arg_key(a) for a in arg))
     return arg
 
@@ -84,7 +87,7 @@ class UOp:
         if type(src) is not tuple:
             src = tuple(src)
         targ = type(arg)
-        key = (op, dtype, src, _arg_key(arg) if targ is float or targ is tuple else arg, tag)
+        key = (op, dtype, src, _arg_key(arg) if targ is float or targ is tuple or targ is bool else arg, tag)
         ref = _ucache.get(key)
         if ref is not None:
             node = ref()
@@ -372,9 +375,9 @@ class UOp:
         return 1
 
     def simplify(self) -> UOp:
-        from tg_core.uop.symbolic import symbolic
-        from tg_core.uop.rewrite import graph_rewrite
-        return graph_rewrite(self, symbolic)
+        """This expression with the symbolic rules applied until nothing changes."""
+        from tg_core.uop.symbolic import simplify
+        return simplify(self)
 
     def variables(self) -> list[UOp]:
         """The DEFINE_VARs this expression uses, sorted by name."""

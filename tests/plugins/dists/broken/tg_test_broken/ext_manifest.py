@@ -1,0 +1,3 @@
+API = ">=1.0,<2"
+EXTENDS = ["MULTI"]
+HOOKS = "tg_test_broken.plugin"
