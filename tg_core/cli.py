@@ -135,6 +135,10 @@ def _print_plugin(info: dict[str, Any]) -> None:
             print(f"    probe:     {p['result']}" + (f" ({p['error']})" if p["error"] else f" ({', '.join(p['steps'])})"))
     if info["extends"]:
         print(f"  extends:     {', '.join(info['extends'])}")
+    own = {d["name"] for d in info["devices"]}
+    for dev, names in info["renderers"].items():
+        if dev not in own and names:
+            print(f"  renderers:   {', '.join(names)} for {dev}")
     if info["hooks"]:
         print(f"  hooks:       {', '.join(info['hooks'])}")
 

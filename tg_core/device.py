@@ -189,12 +189,13 @@ class Buffer:
             raise RuntimeError(f"{self!r} is already allocated")
         if self.nbytes == 0:
             raise ValueError(f"{self!r} holds no bytes; nothing to allocate")
+        allocator = self.allocator  # resolved even for adopted memory: freeing it goes back through it
         if self._base is not None:
             self._base.ensure_allocated()
-            self._opaque = opaque if opaque is not None else self.allocator.offset(self._base._opaque, self.offset,
-                                                                                   self.nbytes)
+            self._opaque = opaque if opaque is not None else allocator.offset(self._base._opaque, self.offset,
+                                                                              self.nbytes)
         else:
-            self._opaque = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
+            self._opaque = opaque if opaque is not None else allocator.alloc(self.nbytes, self.options)
         return self
 
     def ensure_allocated(self) -> Buffer:

@@ -60,7 +60,8 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with open(root / "tg-plugin-site.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (site / ".complete").exists():
-            shutil.rmtree(site, ignore_errors=True)
+            for stale in root.glob("tg-plugin-site-*"):  # builds of earlier versions of the sources
+                shutil.rmtree(stale, ignore_errors=True)
             work = Path(tmp_path_factory.mktemp("build"))
             _install(site, work)
             (site / ".complete").touch()

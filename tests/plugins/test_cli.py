@@ -98,6 +98,7 @@ def test_devices_human_output(run_tg):
     assert "incompatible  tg-test-incompatible 0.1.0  [refused]" in out
     assert "ALSO PROVIDED BY tg-test-clash-b" in out
     assert "renderers FAST, EXACT, EXTRA" not in out and "renderers FAST, EXACT" in out
+    assert "  renderers:   EXTRA for MULTI" in out
 
 
 def test_config_explain(run_tg, tmp_path):

@@ -104,6 +104,15 @@ def test_buffer_numpy_interop(make_registry):
         b.copyout(bytes(24))
 
 
+def test_adopted_memory(make_registry):
+    make_registry()
+    mem = memoryview(bytearray(b"\x01\x00\x02\x00"))
+    b = Buffer("PYTHON", 2, "int16").allocate(mem)
+    assert b.opaque is mem and b.numpy().tolist() == [1, 2]
+    b.deallocate()
+    assert Device["PYTHON"].allocator.alloc(4) is mem  # it went back through the device's allocator
+
+
 def test_dropped_buffer_returns_memory_to_the_cache(make_registry):
     make_registry()
     lru = Device["PYTHON"].allocator
