@@ -29,7 +29,7 @@ CONFIG_VARS = ("DEV", "TG_CONFIG", "TG_PLUGINS_ALLOW", "TG_PLUGINS_DENY", "TG_PL
 
 
 def _digest() -> str:
-    h = hashlib.sha256()
+    h = hashlib.sha256(sys.version.encode())
     for src in SOURCES:
         for f in sorted(src.rglob("*")):
             if f.is_file() and "__pycache__" not in f.parts and ".egg-info" not in str(f) and "build" not in f.parts:
@@ -54,8 +54,11 @@ def _install(site: Path, work: Path) -> None:
 
 @pytest.fixture(scope="session")
 def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The directory the test distributions are installed into (shared by xdist workers, rebuilt on change)."""
+    """The directory the test distributions are installed into: built once, shared by xdist workers and by later
+    sessions while the sources are unchanged (pytest's own temp root holds it)."""
     root = tmp_path_factory.getbasetemp().parent
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # a worker's basetemp is <root>/pytest-N/popen-gwK
     site = root / f"tg-plugin-site-{_digest()}"
     with open(root / "tg-plugin-site.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -107,7 +107,7 @@ class PluginRegistry:
     def clashes(self) -> dict[str, list[PluginRecord]]:
         out: dict[str, list[PluginRecord]] = {}
         for d in self.device_names():
-            provs = [r for r in self.providers(d) if r.status is not Status.BLOCKED]
+            provs = [r for r in self.providers(d) if r.status is not Status.REFUSED]
             if len(provs) > 1:
                 out[d] = provs
         return out
@@ -213,6 +213,8 @@ class PluginRegistry:
             provs = self.providers(device)
             if not provs:
                 raise DeviceNotFoundError(self.not_found_message(device))
+            # a refused plugin provides nothing: it only explains, when it is all there is
+            provs = [r for r in provs if r.status is not Status.REFUSED] or provs
             if len(provs) > 1:
                 picked = self.config.device_plugin(device)
                 if picked is None:
