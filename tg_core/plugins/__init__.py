@@ -16,7 +16,7 @@ from tg_core.plugins.version import API_VERSION, API_VERSION_STR
 
 __all__ = ["API_VERSION", "API_VERSION_STR", "ConfigError", "DeviceClashError", "DeviceNotFoundError", "DeviceSpec",
            "DeviceUnavailable", "Option", "PluginBlockedError", "PluginBrokenError", "PluginError",
-           "PluginRefusedError", "PluginWarning", "get_registry", "hookimpl"]
+           "PluginRefusedError", "PluginRegistry", "PluginWarning", "get_registry", "hookimpl"]
 
 
 def __getattr__(name: str) -> Any:

@@ -236,15 +236,17 @@ class PluginRegistry:
     def not_found_message(self, device: str) -> str:
         if device in KNOWN_DEVICES:
             dist = KNOWN_DEVICES[device]
-            blocked = [r for r in self.records if norm(r.dist) == dist and r.status is Status.BLOCKED]
-            if blocked:
-                return f"device {device}: its distribution {dist} is installed but {blocked[0].reason}"
+            # installed, but its manifest was not read (blocked) or failed (broken)
+            unread = [r for r in self.records if norm(r.dist) == dist and r.manifest is None]
+            if unread:
+                return (f"device {device}: its distribution {dist} is installed but {unread[0].status.value}: "
+                        f"{unread[0].reason}")
             return (f"device {device} is provided by the distribution {dist}, which is not installed; "
                     f"install it with `python -m pip install {dist}`")
         known = sorted(set(self.device_names()) | set(KNOWN_DEVICES))
         hint = suggest(device, known)
         msg = f"unknown device {device!r}" + (f"; did you mean {hint}?" if hint else "")
-        msg += f" available devices: {', '.join(self.device_names())}"
+        msg += f"; available devices: {', '.join(self.device_names())}"
         blocked = [r.name for r in self.records if r.status is Status.BLOCKED]
         if blocked:
             msg += f" (blocked plugins, not inspected: {', '.join(blocked)})"
