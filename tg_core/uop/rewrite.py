@@ -154,7 +154,8 @@ class _Rewriter:
         self.applied = 0
         self.limit = REWRITE_STEP_LIMIT.value
         self.rule_counts: Counter = Counter()
-        # each rewrite result -> (the node it replaced, the rule), to name the rules when a rewrite loops
+        # each pending rewrite result -> (the node it replaced, the rule), to name the rules when a rewrite
+        # loops; an entry is dropped once its node is done, so this holds only the current path
         self.made_by: dict[UOp, tuple[UOp, _Rule]] = {}
 
     def _apply(self, u: UOp) -> UOp | None:
@@ -203,7 +204,7 @@ class _Rewriter:
         done: dict[UOp, UOp] = {}
         busy: set[UOp] = set()
         stack: list[tuple[int, UOp, UOp | None]] = [(0, root, None)]
-        apply, has_rules = self._apply, self.pm.rules_by_op.__contains__
+        apply, has_rules, made_by = self._apply, self.pm.rules_by_op.__contains__, self.made_by
         while stack:
             stage, n, aux = stack.pop()
             if stage == 0:
@@ -236,6 +237,7 @@ class _Rewriter:
             else:
                 done[n] = done[aux]
                 busy.discard(n)
+                made_by.pop(aux, None)
         return done[root]
 
     def node_first(self, root: UOp) -> UOp:
@@ -243,7 +245,7 @@ class _Rewriter:
         done: dict[UOp, UOp] = {}
         busy: set[UOp] = set()
         stack: list[tuple[int, UOp, UOp | None]] = [(0, root, None)]
-        apply, has_rules = self._apply, self.pm.rules_by_op.__contains__
+        apply, has_rules, made_by = self._apply, self.pm.rules_by_op.__contains__, self.made_by
         while stack:
             stage, n, aux = stack.pop()
             if stage == 0:
@@ -275,6 +277,7 @@ class _Rewriter:
             else:
                 done[n] = done[aux]
                 busy.discard(n)
+                made_by.pop(aux, None)
         return done[root]
 
 

@@ -71,6 +71,28 @@ def _bottom_up(root: UOp, slot: str, compute: Callable[[UOp], Any]) -> Any:
     return getattr(root, slot)
 
 
+def _binop(op: Ops, reverse: bool = False) -> Callable[[UOp, Any], UOp]:
+    """An operator method. Graph building is dominated by operators, so the two common cases (an operand
+    of the same scalar dtype, and a Python int meeting index math) build the node directly; everything
+    else goes through promotion in `UOp._binary`."""
+    comparison = op in GroupOp.Comparison
+
+    def method(self: UOp, x: Any) -> UOp:
+        dt = self.dtype
+        if dt.count == 1:
+            if type(x) is UOp:
+                other = x if x.dtype is dt else None
+            elif type(x) is int and dt is dtypes.weakint:
+                other = UOp(Ops.CONST, dt, (), x)
+            else:
+                other = None
+            if other is not None:
+                return UOp(op, dtypes.bool if comparison else dt, (other, self) if reverse else (self, other))
+        return self._binary(op, x, reverse)
+    method.__name__ = f"__{'r' if reverse else ''}{op.name.lower()}__"
+    return method
+
+
 class UOp:
     """One node: `op` applied to `src` nodes, producing `dtype`, parametrized by `arg`; `tag` is free for passes."""
     # _minmax, _ranges: lazily computed analyses; _lin: the linear form of a canonical integer sum (set by
@@ -245,29 +267,19 @@ class UOp:
             raise TypeError("subtracting bools is not supported (as in PyTorch); use logical_not() or ^")
         return a + (-b)
 
-    def __add__(self, x): return self._binary(Ops.ADD, x)
-    def __radd__(self, x): return self._binary(Ops.ADD, x, True)
-    def __mul__(self, x): return self._binary(Ops.MUL, x)
-    def __rmul__(self, x): return self._binary(Ops.MUL, x, True)
+    __add__, __radd__ = _binop(Ops.ADD), _binop(Ops.ADD, True)
+    __mul__, __rmul__ = _binop(Ops.MUL), _binop(Ops.MUL, True)
+    __floordiv__, __rfloordiv__ = _binop(Ops.IDIV), _binop(Ops.IDIV, True)  # truncating, as in C
+    __mod__, __rmod__ = _binop(Ops.MOD), _binop(Ops.MOD, True)              # sign of the dividend, as in C
+    __truediv__, __rtruediv__ = _binop(Ops.FDIV), _binop(Ops.FDIV, True)
+    __and__, __rand__ = _binop(Ops.AND), _binop(Ops.AND, True)
+    __or__, __ror__ = _binop(Ops.OR), _binop(Ops.OR, True)
+    __xor__, __rxor__ = _binop(Ops.XOR), _binop(Ops.XOR, True)
+    __lshift__, __rshift__, __pow__ = _binop(Ops.SHL), _binop(Ops.SHR), _binop(Ops.POW)
+    __lt__, __gt__ = _binop(Ops.CMPLT), _binop(Ops.CMPLT, True)
+
     def __sub__(self, x): return self._sub(x, False)
     def __rsub__(self, x): return self._sub(x, True)
-    def __floordiv__(self, x): return self._binary(Ops.IDIV, x)   # truncating, as in C
-    def __rfloordiv__(self, x): return self._binary(Ops.IDIV, x, True)
-    def __mod__(self, x): return self._binary(Ops.MOD, x)         # sign of the dividend, as in C
-    def __rmod__(self, x): return self._binary(Ops.MOD, x, True)
-    def __truediv__(self, x): return self._binary(Ops.FDIV, x)
-    def __rtruediv__(self, x): return self._binary(Ops.FDIV, x, True)
-    def __and__(self, x): return self._binary(Ops.AND, x)
-    def __rand__(self, x): return self._binary(Ops.AND, x, True)
-    def __or__(self, x): return self._binary(Ops.OR, x)
-    def __ror__(self, x): return self._binary(Ops.OR, x, True)
-    def __xor__(self, x): return self._binary(Ops.XOR, x)
-    def __rxor__(self, x): return self._binary(Ops.XOR, x, True)
-    def __lshift__(self, x): return self._binary(Ops.SHL, x)
-    def __rshift__(self, x): return self._binary(Ops.SHR, x)
-    def __pow__(self, x): return self._binary(Ops.POW, x)
-    def __lt__(self, x): return self._binary(Ops.CMPLT, x)
-    def __gt__(self, x): return self._binary(Ops.CMPLT, x, True)
 
     def __le__(self, x):
         other = self._operand(x)
