@@ -132,7 +132,8 @@ def _print_plugin(info: dict[str, Any]) -> None:
         print(line)
         if "probe" in d:
             p = d["probe"]
-            print(f"    probe:     {p['result']}" + (f" ({p['error']})" if p["error"] else f" ({', '.join(p['steps'])})"))
+            detail = p["error"] or ", ".join(p["steps"])
+            print(f"    probe:     {p['result']} ({detail})")
     if info["extends"]:
         print(f"  extends:     {', '.join(info['extends'])}")
     own = {d["name"] for d in info["devices"]}

@@ -335,7 +335,7 @@ class _Devices:
 
     @staticmethod
     def canonicalize(name: str) -> str:
-        """'amd' -> 'AMD', 'AMD:0' -> 'AMD', 'AMD:1' -> 'AMD:1', 'CPU:LLVM' -> 'CPU' (the renderer is not part of it)."""
+        """'amd' -> 'AMD', 'AMD:0' -> 'AMD', 'AMD:1' -> 'AMD:1', 'CPU:LLVM' -> 'CPU' (a renderer is not part of it)."""
         base, _, idx = parse_device_string(name)
         return base if not idx else f"{base}:{idx}"
 
@@ -379,7 +379,8 @@ class _Devices:
             if wanted not in by_name:
                 hint = suggest(wanted, list(by_name))
                 raise DeviceNotFoundError(f"no renderer {wanted!r} for {dev.device}; offered: "
-                                          f"{', '.join(by_name) or 'none'}" + (f"; did you mean {hint}?" if hint else ""))
+                                          f"{', '.join(by_name) or 'none'}"
+                                          + (f"; did you mean {hint}?" if hint else ""))
             ordered = [by_name[wanted]] + [c for c in ordered if c is not by_name[wanted]]
             why = f"{wanted}: named in the device string"
         dev.renderers = ordered

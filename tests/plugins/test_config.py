@@ -95,7 +95,8 @@ def test_lower_case_device_section(files):
 
 
 def test_not_a_mapping_and_bad_yaml(files):
-    assert _error(files, "- a\n- b\n") == f"{files['local']}: the top level must be a mapping of device, plugins, devices, got a list"
+    assert _error(files, "- a\n- b\n") == (f"{files['local']}: the top level must be a mapping of device, plugins, "
+                                          "devices, got a list")
     msg = _error(files, "device: [unclosed\n")
     assert msg.startswith(f"{files['local']}: not valid YAML")
 

@@ -11,7 +11,7 @@ from tg_core.plugins import (ConfigError, DeviceClashError, DeviceNotFoundError,
                              PluginWarning)
 from tg_core.plugins.discovery import Status
 from tg_core.plugins.hookspecs import hookimpl
-from tg_core.uop import Ops, UOp
+from tg_core.uop import UOp
 
 
 def test_device_names(make_registry):

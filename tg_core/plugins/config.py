@@ -91,12 +91,14 @@ def _check_str_list(layer: Layer, key: Key, value: Any, nullable: bool = False) 
         return
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         allowed = "a list of names" + (" or null" if nullable else "")
-        raise ConfigError(layer.source_of(key), dotted(key), value, allowed, problem=f"wrong type ({_type_name(value)})")
+        raise ConfigError(layer.source_of(key), dotted(key), value, allowed,
+                          problem=f"wrong type ({_type_name(value)})")
 
 
 def _check_mapping(layer: Layer, key: Key, value: Any, allowed: str) -> None:
     if not isinstance(value, Mapping):
-        raise ConfigError(layer.source_of(key), dotted(key), value, allowed, problem=f"wrong type ({_type_name(value)})")
+        raise ConfigError(layer.source_of(key), dotted(key), value, allowed,
+                          problem=f"wrong type ({_type_name(value)})")
 
 
 def _unknown(layer: Layer, key: Key, value: Any, allowed: Iterable[str]) -> ConfigError:

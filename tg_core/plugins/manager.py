@@ -88,7 +88,8 @@ class PluginRegistry:
                 return r
         allowed = [r.name for r in self.records]
         hint = suggest(name, allowed)
-        raise KeyError(f"no plugin {name!r}; plugins: {', '.join(allowed)}" + (f"; did you mean {hint}?" if hint else ""))
+        raise KeyError(f"no plugin {name!r}; plugins: {', '.join(allowed)}"
+                       + (f"; did you mean {hint}?" if hint else ""))
 
     def device_names(self) -> list[str]:
         return sorted({d for r in self.records for d in r.devices})
@@ -191,7 +192,8 @@ class PluginRegistry:
         warnings.warn(msg, PluginWarning, stacklevel=4)
 
     def disable_hint(self, rec: PluginRecord) -> str:
-        return (f"to disable it: set TG_PLUGINS_DENY={rec.name}, or add `plugins: {{deny: [{rec.name}]}}` to ./tg.yaml, "
+        return (f"to disable it: set TG_PLUGINS_DENY={rec.name}, "
+                f"or add `plugins: {{deny: [{rec.name}]}}` to ./tg.yaml, "
                 f"or uninstall it with `python -m pip uninstall {rec.dist}`")
 
     def raise_unusable(self, rec: PluginRecord, device: str) -> None:

@@ -30,7 +30,8 @@ class Option:
 
     def describe(self) -> str:
         name = self.type.__name__
-        allowed = " | ".join(repr(c) for c in self.choices) if self.choices else f"{'an' if name == 'int' else 'a'} {name}"
+        article = "an" if name == "int" else "a"
+        allowed = " | ".join(repr(c) for c in self.choices) if self.choices else f"{article} {name}"
         return f"{allowed} (default {self.default!r}: {self.help})"
 
 

@@ -1,5 +1,4 @@
 """The template passes core's conformance suite: run `python -m pytest tests` after installing the plugin."""
-import numpy as np
 import pytest
 
 from tg_core.device import Buffer, Device
