@@ -9,10 +9,16 @@ would make long sums of distinct terms quadratic).
 """
 from __future__ import annotations
 
+from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
 MAX_TERMS = 64
+
+
+def _int_const(dtype, v: int) -> UOp:
+    # index math is weakint, whose constants need no wrapping: skip UOp.const's checks on the hot path
+    return UOp(Ops.CONST, dtype, (), v) if dtype is dtypes.weakint else UOp.const(dtype, v)
 
 
 def split_term(u: UOp) -> tuple[UOp, int]:
@@ -65,7 +71,7 @@ def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
         if coeff == 0:
             continue
         kept[base] = coeff
-        t = base if coeff == 1 else UOp(Ops.MUL, dtype, (base, UOp.const(dtype, coeff)))
+        t = base if coeff == 1 else UOp(Ops.MUL, dtype, (base, _int_const(dtype, coeff)))
         if out is None:
             out = t
         else:
@@ -73,9 +79,9 @@ def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
             if out._lin is None:
                 out._lin = _CANONICAL
     if out is None:
-        return UOp.const(dtype, const)
+        return _int_const(dtype, const)
     if const != 0:
-        out = UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const)))
+        out = UOp(Ops.ADD, dtype, (out, _int_const(dtype, const)))
     if out.op is Ops.ADD:
         out._lin = (kept, const)
     return out
@@ -83,24 +89,56 @@ def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
 
 def _merge_divmod_pairs(terms: dict[UOp, int]) -> bool:
     """(x//c)*(k*c) + (x%c)*k -> x*k: the identity of truncating division, true for every x."""
+    mods = [b for b in terms if b.op is Ops.MOD and b.src[1].op is Ops.CONST]
+    if not mods:
+        return False
+    divs = {(b.src[0], b.src[1].arg): b for b in terms if b.op is Ops.IDIV and b.src[1].op is Ops.CONST}
     changed = False
-    for base in list(terms):
-        if base.op is not Ops.MOD or base not in terms or base.src[1].op is not Ops.CONST:
-            continue
-        x, c = base.src
-        k = terms[base]
-        div = UOp(Ops.IDIV, base.dtype, (x, c))
-        if terms.get(div) == k * c.arg:
-            del terms[base], terms[div]
+    for m in mods:
+        x, c = m.src
+        div = divs.get((x, c.arg))
+        if div is not None and div in terms and m in terms and terms[div] == terms[m] * c.arg:
+            k = terms.pop(m)
+            del terms[div]
             terms[x] = terms.get(x, 0) + k
             changed = True
     return changed
 
 
+def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
+    """The terms of `x` if it already is a canonical sum (checked by walking it, without building any
+    node), else None."""
+    n, const = x, 0
+    if n.src[1].op is Ops.CONST:
+        const = n.src[1].arg
+        if const == 0:
+            return None
+        n = n.src[0]
+    found: list[tuple[UOp, int]] = []
+    while n is not None:
+        if n.op is Ops.ADD:
+            t, n = n.src[1], n.src[0]
+        else:
+            t, n = n, None
+        if t.op is Ops.ADD or t.op is Ops.CONST:
+            return None
+        base, coeff = split_term(t)
+        if coeff == 0 or coeff == 1 and base is not t or base.op is Ops.MUL and base.src[1].op is Ops.CONST:
+            return None  # x*0, x*1 and (x*a)*b all have shorter forms
+        found.append((base, coeff))
+    terms = dict(reversed(found))  # first-seen order, as rebuild writes it
+    if len(terms) != len(found) or _merge_divmod_pairs(dict(terms)):
+        return None
+    return terms, const
+
+
 def fold_linear_sum(x: UOp) -> UOp | None:
-    """Rule for an integer ADD: combine like terms, fold constants, move the constant last. A sum already
-    in canonical form rebuilds to itself (hash-consing makes that a cache hit), which ends the rewrite."""
+    """Rule for an integer ADD: combine like terms, fold constants, move the constant last."""
     if x._lin is not None:
+        return None
+    lin = _canonical_terms(x)
+    if lin is not None:
+        x._lin = lin  # already canonical: remember its terms for the sums it ends up in
         return None
     terms, const = decompose(x)
     _merge_divmod_pairs(terms)
