@@ -199,10 +199,16 @@ class _Rewriter:
                f"this leads back to {_short(back)}, so the rules keep undoing each other")
         raise RewriteError(f"graph_rewrite does not terminate: {how}; {why}")
 
-    def sources_first(self, root: UOp) -> UOp:
-        """Rewrite each node after its sources; a rule's result is itself rewritten the same way."""
+    def run(self, root: UOp, node_first: bool) -> UOp:
+        """Rewrite every node reachable from `root` to a fixed point, with an explicit stack (graphs can be
+        thousands of nodes deep). Stage 0 enters a node, stage 1 rebuilds it from its finished sources,
+        stage 2 finishes a node as whatever its rewrite became.
+
+        Sources first: rules run on the rebuilt node in stage 1. Node first: rules run in stage 0, before
+        the sources are entered, and again on the rebuilt node if its sources changed. Either way a rule's
+        result is processed from stage 0, so the final node is one no rule rewrites."""
         done: dict[UOp, UOp] = {}
-        busy: set[UOp] = set()
+        busy: set[UOp] = set()  # entered and not finished: reaching one again is a cycle
         stack: list[tuple[int, UOp, UOp | None]] = [(0, root, None)]
         apply, has_rules, made_by = self._apply, self.pm.rules_by_op.__contains__, self.made_by
         while stack:
@@ -213,6 +219,12 @@ class _Rewriter:
                 if n in busy:
                     self._cycle(aux if aux is not None else n, n)
                 busy.add(n)
+                if node_first and has_rules(n.op):
+                    ret = apply(n)
+                    if ret is not None:
+                        stack.append((2, n, ret))
+                        stack.append((0, ret, n))
+                        continue
                 stack.append((1, n, None))
                 for s in n.src:
                     if s not in done:
@@ -225,55 +237,18 @@ class _Rewriter:
                     if a is not b:
                         nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag)
                         break
-                ret = apply(nn) if has_rules(nn.op) else None
+                if node_first:
+                    ret = None if nn is n else nn  # a rebuilt node gets its rules from stage 0
+                else:
+                    ret = apply(nn) if has_rules(nn.op) else None
+                    if ret is None and nn is not n:
+                        done.setdefault(nn, nn)
                 if ret is None:
                     done[n] = nn
                     busy.discard(n)
-                    if nn is not n:
-                        done.setdefault(nn, nn)
                 else:
                     stack.append((2, n, ret))
                     stack.append((0, ret, n))
-            else:
-                done[n] = done[aux]
-                busy.discard(n)
-                made_by.pop(aux, None)
-        return done[root]
-
-    def node_first(self, root: UOp) -> UOp:
-        """Rewrite each node to a fixed point before its sources, then its (rewritten) sources."""
-        done: dict[UOp, UOp] = {}
-        busy: set[UOp] = set()
-        stack: list[tuple[int, UOp, UOp | None]] = [(0, root, None)]
-        apply, has_rules, made_by = self._apply, self.pm.rules_by_op.__contains__, self.made_by
-        while stack:
-            stage, n, aux = stack.pop()
-            if stage == 0:
-                if n in done:
-                    continue
-                if n in busy:
-                    self._cycle(aux if aux is not None else n, n)
-                busy.add(n)
-                ret = apply(n) if has_rules(n.op) else None
-                if ret is not None:
-                    stack.append((2, n, ret))
-                    stack.append((0, ret, n))
-                    continue
-                stack.append((1, n, None))
-                for s in n.src:
-                    if s not in done:
-                        stack.append((0, s, n))
-            elif stage == 1:
-                src = n.src
-                new_src = tuple([done[s] for s in src])
-                for a, b in zip(src, new_src):
-                    if a is not b:
-                        stack.append((2, n, nn := UOp(n.op, n.dtype, new_src, n.arg, n.tag)))
-                        stack.append((0, nn, n))
-                        break
-                else:
-                    done[n] = n
-                    busy.discard(n)
             else:
                 done[n] = done[aux]
                 busy.discard(n)
@@ -293,7 +268,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
         raise TypeError(f"graph_rewrite needs a PatternMatcher, got {type(pm).__name__}")
     rw = _Rewriter(pm, ctx)
     with _gc_paused():
-        return rw.node_first(sink) if bottom_up else rw.sources_first(sink)
+        return rw.run(sink, node_first=bottom_up)
 
 
 _gc_lock = threading.Lock()
