@@ -1,6 +1,7 @@
 """The operations of the IR and the groups that rules and passes select them by."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum, auto
 
 
@@ -104,3 +105,9 @@ class GroupOp:
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
     Buffer = frozenset({Ops.LOAD, Ops.STORE, Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG, Ops.INDEX})
     Defines = frozenset({Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG})
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """The arg of a kernel AST's SINK: what the kernel is called (and, later, the optimizations applied)."""
+    name: str = "kernel"
