@@ -1,0 +1,66 @@
+"""Expanding UPCAST and UNROLL ranges into straight-line lanes.
+
+A range of axis type UPCAST or UNROLL (constant size n) is not a loop: whatever is computed inside it is
+computed n times, once per lane, with the range replaced by the lane's number. An END over such a range
+becomes a GROUP of the n effects; a REDUCE over it combines the n lane values with its op (and keeps
+reducing over its other ranges). Lanes are scalar copies: codegen does not vectorize yet.
+"""
+from __future__ import annotations
+
+from functools import reduce
+
+from tg_core.codegen.reduce import reduce_combine
+from tg_core.dtype import dtypes
+from tg_core.uop.ops import AxisType, Ops
+from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
+from tg_core.uop.upat import UPat
+from tg_core.uop.uop import UOp
+
+LANE_AXES = (AxisType.UPCAST, AxisType.UNROLL)
+
+
+def _is_lane(r: UOp) -> bool:
+    return r.op is Ops.RANGE and r.arg[1] in LANE_AXES
+
+
+def _lanes(x: UOp, r: UOp) -> list[UOp]:
+    end = r.src[0]
+    if end.op is not Ops.CONST:
+        raise ValueError(f"an {r.arg[1].name} axis needs a constant size, got {end.render()}")
+    return [x.substitute({r: UOp.const(r.dtype, i)}) for i in range(end.arg)]
+
+
+def _expand_end(x: UOp) -> UOp | None:
+    lanes = [r for r in x.src[1:] if _is_lane(r)]
+    if not lanes:
+        return None
+    effect = x.src[0]
+    for r in lanes:
+        effect = UOp(Ops.GROUP, dtypes.void, tuple(_lanes(effect, r)))
+    return effect.end(*(r for r in x.src[1:] if not _is_lane(r)))
+
+
+def _expand_reduce(x: UOp) -> UOp | None:
+    lanes = [r for r in x.src[1:] if _is_lane(r)]
+    if not lanes:
+        return None
+    value = x.src[0]
+    for r in lanes:
+        value = reduce(lambda a, b: reduce_combine(x.arg, a, b), _lanes(value, r))
+    rest = tuple(r for r in x.src[1:] if not _is_lane(r))
+    return x.replace(src=(value, *rest)) if rest else value
+
+
+pm_expand = PatternMatcher([
+    (UPat(Ops.END, name="x"), _expand_end),
+    (UPat(Ops.REDUCE, name="x"), _expand_reduce),
+])
+
+
+def expand_lanes(ast: UOp) -> UOp:
+    """`ast` without UPCAST/UNROLL ranges: their bodies repeated once per lane."""
+    out = graph_rewrite(ast, pm_expand)
+    left = [r for r in out.toposort() if _is_lane(r)]
+    if left:
+        raise ValueError(f"axis {left[0].arg[0]} ({left[0].arg[1].name}) is used outside every END and REDUCE over it")
+    return out

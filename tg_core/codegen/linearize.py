@@ -1,0 +1,164 @@
+"""Linearizing a lowered kernel graph: a list of UOps in execution order.
+
+The graph (after REDUCE lowering and `normalize_ends`) has one single-range END per RANGE. Linearizing
+takes three steps:
+
+1. **Scopes.** A node's scope is the set of ranges it is computed inside: `.ranges` for values (so a
+   loop-invariant value is outside the loops it does not depend on), plus, for effects, the loops of
+   the ENDs around them (a store inside a loop stays there even if it ignores the loop index).
+2. **Loop tree.** A range is nested inside the scope of its END; the scopes must form a chain, or the
+   loops cannot be properly nested and linearizing fails with the ranges named.
+3. **Order.** Each node goes in the block of the innermost range of its scope. A block's items (its
+   nodes, and each child loop as one item) are topologically sorted, ties broken by the graph's own
+   deterministic order; a loop item is emitted as RANGE, its block, END. Sibling loops never interleave,
+   and a REDUCE's loop lands in exactly the block of the ranges it is inside (softmax's max and sum loops
+   run once per row, before the column loop that uses them).
+"""
+from __future__ import annotations
+
+import heapq
+
+from tg_core.uop.ops import Ops
+from tg_core.uop.uop import UOp
+
+_EFFECTS = (Ops.STORE, Ops.END, Ops.GROUP)
+_FIRST = (Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_REG, Ops.DEFINE_LOCAL)  # the kernel's arguments and storage
+
+
+class LinearizeError(RuntimeError):
+    pass
+
+
+def _name(r: UOp | None) -> str:
+    return "the kernel" if r is None else f"range r{r.arg[0]}"
+
+
+def _scopes(nodes: list[UOp]) -> dict[UOp, frozenset[UOp]]:
+    """Each node's scope; effects inherit the loops of the ENDs and GROUPs around them (consumers first)."""
+    forced: dict[UOp, set[UOp]] = {}
+    scope: dict[UOp, frozenset[UOp]] = {}
+    for u in reversed(nodes):
+        s = frozenset(u.ranges) | frozenset(forced.get(u, ()))
+        scope[u] = s
+        if u.op is Ops.END:
+            forced.setdefault(u.src[0], set()).update(s | {u.src[1]})
+        elif u.op is Ops.GROUP:
+            for e in u.src:
+                forced.setdefault(e, set()).update(s)
+    return scope
+
+
+def _loop_tree(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]]) -> tuple[dict[UOp, UOp | None], dict[UOp, UOp]]:
+    """(parent of each range, END of each range)."""
+    ends: dict[UOp, UOp] = {}
+    for u in nodes:
+        if u.op is Ops.END:
+            if len(u.src) != 2 or u.src[1] in ends:
+                raise LinearizeError("linearize needs one single-range END per range (run normalize_ends first)")
+            ends[u.src[1]] = u
+    rngs = [u for u in nodes if u.op is Ops.RANGE]
+    for r in rngs:
+        if r not in ends:
+            raise LinearizeError(f"{_name(r)} is never closed: no END (or REDUCE) lists it")
+    encl = {r: (scope[ends[r]] | frozenset(r.ranges)) - {r} for r in rngs}
+    parent: dict[UOp, UOp | None] = {}
+    for r in rngs:
+        chain = sorted(encl[r], key=lambda p: len(encl[p]))
+        for depth, p in enumerate(chain):
+            if encl[p] != frozenset(chain[:depth]):
+                raise LinearizeError(f"{_name(r)} is inside {', '.join(_name(q) for q in chain)}, "
+                                     f"which are not nested inside each other")
+        parent[r] = chain[-1] if chain else None
+    return parent, ends
+
+
+def linearize(sink: UOp) -> list[UOp]:
+    """The nodes under `sink` (not the SINK itself) in execution order."""
+    nodes = [u for u in sink.toposort() if u is not sink]
+    order = {u: i for i, u in enumerate(nodes)}
+    scope = _scopes(nodes + [sink])
+    parent, ends = _loop_tree(nodes, scope)
+    depth: dict[UOp | None, int] = {None: 0}
+
+    def depth_of(r: UOp | None) -> int:
+        if r not in depth:
+            depth[r] = depth_of(parent[r]) + 1
+        return depth[r]
+
+    def innermost(s: frozenset[UOp]) -> UOp | None:
+        return max(s, key=depth_of) if s else None
+
+    # lineage: for each node, (block, item) from the block it sits in up to the kernel's top block.
+    # A plain node is its own item in its block; RANGE and END of r belong to the loop item r.
+    lineage: dict[UOp, list[tuple[UOp | None, UOp]]] = {}
+    for u in nodes:
+        if u.op is Ops.RANGE or u.op is Ops.END:
+            r = u if u.op is Ops.RANGE else u.src[1]
+            line, block = [(parent[r], r)], parent[r]
+        else:
+            block = innermost(scope[u])
+            line = [(block, u)]
+            chain = set()
+            b = block
+            while b is not None:
+                chain.add(b)
+                b = parent[b]
+            if not scope[u] <= chain:
+                raise LinearizeError(f"{u.op.name} ({u.render()[:80]}) depends on "
+                                     f"{', '.join(_name(r) for r in scope[u])}, which are not nested inside each other")
+        while block is not None:
+            line.append((parent[block], block))
+            block = parent[block]
+        lineage[u] = line
+
+    items: dict[UOp | None, list[UOp]] = {}
+    loops: set[UOp] = set(ends)
+    for u in nodes:
+        if u.op is not Ops.END and (u.op is not Ops.RANGE):
+            items.setdefault(lineage[u][0][0], []).append(u)
+        elif u.op is Ops.RANGE:
+            items.setdefault(parent[u], []).append(u)
+    deps: dict[UOp, set[UOp]] = {u: set() for u in nodes}
+    for u in nodes:
+        mine = dict(lineage[u])
+        for s in u.src:
+            if s is sink:
+                continue
+            for block, item in lineage[s]:
+                if block in mine:
+                    if mine[block] is not item:
+                        deps[mine[block]].add(item)
+                    break
+
+    out: list[UOp] = []
+
+    def emit(block: UOp | None) -> None:
+        todo = items.get(block, [])
+        waiting = {u: len(deps[u]) for u in todo}
+        users: dict[UOp, list[UOp]] = {}
+        for u in todo:
+            for d in deps[u]:
+                users.setdefault(d, []).append(u)
+        ready = [((u.op not in _FIRST), order[u], u) for u in todo if waiting[u] == 0]
+        heapq.heapify(ready)
+        placed = 0
+        while ready:
+            _, _, u = heapq.heappop(ready)
+            placed += 1
+            if u in loops:
+                out.append(u)
+                emit(u)
+                out.append(ends[u])
+            else:
+                out.append(u)
+            for v in users.get(u, ()):
+                waiting[v] -= 1
+                if waiting[v] == 0:
+                    heapq.heappush(ready, ((v.op not in _FIRST), order[v], v))
+        if placed != len(todo):
+            stuck = [u for u in todo if waiting[u] > 0]
+            raise LinearizeError(f"a dependency cycle in {_name(block)} between "
+                                 + ", ".join(f"{u.op.name} {u.render()[:60]}" for u in stuck[:4]))
+
+    emit(None)
+    return out

@@ -1,0 +1,358 @@
+"""LLVM IR text for linear programs: the renderer shared by the CPU (x86-64 host) and AMD (amdgcn) plugins.
+
+A program becomes one function: buffers (PARAMs, by index) are `noalias` pointers, then the DEFINE_VARs
+(by name) as ints. Loops are blocks with a phi (header, body, latch, exit), top-tested so an empty range
+runs nothing. Accumulators (DEFINE_REG) are allocas in the entry block, which LLVM's mem2reg turns into
+registers. Semantics are C's: signed/unsigned division and shifts by the dtype, float compares ordered
+except `!=` (true for NaN), MAX propagates NaN (llvm.maximum), float -> bool is `x != 0`.
+
+Values are kept in their LLVM type (bool is i1) except in memory, where a bool is a byte. bfloat16 is
+carried as its 16 raw bits (i16): every op on it runs in float32, and float32 -> bfloat16 rounds to
+nearest even in integer code, so no target needs bfloat16 instructions or a runtime library. A subclass
+(AMD) sets the address spaces, the calling convention and the target.
+"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+
+from tg_core.codegen.program import Program
+from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
+from tg_core.renderer import Renderer
+from tg_core.uop.alu import bitcast_const
+from tg_core.uop.ops import GroupOp, Ops
+from tg_core.uop.uop import UOp
+
+_LTYPE = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
+          dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64",
+          dtypes.float16: "half", dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double"}
+_INTRINSIC_SUFFIX = {dtypes.float16: "f16", dtypes.float32: "f32", dtypes.float64: "f64"}
+
+_FLOAT_BINARY = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
+_INT_BINARY = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor",
+               Ops.SHL: "shl"}
+_INT_SIGNED = {Ops.IDIV: ("sdiv", "udiv"), Ops.MOD: ("srem", "urem"), Ops.SHR: ("ashr", "lshr")}
+# ordered (false for NaN) except !=, which C makes true for NaN
+_FCMP = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}
+_ICMP = {Ops.CMPLT: ("slt", "ult"), Ops.CMPNE: ("ne", "ne"), Ops.CMPEQ: ("eq", "eq")}
+_INTRINSIC = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt", Ops.SIN: "sin", Ops.TRUNC: "trunc",
+              Ops.POW: "pow", Ops.MAX: "maximum"}
+
+
+def ltype(dt: DType) -> str:
+    """The LLVM type of a value of `dt`."""
+    return _LTYPE[dt.scalar()]
+
+
+def _memtype(dt: DType) -> str:
+    return "i8" if dt is dtypes.bool else ltype(dt)
+
+
+def _signed(dt: DType) -> bool:
+    return dtypes.is_int(dt) and not dtypes.is_unsigned(dt)
+
+
+def render_const(value: object, dt: DType) -> str:
+    """A constant as an LLVM literal: floats in hex, so every value (inf, NaN, -0.0) is exact."""
+    if dt is dtypes.bool:
+        return "true" if value else "false"
+    if dt is dtypes.bfloat16:
+        return str(_as_signed(bitcast_const(value, dt, dtypes.uint16), 16))
+    if dtypes.is_int(dt):
+        return str(_as_signed(int(value), 8 * dt.itemsize))
+    if dt is dtypes.float16:
+        return f"0xH{struct.unpack('<H', struct.pack('<e', value))[0]:04X}"
+    # float and double literals are written as the double with the same value (exact for float's grid)
+    return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+
+
+def _as_signed(v: int, bits: int) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >= 1 << (bits - 1) else v
+
+
+class LLVMRenderer(Renderer):
+    """LLVM IR text for any LLVM target; subclasses set the target's address spaces and conventions."""
+    name = "LLVM"
+    supported_dtypes = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
+                                  dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16,
+                                  dtypes.float32, dtypes.float64})
+    addrspaces: dict[AddrSpace, int] = {AddrSpace.GLOBAL: 0, AddrSpace.LOCAL: 0, AddrSpace.REG: 0}
+    calling_convention: str = ""  # e.g. "amdgpu_kernel"
+    target_triple: str | None = None
+    data_layout: str | None = None
+    function_attributes: str = "nounwind"
+
+    def render(self, program: Program) -> str:
+        self.check_dtypes(program)
+        return _Function(self, program).text()
+
+
+class _Function:
+    """The state of rendering one program: SSA names, the current block, and the lines written."""
+
+    def __init__(self, renderer: LLVMRenderer, program: Program):
+        self.r, self.prog = renderer, program
+        self.names: dict[UOp, str] = {}
+        self.gates: dict[UOp, str] = {}  # a gated INDEX -> its valid bit
+        self.allocas: list[str] = []
+        self.lines: list[str] = []
+        self.declares: dict[str, None] = {}
+        self.count = 0
+        self.block = "entry"
+        self.loops: dict[UOp, str] = {}
+
+    # ---- writing ---------------------------------------------------------------------------------------
+
+    def tmp(self, prefix: str = "v") -> str:
+        self.count += 1
+        return f"%{prefix}{self.count}"
+
+    def ins(self, text: str) -> str:
+        """An instruction with a result; the result's name."""
+        name = self.tmp()
+        self.lines.append(f"  {name} = {text}")
+        return name
+
+    def stmt(self, text: str) -> None:
+        self.lines.append(f"  {text}")
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+        self.block = name
+
+    def ptr(self, dt: DType) -> str:
+        space = self.r.addrspaces[dt.addrspace] if isinstance(dt, PtrDType) else 0
+        return "ptr" if space == 0 else f"ptr addrspace({space})"
+
+    def call(self, fn: str, ret: str, args: list[tuple[str, str]]) -> str:
+        self.declares[f"declare {ret} @{fn}({', '.join(t for t, _ in args)})"] = None
+        return self.ins(f"call {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
+
+    # ---- the function ----------------------------------------------------------------------------------
+
+    def text(self) -> str:
+        args = []
+        for p in self.prog.params:
+            idx = p.arg[0] if isinstance(p.arg, tuple) else p.arg
+            self.names[p] = f"%data{idx}"
+            args.append(f"{self.ptr(p.dtype)} noalias %data{idx}" if isinstance(p.dtype, PtrDType)
+                        else f"{ltype(p.dtype)} %data{idx}")
+        for v in self.prog.variables:
+            self.names[v] = "%" + _ident(v.arg[0])
+            args.append(f"{ltype(v.dtype)} {self.names[v]}")
+        for u in self.prog.uops:
+            self.render(u)
+        head = [f"; kernel {self.prog.name}"]
+        if self.r.data_layout:
+            head.append(f'target datalayout = "{self.r.data_layout}"')
+        if self.r.target_triple:
+            head.append(f'target triple = "{self.r.target_triple}"')
+        cc = f"{self.r.calling_convention} " if self.r.calling_convention else ""
+        head.append(f"define {cc}void @{_ident(self.prog.name)}({', '.join(args)}) {self.r.function_attributes} {{")
+        return "\n".join(head + ["entry:"] + self.allocas + self.lines + ["  ret void", "}", *self.declares]) + "\n"
+
+    def render(self, u: UOp) -> None:
+        op = u.op
+        if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.GROUP, Ops.NOOP):
+            return
+        if op is Ops.CONST:
+            self.names[u] = render_const(u.arg, u.dtype)
+        elif op is Ops.AFTER:
+            self.names[u] = self.names[u.src[0]]
+        elif op in _HANDLERS:
+            _HANDLERS[op](self, u)
+        elif op in GroupOp.ALU:
+            self.names[u] = self.alu(u.op, u.dtype, [s.dtype for s in u.src], [self.names[s] for s in u.src])
+        else:
+            raise NotImplementedError(f"the {self.r.name} renderer cannot render {op.name} (in kernel {self.prog.name})")
+
+    # ---- memory ----------------------------------------------------------------------------------------
+
+    def define_reg(self, u: UOp) -> None:
+        name = f"%acc{u.arg}" if isinstance(u.arg, int) else self.tmp("acc")
+        space = self.r.addrspaces[AddrSpace.REG]
+        where = f", addrspace({space})" if space else ""
+        self.allocas.append(f"  {name} = alloca [{u.dtype.size} x {_memtype(u.dtype.base)}]{where}")
+        self.names[u] = name
+
+    def index(self, u: UOp) -> None:
+        buf, idx = u.src[0], u.src[1]
+        i = self.names[idx]
+        it = ltype(idx.dtype)
+        if len(u.src) == 3:
+            # a gated access reads a safe address (element 0) instead of the one out of bounds
+            valid = self.names[u.src[2]]
+            self.gates[u] = valid
+            i = self.ins(f"select i1 {valid}, {it} {i}, {it} 0")
+        self.names[u] = self.ins(f"getelementptr inbounds {_memtype(u.dtype.base)}, {self.ptr(buf.dtype)} "
+                                 f"{self.names[buf]}, {it} {i}")
+
+    def load(self, u: UOp) -> None:
+        index, dt = u.src[0], u.dtype
+        v = self.ins(f"load {_memtype(dt)}, {self.ptr(index.dtype)} {self.names[index]}")
+        if dt is dtypes.bool:
+            v = self.ins(f"icmp ne i8 {v}, 0")
+        if index in self.gates:
+            alt = self.names[u.src[1]] if len(u.src) > 1 else render_const(False if dt is dtypes.bool else 0, dt)
+            v = self.ins(f"select i1 {self.gates[index]}, {ltype(dt)} {v}, {ltype(dt)} {alt}")
+        self.names[u] = v
+
+    def store(self, u: UOp) -> None:
+        index, value = u.src
+        v = self.names[value]
+        if value.dtype is dtypes.bool:
+            v = self.ins(f"zext i1 {v} to i8")
+        text = f"store {_memtype(value.dtype)} {v}, {self.ptr(index.dtype)} {self.names[index]}"
+        if index not in self.gates:
+            self.stmt(text)
+            return
+        do, done = self.tmp("store").lstrip("%"), self.tmp("stored").lstrip("%")
+        self.stmt(f"br i1 {self.gates[index]}, label %{do}, label %{done}")
+        self.label(do)
+        self.stmt(text)
+        self.stmt(f"br label %{done}")
+        self.label(done)
+
+    # ---- loops -----------------------------------------------------------------------------------------
+
+    def range(self, u: UOp) -> None:
+        loop = self.tmp("loop").lstrip("%")
+        self.loops[u] = loop
+        it, pre = ltype(u.dtype), self.block
+        self.stmt(f"br label %{loop}")
+        self.label(loop)
+        r = f"%{loop}.i"
+        self.stmt(f"{r} = phi {it} [0, %{pre}], [%{loop}.next, %{loop}.latch]")
+        self.names[u] = r
+        go = self.ins(f"icmp slt {it} {r}, {self.names[u.src[0]]}")
+        self.stmt(f"br i1 {go}, label %{loop}.body, label %{loop}.exit")
+        self.label(f"{loop}.body")
+
+    def end(self, u: UOp) -> None:
+        rng = u.src[-1]
+        loop, it = self.loops[rng], ltype(rng.dtype)
+        self.stmt(f"br label %{loop}.latch")
+        self.label(f"{loop}.latch")
+        self.stmt(f"%{loop}.next = add {it} {self.names[rng]}, 1")
+        self.stmt(f"br label %{loop}")
+        self.label(f"{loop}.exit")
+
+    # ---- values ----------------------------------------------------------------------------------------
+
+    def alu(self, op: Ops, dt: DType, src_dts: list[DType], vals: list[str]) -> str:
+        """`op` on already rendered operands; bfloat16 operands are computed in float32."""
+        if op is not Ops.WHERE and dtypes.bfloat16 in src_dts:
+            vals = [self.cast(s, dtypes.float32, v) if s is dtypes.bfloat16 else v for s, v in zip(src_dts, vals)]
+            src_dts = [dtypes.float32 if s is dtypes.bfloat16 else s for s in src_dts]
+            out = dtypes.float32 if dt is dtypes.bfloat16 else dt
+            res = self.alu(op, out, src_dts, vals)
+            return self.cast(dtypes.float32, dtypes.bfloat16, res) if dt is dtypes.bfloat16 else res
+        if op in GroupOp.Comparison:
+            a = src_dts[0]
+            t = ltype(a)
+            if dtypes.is_float(a):
+                return self.ins(f"fcmp {_FCMP[op]} {t} {vals[0]}, {vals[1]}")
+            return self.ins(f"icmp {_ICMP[op][0 if _signed(a) else 1]} {t} {vals[0]}, {vals[1]}")
+        t = ltype(dt)
+        if op is Ops.WHERE:
+            return self.ins(f"select i1 {vals[0]}, {t} {vals[1]}, {t} {vals[2]}")
+        if op is Ops.MULACC:
+            prod = self.alu(Ops.MUL, dt, src_dts[:2], vals[:2])
+            return self.alu(Ops.ADD, dt, [dt, dt], [prod, vals[2]])
+        if dtypes.is_float(dt):
+            return self.float_alu(op, dt, vals)
+        return self.int_alu(op, dt, src_dts, vals)
+
+    def float_alu(self, op: Ops, dt: DType, vals: list[str]) -> str:
+        t = ltype(dt)
+        if op in _FLOAT_BINARY:
+            return self.ins(f"{_FLOAT_BINARY[op]} {t} {vals[0]}, {vals[1]}")
+        if op is Ops.NEG:
+            return self.ins(f"fneg {t} {vals[0]}")
+        if op is Ops.RECIPROCAL:
+            return self.ins(f"fdiv {t} {render_const(1.0, dt)}, {vals[0]}")
+        if op in _INTRINSIC:
+            return self.call(f"llvm.{_INTRINSIC[op]}.{_INTRINSIC_SUFFIX[dt]}", t, [(t, v) for v in vals])
+        raise NotImplementedError(f"the {self.r.name} renderer has no {op.name} for {dt!r}")
+
+    def int_alu(self, op: Ops, dt: DType, src_dts: list[DType], vals: list[str]) -> str:
+        t, signed = ltype(dt), _signed(dt)
+        if op in (Ops.SHL, Ops.SHR) and ltype(src_dts[1]) != t:
+            vals = [vals[0], self.cast(src_dts[1], dt, vals[1])]  # LLVM shifts need one type
+        if op in _INT_BINARY:
+            return self.ins(f"{_INT_BINARY[op]} {t} {vals[0]}, {vals[1]}")
+        if op in _INT_SIGNED:
+            return self.ins(f"{_INT_SIGNED[op][0 if signed else 1]} {t} {vals[0]}, {vals[1]}")
+        if op is Ops.NEG:
+            return self.ins(f"xor i1 {vals[0]}, true" if dt is dtypes.bool else f"sub {t} 0, {vals[0]}")
+        if op is Ops.TRUNC:
+            return vals[0]
+        if op is Ops.MAX:
+            if dt is dtypes.bool:
+                return self.ins(f"or i1 {vals[0]}, {vals[1]}")
+            gt = self.ins(f"icmp {'sgt' if signed else 'ugt'} {t} {vals[0]}, {vals[1]}")
+            return self.ins(f"select i1 {gt}, {t} {vals[0]}, {t} {vals[1]}")
+        raise NotImplementedError(f"the {self.r.name} renderer has no {op.name} for {dt!r}")
+
+    def cast_uop(self, u: UOp) -> None:
+        self.names[u] = self.cast(u.src[0].dtype, u.dtype, self.names[u.src[0]])
+
+    def cast(self, src: DType, dst: DType, v: str) -> str:
+        """A value converted as C converts (float -> int truncates, -> bool is != 0)."""
+        if src is dst:
+            return v
+        if src is dtypes.bfloat16:
+            wide = self.ins(f"zext i16 {v} to i32")
+            v = self.ins(f"bitcast i32 {self.ins(f'shl i32 {wide}, 16')} to float")
+            return self.cast(dtypes.float32, dst, v)
+        if dst is dtypes.bfloat16:
+            return self._round_bf16(self.cast(src, dtypes.float32, v))
+        ts, td = ltype(src), ltype(dst)
+        if dst is dtypes.bool:
+            return self.ins(f"fcmp une {ts} {v}, 0.0" if dtypes.is_float(src) else f"icmp ne {ts} {v}, 0")
+        if src is dtypes.bool:
+            return self.ins(f"{'uitofp' if dtypes.is_float(dst) else 'zext'} i1 {v} to {td}")
+        if dtypes.is_float(src) and dtypes.is_float(dst):
+            return self.ins(f"{'fpext' if dst.itemsize > src.itemsize else 'fptrunc'} {ts} {v} to {td}")
+        if dtypes.is_float(src):
+            return self.ins(f"{'fptosi' if _signed(dst) else 'fptoui'} {ts} {v} to {td}")
+        if dtypes.is_float(dst):
+            return self.ins(f"{'sitofp' if _signed(src) else 'uitofp'} {ts} {v} to {td}")
+        if dst.itemsize == src.itemsize:
+            return v
+        if dst.itemsize < src.itemsize:
+            return self.ins(f"trunc {ts} {v} to {td}")
+        return self.ins(f"{'sext' if _signed(src) else 'zext'} {ts} {v} to {td}")
+
+    def _round_bf16(self, f: str) -> str:
+        """float32 -> bfloat16 bits, rounding to nearest even; a NaN stays a (quiet) NaN."""
+        bits = self.ins(f"bitcast float {f} to i32")
+        high = self.ins(f"lshr i32 {bits}, 16")
+        odd = self.ins(f"and i32 {high}, 1")
+        rounded = self.ins(f"add i32 {self.ins(f'add i32 {bits}, 32767')}, {odd}")
+        value = self.ins(f"trunc i32 {self.ins(f'lshr i32 {rounded}, 16')} to i16")
+        nan = self.ins(f"or i16 {self.ins(f'trunc i32 {high} to i16')}, 64")
+        return self.ins(f"select i1 {self.ins(f'fcmp uno float {f}, 0.0')}, i16 {nan}, i16 {value}")
+
+    def bitcast(self, u: UOp) -> None:
+        src, dst, v = u.src[0].dtype, u.dtype, self.names[u.src[0]]
+        ts, td = ltype(src), ltype(dst)
+        if ts == td:
+            self.names[u] = v
+        elif src is dtypes.bool or dst is dtypes.bool:  # a bool is one byte in memory: its bits are 0 or 1
+            self.names[u] = self.ins(f"zext i1 {v} to {td}" if src is dtypes.bool else f"trunc {ts} {v} to i1")
+        else:
+            self.names[u] = self.ins(f"bitcast {ts} {v} to {td}")
+
+
+_HANDLERS = {Ops.DEFINE_REG: _Function.define_reg, Ops.INDEX: _Function.index, Ops.LOAD: _Function.load,
+             Ops.STORE: _Function.store, Ops.RANGE: _Function.range, Ops.END: _Function.end,
+             Ops.CAST: _Function.cast_uop, Ops.BITCAST: _Function.bitcast}
+
+
+def _ident(name: str) -> str:
+    """A name usable as an LLVM identifier as is."""
+    out = re.sub(r"[^A-Za-z0-9_.]", "_", name)
+    return out if out and not out[0].isdigit() else "_" + out
