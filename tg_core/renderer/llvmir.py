@@ -307,6 +307,11 @@ class _Function:
             wide = self.ins(f"zext i16 {v} to i32")
             v = self.ins(f"bitcast i32 {self.ins(f'shl i32 {wide}, 16')} to float")
             return self.cast(dtypes.float32, dst, v)
+        if dst in (dtypes.float16, dtypes.bfloat16) and src not in (dtypes.float16, dtypes.float32):
+            # a double (or an int, exact in a double up to 2**53, and beyond that past the 16-bit formats'
+            # range anyway) goes through float32 rounded to odd, which makes the second rounding exact, and
+            # needs no runtime library call (x86 has no double -> half instruction)
+            v, src = self._to_float_odd(self.cast(src, dtypes.float64, v)), dtypes.float32
         if dst is dtypes.bfloat16:
             return self._round_bf16(self.cast(src, dtypes.float32, v))
         ts, td = ltype(src), ltype(dst)
@@ -325,6 +330,18 @@ class _Function:
         if dst.itemsize < src.itemsize:
             return self.ins(f"trunc {ts} {v} to {td}")
         return self.ins(f"{'sext' if _signed(src) else 'zext'} {ts} {v} to {td}")
+
+    def _to_float_odd(self, d: str) -> str:
+        """double -> float32 rounded to odd: truncated toward zero, the last bit set when inexact."""
+        f = self.ins(f"fptrunc double {d} to float")
+        back = self.ins(f"fpext float {f} to double")
+        inexact = self.ins(f"fcmp one double {back}, {d}")  # false for NaN: a NaN passes through
+        bits = self.ins(f"bitcast float {f} to i32")
+        up = self.ins(f"fcmp ogt double {self.call('llvm.fabs.f64', 'double', [('double', back)])}, "
+                      f"{self.call('llvm.fabs.f64', 'double', [('double', d)])}")
+        down = self.ins(f"sub i32 {bits}, {self.ins(f'zext i1 {up} to i32')}")
+        odd = self.ins(f"select i1 {inexact}, i32 {self.ins(f'or i32 {down}, 1')}, i32 {bits}")
+        return self.ins(f"bitcast i32 {odd} to float")
 
     def _round_bf16(self, f: str) -> str:
         """float32 -> bfloat16 bits, rounding to nearest even; a NaN stays a (quiet) NaN."""

@@ -1,0 +1,297 @@
+"""The LLVM IR renderer: every program is parsed and verified by LLVM, JIT-compiled for the host with
+MCJIT, run on numpy buffers through ctypes, and compared with numpy or with tg's exact ALU semantics."""
+import ctypes
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tg_core.codegen import Program, linearize_kernel
+from tg_core.dtype import AddrSpace, DType, dtypes, to_numpy_dtype
+from tg_core.renderer import Renderer, UnsupportedDTypeError
+from tg_core.renderer.llvmir import LLVMRenderer, render_const
+from tg_core.uop import AxisType, KernelInfo, Ops, UOp
+from tg_core.uop.alu import bitcast_const, cast_const, exec_alu
+
+llvm = pytest.importorskip("llvmlite.binding")
+
+
+# ---- helpers shared with test_codegen.py -----------------------------------------------------------------
+
+def _target_machine():
+    """A target machine for the host; a fresh one per engine, since an MCJIT engine takes ownership of it."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return llvm.Target.from_default_triple().create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                                                   features=llvm.get_host_cpu_features().flatten())
+
+
+def compile_and_run(src: str, prog: Program, arrays: list[np.ndarray], var_vals: dict[str, int] | None = None) -> None:
+    """Verify `src`, JIT it for the host and call the kernel on `arrays` (in PARAM order) and `var_vals`."""
+    mod = llvm.parse_assembly(src)
+    mod.verify()
+    engine = llvm.create_mcjit_compiler(mod, _target_machine())
+    engine.finalize_object()
+    from tg_core.renderer.llvmir import _ident
+    var_types = [ctypes.c_int64 if v.dtype is dtypes.int64 else ctypes.c_int32 for v in prog.variables]
+    fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(arrays), *var_types)(engine.get_function_address(_ident(prog.name)))
+    assert len(arrays) == len(prog.params)
+    for a in arrays:
+        assert a.flags.c_contiguous
+    fn(*[a.ctypes.data for a in arrays], *[(var_vals or {})[v.arg[0]] for v in prog.variables])
+
+
+def run(ast: UOp, arrays: list[np.ndarray], var_vals: dict[str, int] | None = None, opts=(),
+        renderer: LLVMRenderer | None = None) -> Program:
+    """Linearize, render, compile and run `ast`; the program is returned for structural checks."""
+    prog = linearize_kernel(ast, opts=opts)
+    compile_and_run((renderer or LLVMRenderer()).render(prog), prog, arrays, var_vals)
+    return prog
+
+
+def kernel(*effects: UOp, name: str = "k") -> UOp:
+    return UOp(Ops.SINK, dtypes.void, effects, KernelInfo(name))
+
+
+def elementwise(fn, in_dts: list[DType], out_dt: DType, n: int, name: str = "ew") -> UOp:
+    """out[i] = fn(in0[i], in1[i], ...) for i < n; PARAM i is input i, the output is the last PARAM."""
+    ins = [UOp.param(i, dt.ptr(n)) for i, dt in enumerate(in_dts)]
+    out = UOp.param(len(in_dts), out_dt.ptr(n))
+    r = UOp.range(n, 0)
+    return kernel(out.index(r).store(fn(*[p.index(r).load() for p in ins])).end(r), name=name)
+
+
+def np_buf(values, dt: DType) -> np.ndarray:
+    if dt is dtypes.bfloat16:
+        return np.array([bitcast_const(float(v), dt, dtypes.uint16) for v in values], dtype=np.uint16)
+    return np.array(values, dtype=to_numpy_dtype(dt))
+
+
+def py_values(arr: np.ndarray, dt: DType) -> list:
+    if dt is dtypes.bfloat16:
+        return [bitcast_const(int(v), dtypes.uint16, dt) for v in arr]
+    return [v.item() for v in arr]
+
+
+def same(got, want, dt: DType) -> bool:
+    if dtypes.is_float(dt):
+        if math.isnan(want):
+            return math.isnan(got)
+        tol = {dtypes.float16: 1e-3, dtypes.bfloat16: 1e-2, dtypes.float32: 1e-6}.get(dt, 1e-12)
+        return got == want or math.isclose(got, want, rel_tol=tol, abs_tol=tol * 1e-3)
+    return got == want
+
+
+def check_alu(op: Ops, out_dt: DType, in_dt: DType, *columns: list) -> None:
+    """`op` over the columns of values, rendered and run, equals tg's exact ALU semantics element by element."""
+    n = len(columns[0])
+    ast = elementwise(lambda *xs: UOp(op, out_dt, xs), [in_dt] * len(columns), out_dt, n,
+                      name=f"{op.name.lower()}_{in_dt.name}")
+    out = np.zeros(n, to_numpy_dtype(out_dt))
+    run(ast, [np_buf(c, in_dt) for c in columns] + [out])
+    ins = [py_values(np_buf(c, in_dt), in_dt) for c in columns]
+    for i, got in enumerate(py_values(out, out_dt)):
+        want = exec_alu(op, out_dt, tuple(col[i] for col in ins), (in_dt,) * len(columns))
+        assert same(got, want, out_dt), f"{op} {in_dt!r} {[c[i] for c in ins]}: got {got}, want {want}"
+
+
+INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64]
+FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
+
+
+def _int_pairs(dt: DType) -> tuple[list[int], list[int]]:
+    lo, hi = dtypes.min(dt), dtypes.max(dt)
+    a = [7, -7, 7, -7, 0, hi, lo, 100, lo + 1, 13]
+    b = [2, 2, -2, -2, 3, 7, 3, -1, -1, 5]
+    if dtypes.is_unsigned(dt):
+        a, b = [x % (hi + 1) for x in a], [x % (hi + 1) or 1 for x in b]
+    return a, b
+
+
+# ---- ALU ops -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
+def test_int_binary(dt):
+    a, b = _int_pairs(dt)
+    for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR):
+        check_alu(op, dt, dt, a, b)
+    # C division: truncation toward zero, remainder with the dividend's sign (no x/0, no MIN/-1)
+    da, db = zip(*[(x, y) for x, y in zip(a, b) if not (x == dtypes.min(dt) and y == -1)])
+    check_alu(Ops.IDIV, dt, dt, list(da), list(db))
+    check_alu(Ops.MOD, dt, dt, list(da), list(db))
+    for op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+        check_alu(op, dtypes.bool, dt, a, b)
+
+
+@pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
+def test_int_shifts_and_unary(dt):
+    a, _ = _int_pairs(dt)
+    amounts = [1, 2, 0, 3, 1, 2, 1, 4, 1, 2]
+    check_alu(Ops.SHR, dt, dt, a, amounts)  # arithmetic for signed, logical for unsigned
+    small = [x for x in a if abs(x) < 1000]
+    check_alu(Ops.SHL, dt, dt, small, amounts[:len(small)])
+    check_alu(Ops.NEG, dt, dt, a)
+    check_alu(Ops.MULACC, dt, dt, small, small, small)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_float_ops(dt):
+    a = [1.5, -2.25, 0.0, -0.0, 3.0, 1e3, math.inf, -math.inf, math.nan, 0.1]
+    b = [0.5, 4.0, -1.0, 2.0, math.nan, -7.5, 1.0, math.inf, 2.0, 0.3]
+    for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX):
+        check_alu(op, dt, dt, a, b)
+    for op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+        check_alu(op, dtypes.bool, dt, a, b)
+    check_alu(Ops.MULACC, dt, dt, a, b, b)
+    pos = [0.25, 1.0, 2.0, 10.0, 0.0, 3.5, math.inf, math.nan]
+    for op in (Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC):
+        check_alu(op, dt, dt, pos + [-1.5, -0.0])
+    check_alu(Ops.SIN, dt, dt, [0.0, 0.5, -1.25, 3.0, math.nan])
+
+
+def test_nan_compares_follow_c():
+    nan = math.nan
+    ast = elementwise(lambda a, b: (a.ne(b).cast(dtypes.int32) + (a < b).cast(dtypes.int32) * 2
+                                    + a.eq(b).cast(dtypes.int32) * 4), [dtypes.float32] * 2, dtypes.int32, 4, "nan_cmp")
+    out = np.zeros(4, np.int32)
+    run(ast, [np.array([nan, 1, nan, 1], np.float32), np.array([1, nan, nan, 1], np.float32), out])
+    assert out.tolist() == [1, 1, 1, 4]  # != is true for NaN, < and == are false
+
+
+def test_max_propagates_nan_and_bool_ops():
+    ast = elementwise(lambda a, b: a.maximum(b), [dtypes.float32] * 2, dtypes.float32, 3, "fmax")
+    out = np.zeros(3, np.float32)
+    run(ast, [np.array([math.nan, 1, 2], np.float32), np.array([1, math.nan, 1], np.float32), out])
+    assert np.isnan(out[0]) and np.isnan(out[1]) and out[2] == 2
+    for op in (Ops.AND, Ops.OR, Ops.XOR, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.CMPLT):
+        check_alu(op, dtypes.bool, dtypes.bool, [False, False, True, True], [False, True, False, True])
+    check_alu(Ops.NEG, dtypes.bool, dtypes.bool, [False, True])
+
+
+def test_where():
+    ast = elementwise(lambda c, a, b: c.ne(0).where(a, b), [dtypes.int32] * 3, dtypes.int32, 4, "where")
+    out = np.zeros(4, np.int32)
+    run(ast, [np.array([0, 1, 0, 5], np.int32), np.arange(4, dtype=np.int32), -np.arange(4, dtype=np.int32), out])
+    assert out.tolist() == [0, 1, -2, 3]
+
+
+# ---- casts ---------------------------------------------------------------------------------------------
+
+def _cast_values(src: DType, dst: DType) -> list:
+    if dtypes.is_bool(src):
+        return [False, True, True, False]
+    if dtypes.is_float(src):
+        vals = [0.0, 1.75, -2.5, 100.25, -0.0, 3e4, math.nan, math.inf]
+        if dtypes.is_int(dst):  # out-of-range float -> int is undefined: only values that fit
+            lo, hi = dtypes.min(dst), dtypes.max(dst)
+            vals = [v for v in vals if not math.isnan(v) and not math.isinf(v) and lo <= math.trunc(v) <= hi]
+        return vals
+    lo, hi = dtypes.min(src), dtypes.max(src)
+    return [0, 1, hi, lo, 100 % (hi + 1), (-5) % (hi + 1) if lo == 0 else -5]
+
+
+@pytest.mark.parametrize("src", [dtypes.bool, *INTS, *FLOATS], ids=lambda d: d.name)
+def test_casts(src):
+    for dst in [dtypes.bool, *INTS, *FLOATS]:
+        if dst is src:
+            continue
+        vals = _cast_values(src, dst)
+        ast = elementwise(lambda a: a.cast(dst), [src], dst, len(vals), f"cast_{src.name}_{dst.name}")
+        out = np.zeros(len(vals), to_numpy_dtype(dst))
+        run(ast, [np_buf(vals, src), out])
+        for v, got in zip(py_values(np_buf(vals, src), src), py_values(out, dst)):
+            want = cast_const(v, src, dst)
+            assert same(got, want, dst), f"cast {v!r} {src!r} -> {dst!r}: got {got!r}, want {want!r}"
+
+
+@pytest.mark.parametrize("src,dst", [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32),
+                                     (dtypes.float32, dtypes.uint32), (dtypes.float16, dtypes.int16),
+                                     (dtypes.bfloat16, dtypes.uint16), (dtypes.float16, dtypes.bfloat16),
+                                     (dtypes.float64, dtypes.int64), (dtypes.int8, dtypes.uint8)],
+                         ids=lambda d: d.name)
+def test_bitcasts(src, dst):
+    vals = [0.0, 1.5, -2.0, math.inf] if dtypes.is_float(src) else [0, 1, -3 if src is dtypes.int8 else -300, 77]
+    ast = elementwise(lambda a: a.bitcast(dst), [src], dst, len(vals), f"bitcast_{src.name}_{dst.name}")
+    out = np.zeros(len(vals), to_numpy_dtype(dst))
+    inp = np_buf(vals, src)
+    run(ast, [inp, out])
+    assert out.tobytes() == inp.tobytes()
+
+
+# ---- memory, signature, errors ---------------------------------------------------------------------------
+
+def test_gated_store_skips_invalid_lanes():
+    n = 6
+    a, out = UOp.param(0, dtypes.float32.ptr(n)), UOp.param(1, dtypes.float32.ptr(n))
+    r = UOp.range(n, 0)
+    ast = kernel(out.index(r, (r % 2).eq(0)).store(a.index(r).load() * 2.0).end(r), name="gated_store")
+    res = np.full(n, -1, np.float32)
+    run(ast, [np.arange(n, dtype=np.float32), res])
+    assert res.tolist() == [0, -1, 4, -1, 8, -1]
+
+
+def test_bool_buffers_are_bytes():
+    ast = elementwise(lambda a, b: a ^ b, [dtypes.bool, dtypes.bool], dtypes.bool, 4, "bool_xor")
+    out = np.zeros(4, np.bool_)
+    run(ast, [np.array([0, 0, 1, 1], np.bool_), np.array([0, 1, 0, 1], np.bool_), out])
+    assert out.view(np.uint8).tolist() == [0, 1, 1, 0]
+
+
+def test_signature_noalias_pointers_and_int_vars():
+    n = UOp.variable("n", 1, 100)
+    a, out = UOp.param(0, dtypes.float32.ptr(100)), UOp.param(1, dtypes.int32.ptr(100))
+    r = UOp.range(n, 0)
+    src = LLVMRenderer().render(linearize_kernel(kernel(out.index(r).store(a.index(r).load().cast(dtypes.int32)).end(r),
+                                                        name="sig")))
+    assert "define void @sig(ptr noalias %data0, ptr noalias %data1, i32 %n)" in src
+
+
+def test_constants_are_exact():
+    assert render_const(math.inf, dtypes.float32) == "0x7FF0000000000000"
+    assert render_const(-0.0, dtypes.float64) == "0x8000000000000000"
+    assert render_const(1.0, dtypes.float16) == "0xH3C00"
+    assert render_const(dtypes.max(dtypes.uint32), dtypes.uint32) == "-1"
+    assert render_const(True, dtypes.bool) == "true"
+
+
+def test_unsupported_dtype_names_dtype_and_renderer():
+    ast = elementwise(lambda a: a + a, [dtypes.fp8e4m3], dtypes.fp8e4m3, 4, "fp8")
+    with pytest.raises(UnsupportedDTypeError, match=r"LLVM renderer does not support dtypes\.fp8e4m3"):
+        LLVMRenderer().render(linearize_kernel(ast))
+
+
+class _AMDLike(LLVMRenderer):
+    name = "AMDLIKE"
+    addrspaces = {AddrSpace.GLOBAL: 1, AddrSpace.LOCAL: 3, AddrSpace.REG: 5}
+    calling_convention = "amdgpu_kernel"
+    target_triple = "amdgcn-amd-amdhsa"
+
+
+def test_target_knobs_for_other_llvm_targets():
+    n = 8
+    a, out = UOp.param(0, dtypes.float32.ptr(n * n)), UOp.param(1, dtypes.float32.ptr(n))
+    i, j = UOp.range(n, 0), UOp.range(n, 1, AxisType.REDUCE)
+    ast = kernel(out.index(i).store(a.index(i * n + j).load().reduce(Ops.ADD, j)).end(i), name="rowsum_amd")
+    src = _AMDLike().render(linearize_kernel(ast))
+    assert "define amdgpu_kernel void @rowsum_amd(ptr addrspace(1) noalias %data0" in src
+    assert "alloca [1 x float], addrspace(5)" in src and 'target triple = "amdgcn-amd-amdhsa"' in src
+    llvm.parse_assembly(src).verify()
+
+
+def test_renderer_base():
+    r = Renderer()
+    with pytest.raises(NotImplementedError):
+        r.render(linearize_kernel(elementwise(lambda a: a, [dtypes.float32], dtypes.float32, 2)))
+    assert r.opts_for(elementwise(lambda a: a, [dtypes.float32], dtypes.float32, 2)) == ()
+    assert LLVMRenderer.lower_reduce and dtypes.float16 in LLVMRenderer.supported_dtypes
+
+
+def test_core_does_not_import_llvmlite():
+    code = ("import sys, tg_core, tg_core.codegen, tg_core.renderer, tg_core.renderer.llvmir; "
+            "sys.exit('llvmlite' in sys.modules)")
+    root = Path(__file__).resolve().parent.parent
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": str(root)}).returncode == 0
