@@ -6,6 +6,7 @@ into one `END(GROUP(x1, x2), r)`: one loop, both effects inside it.
 """
 from __future__ import annotations
 
+from tg_core.codegen.linearize import LinearizeError
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
@@ -39,6 +40,11 @@ def merge_ends(root: UOp) -> UOp:
         if not many:
             return root
         r, ends = many[0]  # toposort order: an END comes before the ENDs that contain it
+        for e in ends:
+            inside = e.src[0].toposort()
+            if any(o in inside for o in ends if o is not e):
+                raise LinearizeError(f"range r{r.arg[0]} is ended twice, one END depending on the other: "
+                                     "its loops are not properly nested (or one reduction over it needs another)")
         merged = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends)), r))
         root = substitute(root, {e: merged for e in ends})
 

@@ -1,0 +1,395 @@
+"""Codegen: kernel AST -> linear program. Structure (order, nesting, where reductions and invariant values
+go, the dtypes of index math) and values (rendered with the LLVM IR renderer, run on the host, compared
+with numpy)."""
+import numpy as np
+import pytest
+
+from tg_core.codegen import LinearizeError, Opt, OptError, OptOps, apply_opts, linearize_kernel
+from tg_core.codegen.lower_index import lower_index_dtype
+from tg_core.dtype import AddrSpace, dtypes
+from tg_core.uop import AxisType, Ops, UOp
+from tg_core.uop.spec import type_verify
+
+pytest.importorskip("llvmlite.binding")
+from test_llvmir import kernel, run  # noqa: E402  (shared JIT helpers)
+
+F32 = dtypes.float32
+rng = np.random.default_rng(0)
+
+
+def loops(prog) -> list[tuple[int, str]]:
+    """(depth, "RANGE r<id>" / "END r<id>") for every loop op, in program order."""
+    out, depth = [], 0
+    for u in prog.uops:
+        if u.op is Ops.RANGE:
+            out.append((depth, f"RANGE r{u.arg[0]}"))
+            depth += 1
+        elif u.op is Ops.END:
+            depth -= 1
+            out.append((depth, f"END r{u.src[1].arg[0]}"))
+    assert depth == 0
+    return out
+
+
+def enclosing(prog) -> dict:
+    """Each uop -> the tuple of RANGEs open where it is (outermost first)."""
+    out, stack = {}, []
+    for u in prog.uops:
+        if u.op is Ops.END:
+            assert stack and stack[-1] is u.src[1], "ENDs must close the innermost open loop"
+            stack.pop()
+        out[u] = tuple(stack)
+        if u.op is Ops.RANGE:
+            stack.append(u)
+    return out
+
+
+def check_program(prog) -> None:
+    """Every source comes before its use and every use of a loop index is inside its loop."""
+    seen, where = set(), enclosing(prog)
+    for u in prog.uops:
+        for s in u.src:
+            assert s.op is Ops.SINK or s in seen, f"{u.op} uses {s.op} before it is defined"
+            if s.op is Ops.RANGE and u.op is not Ops.END:
+                assert s in where[u] or s is u, f"{u.op} uses r{s.arg[0]} outside its loop"
+        seen.add(u)
+    assert not any(u.dtype is dtypes.weakint for u in prog.uops)
+    assert not any(u.op is Ops.REDUCE for u in prog.uops)
+    type_verify(list(prog.uops))
+
+
+# ---- kernels ---------------------------------------------------------------------------------------------
+
+def ew_2d(n: int, m: int):
+    """out[i, j] = a[i, j] * b[i, j] + 1"""
+    a, b, out = (UOp.param(k, F32.ptr(n * m)) for k in range(3))
+    i, j = UOp.range(n, 0), UOp.range(m, 1)
+    idx = i * m + j
+    return kernel(out.index(idx).store(a.index(idx).load() * b.index(idx).load() + 1.0).end(i, j), name="ew")
+
+
+def row_sum(n: int, m: int, op: Ops = Ops.ADD):
+    a, out = UOp.param(0, F32.ptr(n * m)), UOp.param(1, F32.ptr(n))
+    i, k = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE)
+    return kernel(out.index(i).store(a.index(i * m + k).load().reduce(op, k)).end(i), name="row_reduce")
+
+
+def softmax(n: int, m: int):
+    a, out = UOp.param(0, F32.ptr(n * m)), UOp.param(1, F32.ptr(n * m))
+    row, c1, c2, col = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE), UOp.range(m, 2, AxisType.REDUCE), UOp.range(m, 3)
+    mx = a.index(row * m + c1).load().reduce(Ops.MAX, c1)
+
+    def e(c):
+        return ((a.index(row * m + c).load() - mx) * 1.4426950408889634).exp2()
+    total = e(c2).reduce(Ops.ADD, c2)
+    return kernel(out.index(row * m + col).store(e(col) / total).end(row, col), name="softmax")
+
+
+def matmul(n: int, m: int, k: int):
+    a, b, out = UOp.param(0, F32.ptr(n * k)), UOp.param(1, F32.ptr(k * m)), UOp.param(2, F32.ptr(n * m))
+    i, j, r = UOp.range(n, 0), UOp.range(m, 1), UOp.range(k, 2, AxisType.REDUCE)
+    acc = (a.index(i * k + r).load() * b.index(r * m + j).load()).reduce(Ops.ADD, r)
+    return kernel(out.index(i * m + j).store(acc).end(i, j), name="matmul")
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+# ---- structure and values ----------------------------------------------------------------------------------
+
+def test_elementwise_2d():
+    n, m = 5, 7
+    x, y, out = rng.standard_normal((n, m), np.float32), rng.standard_normal((n, m), np.float32), np.zeros((n, m), np.float32)
+    prog = run(ew_2d(n, m), [x, y, out])
+    assert loops(prog) == [(0, "RANGE r0"), (1, "RANGE r1"), (1, "END r1"), (0, "END r0")]
+    check_program(prog)
+    np.testing.assert_allclose(out, x * y + 1, rtol=1e-6)
+    # the row part of the index is computed once per row, outside the column loop
+    where = enclosing(prog)
+    row_mul = [u for u in prog.uops if u.op is Ops.MUL and u.dtype is dtypes.int32]
+    assert row_mul and all(len(where[u]) == 1 for u in row_mul)
+    assert [p.arg for p in prog.params] == [0, 1, 2] and prog.name == "ew"
+
+
+def test_row_sum_accumulator():
+    n, m = 6, 9
+    x, out = rng.standard_normal((n, m), np.float32), np.zeros(n, np.float32)
+    prog = run(row_sum(n, m), [x, out])
+    check_program(prog)
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-5)
+    ops = [u.op for u in prog.uops]
+    assert ops.count(Ops.DEFINE_REG) == 1 and ops.index(Ops.DEFINE_REG) < ops.index(Ops.RANGE)
+    where, uops = enclosing(prog), list(prog.uops)
+    reg = next(u for u in uops if u.op is Ops.DEFINE_REG)
+    assert reg.dtype == F32.ptr(1, AddrSpace.REG)
+    stores = [u for u in uops if u.op is Ops.STORE and u.src[0].dtype.addrspace is AddrSpace.REG]
+    init, update = stores
+    assert init.src[1].op is Ops.CONST and init.src[1].arg == 0.0 and len(where[init]) == 1  # in the row loop
+    assert len(where[update]) == 2 and update.src[1].op is Ops.ADD
+    result = next(u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.AFTER
+                  and u.src[0].src[0].src[1].op is Ops.END)
+    assert uops.index(result) > uops.index(next(u for u in uops if u.op is Ops.END)) and len(where[result]) == 1
+
+
+@pytest.mark.parametrize("op,ref,ident", [(Ops.MAX, np.max, -np.inf), (Ops.MUL, np.prod, 1.0)])
+def test_reduce_identities(op, ref, ident):
+    n, m = 3, 5
+    x, out = (rng.standard_normal((n, m)) - 3).astype(np.float32), np.zeros(n, np.float32)
+    prog = run(row_reduce_named := row_sum(n, m, op), [x, out])
+    assert row_reduce_named.op is Ops.SINK
+    np.testing.assert_allclose(out, ref(x, axis=1), rtol=1e-5)
+    init = next(u for u in prog.uops if u.op is Ops.STORE and u.src[1].op is Ops.CONST)
+    assert init.src[1].arg == ident
+
+
+def test_softmax_reductions_once_per_row():
+    n, m = 4, 10
+    x, out = rng.standard_normal((n, m), np.float32), np.zeros((n, m), np.float32)
+    prog = run(softmax(n, m), [x, out])
+    check_program(prog)
+    np.testing.assert_allclose(out, np_softmax(x), rtol=1e-5, atol=1e-7)
+    # the max loop and the sum loop are siblings inside the row loop, before the column loop
+    assert loops(prog) == [(0, "RANGE r0"), (1, "RANGE r1"), (1, "END r1"), (1, "RANGE r2"), (1, "END r2"),
+                           (1, "RANGE r3"), (1, "END r3"), (0, "END r0")]
+    where = enclosing(prog)
+    exp2 = [u for u in prog.uops if u.op is Ops.EXP2]
+    assert [tuple(r.arg[0] for r in where[u]) for u in exp2] == [(0, 2), (0, 3)]
+    assert sum(u.op is Ops.DEFINE_REG for u in prog.uops) == 2
+
+
+def test_softmax_with_dynamic_rows():
+    rows = UOp.variable("rows", 1, 64)
+    m = 8
+    a, out = UOp.param(0, F32.ptr(64 * m)), UOp.param(1, F32.ptr(64 * m))
+    row, c1, col = UOp.range(rows, 0), UOp.range(m, 1, AxisType.REDUCE), UOp.range(m, 2)
+    mx = a.index(row * m + c1).load().reduce(Ops.MAX, c1)
+    ast = kernel(out.index(row * m + col).store(a.index(row * m + col).load() - mx).end(row, col), name="sub_max")
+    x, res = rng.standard_normal((64, m), np.float32), np.zeros((64, m), np.float32)
+    prog = run(ast, [x, res], {"rows": 5})
+    np.testing.assert_allclose(res[:5], x[:5] - x[:5].max(1, keepdims=True))
+    assert not res[5:].any()
+    assert [v.arg[0] for v in prog.variables] == ["rows"] and prog.variables[0].dtype is dtypes.int32
+
+
+def test_define_var_sized_range():
+    nv = UOp.variable("n", 0, 32)
+    a, out = UOp.param(0, F32.ptr(32)), UOp.param(1, F32.ptr(32))
+    r = UOp.range(nv, 0)
+    ast = kernel(out.index(r).store(a.index(r).load() * 2.0).end(r), name="scale_n")
+    x = np.arange(32, dtype=np.float32)
+    for n in (0, 7, 32):
+        res = np.full(32, -1, np.float32)
+        prog = run(ast, [x, res], {"n": n})
+        assert res[:n].tolist() == (x[:n] * 2).tolist() and (res[n:] == -1).all()
+    rng_op = next(u for u in prog.uops if u.op is Ops.RANGE)
+    assert rng_op.src[0].op is Ops.DEFINE_VAR and rng_op.dtype is dtypes.int32
+
+
+def test_gated_load_pad():
+    """out[i] = a[i-2] for 2 <= i < n+2, else 0: a pad by 2 on each side."""
+    n = 6
+    a, out = UOp.param(0, F32.ptr(n)), UOp.param(1, F32.ptr(n + 4))
+    i = UOp.range(n + 4, 0)
+    valid = (i >= 2) & (i < n + 2)
+    ast = kernel(out.index(i).store(a.index(i - 2, valid).load() + 1.0).end(i), name="pad")
+    x, res = np.arange(1, n + 1, dtype=np.float32), np.zeros(n + 4, np.float32)
+    prog = run(ast, [x, res])
+    np.testing.assert_array_equal(res, np.pad(x, 2) + 1)
+    gated = [u for u in prog.uops if u.op is Ops.INDEX and len(u.src) == 3]
+    assert len(gated) == 1 and gated[0].src[2].dtype is dtypes.bool
+
+
+def test_int_division_of_negative_values():
+    """Index math and values divide as C does: truncation toward zero, remainder with the dividend's sign."""
+    n = 12
+    a, b = UOp.param(0, dtypes.int32.ptr(n)), UOp.param(1, dtypes.int32.ptr(n))
+    qo, ro, io = UOp.param(2, dtypes.int32.ptr(n)), UOp.param(3, dtypes.int32.ptr(n)), UOp.param(4, dtypes.int32.ptr(n))
+    i = UOp.range(n, 0)
+    va, vb = a.index(i).load(), b.index(i).load()
+    idx_expr = ((i - 7) // 3 * 10 + (i - 7) % 3).cast(dtypes.int32)  # weakint index math on negatives
+    ast = kernel(qo.index(i).store(va // vb).end(i), ro.index(i).store(va % vb).end(i),
+                 io.index(i).store(idx_expr).end(i), name="cdiv")
+    x = np.array([7, -7, 7, -7, 0, 5, -5, 100, -100, 1, -1, 2**31 - 1], np.int32)
+    y = np.array([2, 2, -2, -2, 3, 7, 7, -9, 9, 1, 3, -2], np.int32)
+    q, r, ix = (np.zeros(n, np.int32) for _ in range(3))
+    prog = run(ast, [x, y, q, r, ix])
+    tq = (np.abs(x.astype(np.int64)) // np.abs(y)) * np.sign(x) * np.sign(y)
+    np.testing.assert_array_equal(q, tq)
+    np.testing.assert_array_equal(r, x - tq * y)
+    k = np.arange(n) - 7
+    tk = np.trunc(k / 3).astype(np.int64)
+    np.testing.assert_array_equal(ix, tk * 10 + (k - tk * 3))
+    assert loops(prog) == [(0, "RANGE r0"), (0, "END r0")]  # three stores over one range: one loop
+
+
+def test_casts_in_kernel():
+    n = 6
+    a = UOp.param(0, F32.ptr(n))
+    oi, ou, ob, oh = (UOp.param(k, dt.ptr(n)) for k, dt in enumerate([dtypes.int32, dtypes.uint8, dtypes.bool, dtypes.float16], 1))
+    i = UOp.range(n, 0)
+    v = a.index(i).load()
+    ast = kernel(oi.index(i).store(v.cast(dtypes.int32)).end(i), ou.index(i).store(v.cast(dtypes.int32).cast(dtypes.uint8)).end(i),
+                 ob.index(i).store(v.cast(dtypes.bool)).end(i), oh.index(i).store(v.cast(dtypes.float16)).end(i),
+                 name="casts")
+    x = np.array([1.9, -1.9, 0.0, 300.5, -0.0, np.nan], np.float32)
+    ri, ru, rb, rh = np.zeros(n, np.int32), np.zeros(n, np.uint8), np.zeros(n, np.bool_), np.zeros(n, np.float16)
+    run(ast, [x, ri, ru, rb, rh])
+    assert ri[:5].tolist() == [1, -1, 0, 300, 0] and ru[:5].tolist() == [1, 255, 0, 44, 0]
+    assert rb.tolist() == [True, True, False, True, False, True]  # NaN is truthy
+    np.testing.assert_array_equal(rh, x.astype(np.float16))
+
+
+def test_nested_reduce_and_scalar_output():
+    """out[0] = sum_i max_j a[i, j]: the inner max loop inside the outer sum loop; the store is in no loop."""
+    n, m = 5, 6
+    a, out = UOp.param(0, F32.ptr(n * m)), UOp.param(1, F32.ptr(1))
+    i, j = UOp.range(n, 0, AxisType.REDUCE), UOp.range(m, 1, AxisType.REDUCE)
+    val = a.index(i * m + j).load().reduce(Ops.MAX, j).reduce(Ops.ADD, i)
+    x, res = rng.standard_normal((n, m), np.float32), np.zeros(1, np.float32)
+    prog = run(kernel(out.index(UOp.const(dtypes.weakint, 0)).store(val), name="sum_max"), [x, res])
+    check_program(prog)
+    np.testing.assert_allclose(res[0], x.max(1).sum(), rtol=1e-5)
+    assert loops(prog) == [(0, "RANGE r0"), (1, "RANGE r1"), (1, "END r1"), (0, "END r0")]
+    assert not enclosing(prog)[next(u for u in prog.uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM)]
+
+
+def test_loop_invariant_load_hoisted():
+    """out[i, j] = a[i] * b[j]: a[i] is loaded once per row, outside the column loop."""
+    n, m = 4, 5
+    a, b, out = UOp.param(0, F32.ptr(n)), UOp.param(1, F32.ptr(m)), UOp.param(2, F32.ptr(n * m))
+    i, j = UOp.range(n, 0), UOp.range(m, 1)
+    ast = kernel(out.index(i * m + j).store(a.index(i).load() * b.index(j).load()).end(i, j), name="outer")
+    x, y, res = rng.standard_normal(n, np.float32), rng.standard_normal(m, np.float32), np.zeros((n, m), np.float32)
+    prog = run(ast, [x, y, res])
+    np.testing.assert_allclose(res, np.outer(x, y), rtol=1e-6)
+    where = enclosing(prog)
+    loads = {u.src[0].src[0].arg: len(where[u]) for u in prog.uops if u.op is Ops.LOAD}
+    assert loads == {0: 1, 1: 2}
+
+
+def test_deterministic():
+    assert linearize_kernel(softmax(4, 8)).uops == linearize_kernel(softmax(4, 8)).uops
+
+
+def test_lower_reduce_false_keeps_reduce():
+    prog = linearize_kernel(row_sum(3, 4), lower_reduce=False)
+    assert any(u.op is Ops.REDUCE for u in prog.uops) and not any(u.op is Ops.DEFINE_REG for u in prog.uops)
+    assert not any(u.dtype is dtypes.weakint for u in prog.uops)
+
+
+# ---- weakint lowering ---------------------------------------------------------------------------------------
+
+def test_index_int64_only_where_needed():
+    a = UOp.param(0, F32.ptr(2**40))
+    i, j = UOp.range(2**20, 0), UOp.range(2**12, 1)
+    sink = kernel(a.index(i * 2**20 + j).store(UOp.const(F32, 1.0)).end(i, j))
+    low = lower_index_dtype(sink)
+    idx = next(u for u in low.toposort() if u.op is Ops.INDEX).src[1]
+    assert idx.dtype is dtypes.int64
+    rngs = {u.arg[0]: u.dtype for u in low.toposort() if u.op is Ops.RANGE}
+    assert rngs == {0: dtypes.int32, 1: dtypes.int32}  # the ranges fit; the products and sums are cast up
+    assert not any(u.dtype is dtypes.weakint for u in low.toposort())
+    small = lower_index_dtype(kernel(a.index(i).store(UOp.const(F32, 1.0)).end(i)))
+    assert next(u for u in small.toposort() if u.op is Ops.INDEX).src[1].dtype is dtypes.int32
+
+
+def test_wide_computation_with_narrow_result():
+    v = UOp.variable("v", 0, 2**40)
+    low = lower_index_dtype((v % 7).sink())
+    mod = low.src[0]
+    assert mod.dtype is dtypes.int64 and mod.src[0].dtype is dtypes.int64
+
+
+# ---- opts ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("opts", [[Opt(OptOps.UPCAST, 0, 4)], [Opt(OptOps.UPCAST, 1, 2)],
+                                  [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 3)], [Opt(OptOps.UPCAST, 1, 0)]],
+                         ids=str)
+def test_upcast_elementwise(opts):
+    n, m = 8, 6
+    x, y, out = rng.standard_normal((n, m), np.float32), rng.standard_normal((n, m), np.float32), np.zeros((n, m), np.float32)
+    prog = run(ew_2d(n, m), [x, y, out], opts=opts)
+    check_program(prog)
+    np.testing.assert_allclose(out, x * y + 1, rtol=1e-6)
+    lanes = 1
+    for o in opts:
+        lanes *= o.amt or m
+    assert sum(u.op is Ops.STORE for u in prog.uops) == lanes
+    assert not any(u.op is Ops.RANGE and u.arg[1] in (AxisType.UPCAST, AxisType.UNROLL) for u in prog.uops)
+
+
+@pytest.mark.parametrize("amt", [2, 4, 0])
+def test_unroll_reduce(amt):
+    n, m = 4, 8
+    x, out = rng.standard_normal((n, m), np.float32), np.zeros(n, np.float32)
+    prog = run(row_sum(n, m), [x, out], opts=[Opt(OptOps.UNROLL, 0, amt)])
+    check_program(prog)
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-5)
+    loads = [u for u in prog.uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    assert len(loads) == (amt or m)
+    assert len(loops(prog)) == (2 if amt == 0 else 4)  # a full unroll leaves only the row loop
+
+
+def test_matmul_upcast_unroll_share_one_reduce_loop():
+    n, m, k = 4, 8, 6
+    x, y = rng.standard_normal((n, k), np.float32), rng.standard_normal((k, m), np.float32)
+    ref = x @ y
+    opts = [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 2)]
+    out = np.zeros((n, m), np.float32)
+    prog = run(matmul(n, m, k), [x, y, out], opts=opts)
+    check_program(prog)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    # four accumulators, updated in one loop over k/2 (the ENDs of the four lanes' reductions merge)
+    assert sum(u.op is Ops.DEFINE_REG for u in prog.uops) == 4
+    assert [d for d, _ in loops(prog)] == [0, 1, 2, 2, 1, 0]
+    plain = np.zeros((n, m), np.float32)
+    run(matmul(n, m, k), [x, y, plain])
+    np.testing.assert_allclose(out, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_upcast_softmax_rows():
+    n, m = 4, 6
+    x, out = rng.standard_normal((n, m), np.float32), np.zeros((n, m), np.float32)
+    prog = run(softmax(n, m), [x, out], opts=[Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 1, 3)])
+    check_program(prog)
+    np.testing.assert_allclose(out, np_softmax(x), rtol=1e-5, atol=1e-7)
+
+
+def test_apply_opts_splits_ranges():
+    ast = apply_opts(ew_2d(8, 6), [Opt(OptOps.UPCAST, 0, 4)])
+    rngs = sorted((u.arg[0], u.arg[1], u.src[0].arg) for u in ast.toposort() if u.op is Ops.RANGE)
+    assert rngs == [(0, AxisType.LOOP, 2), (1, AxisType.LOOP, 6), (2, AxisType.UPCAST, 4)]
+    end = ast.src[0]
+    assert [r.arg[0] for r in end.src[1:]] == [0, 2, 1]
+
+
+def test_opt_errors():
+    with pytest.raises(OptError, match="must divide"):
+        apply_opts(ew_2d(8, 6), [Opt(OptOps.UPCAST, 1, 4)])
+    with pytest.raises(OptError, match="REDUCE axes"):
+        apply_opts(ew_2d(8, 6), [Opt(OptOps.UNROLL, 0, 2)])
+    nv = UOp.variable("n", 1, 9)
+    a = UOp.param(0, F32.ptr(9))
+    r = UOp.range(nv, 0)
+    with pytest.raises(OptError, match="not a constant"):
+        apply_opts(kernel(a.index(r).store(UOp.const(F32, 0.0)).end(r)), [Opt(OptOps.UPCAST, 0, 2)])
+
+
+# ---- errors ------------------------------------------------------------------------------------------------
+
+def test_unclosed_range_is_an_error():
+    a = UOp.param(0, F32.ptr(4))
+    r = UOp.range(4, 0)
+    with pytest.raises(LinearizeError, match="never closed"):
+        linearize_kernel(kernel(a.index(r).store(UOp.const(F32, 0.0))))
+
+
+def test_improper_nesting_is_an_error():
+    a = UOp.param(0, F32.ptr(16))
+    i, j = UOp.range(4, 0), UOp.range(4, 1)
+    st = a.index(i * 4 + j).store(UOp.const(F32, 0.0))
+    st2 = a.index(j * 4 + i).store(UOp.const(F32, 1.0))
+    with pytest.raises(LinearizeError, match="properly nested"):
+        linearize_kernel(kernel(st.end(i, j), st2.end(j, i)))
