@@ -17,6 +17,10 @@ F32 = dtypes.float32
 rng = np.random.default_rng(0)
 
 
+def randn(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape, np.float32)
+
+
 def loops(prog) -> list[tuple[int, str]]:
     """(depth, "RANGE r<id>" / "END r<id>") for every loop op, in program order."""
     out, depth = [], 0
@@ -76,7 +80,8 @@ def row_sum(n: int, m: int, op: Ops = Ops.ADD):
 
 def softmax(n: int, m: int):
     a, out = UOp.param(0, F32.ptr(n * m)), UOp.param(1, F32.ptr(n * m))
-    row, c1, c2, col = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE), UOp.range(m, 2, AxisType.REDUCE), UOp.range(m, 3)
+    row, col = UOp.range(n, 0), UOp.range(m, 3)
+    c1, c2 = UOp.range(m, 1, AxisType.REDUCE), UOp.range(m, 2, AxisType.REDUCE)
     mx = a.index(row * m + c1).load().reduce(Ops.MAX, c1)
 
     def e(c):
@@ -101,7 +106,7 @@ def np_softmax(x):
 
 def test_elementwise_2d():
     n, m = 5, 7
-    x, y, out = rng.standard_normal((n, m), np.float32), rng.standard_normal((n, m), np.float32), np.zeros((n, m), np.float32)
+    x, y, out = randn(n, m), randn(n, m), np.zeros((n, m), np.float32)
     prog = run(ew_2d(n, m), [x, y, out])
     assert loops(prog) == [(0, "RANGE r0"), (1, "RANGE r1"), (1, "END r1"), (0, "END r0")]
     check_program(prog)
@@ -137,8 +142,7 @@ def test_row_sum_accumulator():
 def test_reduce_identities(op, ref, ident):
     n, m = 3, 5
     x, out = (rng.standard_normal((n, m)) - 3).astype(np.float32), np.zeros(n, np.float32)
-    prog = run(row_reduce_named := row_sum(n, m, op), [x, out])
-    assert row_reduce_named.op is Ops.SINK
+    prog = run(row_sum(n, m, op), [x, out])
     np.testing.assert_allclose(out, ref(x, axis=1), rtol=1e-5)
     init = next(u for u in prog.uops if u.op is Ops.STORE and u.src[1].op is Ops.CONST)
     assert init.src[1].arg == ident
@@ -227,10 +231,12 @@ def test_int_division_of_negative_values():
 def test_casts_in_kernel():
     n = 6
     a = UOp.param(0, F32.ptr(n))
-    oi, ou, ob, oh = (UOp.param(k, dt.ptr(n)) for k, dt in enumerate([dtypes.int32, dtypes.uint8, dtypes.bool, dtypes.float16], 1))
+    out_dts = [dtypes.int32, dtypes.uint8, dtypes.bool, dtypes.float16]
+    oi, ou, ob, oh = (UOp.param(k, dt.ptr(n)) for k, dt in enumerate(out_dts, 1))
     i = UOp.range(n, 0)
     v = a.index(i).load()
-    ast = kernel(oi.index(i).store(v.cast(dtypes.int32)).end(i), ou.index(i).store(v.cast(dtypes.int32).cast(dtypes.uint8)).end(i),
+    ast = kernel(oi.index(i).store(v.cast(dtypes.int32)).end(i),
+                 ou.index(i).store(v.cast(dtypes.int32).cast(dtypes.uint8)).end(i),
                  ob.index(i).store(v.cast(dtypes.bool)).end(i), oh.index(i).store(v.cast(dtypes.float16)).end(i),
                  name="casts")
     x = np.array([1.9, -1.9, 0.0, 300.5, -0.0, np.nan], np.float32)
@@ -309,7 +315,7 @@ def test_wide_computation_with_narrow_result():
                          ids=str)
 def test_upcast_elementwise(opts):
     n, m = 8, 6
-    x, y, out = rng.standard_normal((n, m), np.float32), rng.standard_normal((n, m), np.float32), np.zeros((n, m), np.float32)
+    x, y, out = randn(n, m), randn(n, m), np.zeros((n, m), np.float32)
     prog = run(ew_2d(n, m), [x, y, out], opts=opts)
     check_program(prog)
     np.testing.assert_allclose(out, x * y + 1, rtol=1e-6)
@@ -393,3 +399,39 @@ def test_improper_nesting_is_an_error():
     st2 = a.index(j * 4 + i).store(UOp.const(F32, 1.0))
     with pytest.raises(LinearizeError, match="properly nested"):
         linearize_kernel(kernel(st.end(i, j), st2.end(j, i)))
+
+
+def test_index_simplification():
+    """A reshape round trip ((i*m+j)//m*m + (i*m+j)%m) folds back to i*m+j: no division is left."""
+    n, m = 3, 4
+    a, out = UOp.param(0, F32.ptr(n * m)), UOp.param(1, F32.ptr(n * m))
+    i, j = UOp.range(n, 0), UOp.range(m, 1)
+    flat = i * m + j
+    ast = kernel(out.index(flat).store(a.index(flat // m * m + flat % m).load()).end(i, j), name="reshape")
+    x, res = randn(n, m), np.zeros((n, m), np.float32)
+    prog = run(ast, [x, res])
+    np.testing.assert_array_equal(res, x)
+    assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in prog.uops)
+    assert len({u for u in prog.uops if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM}) == 2
+
+
+def test_variable_as_a_value():
+    """A DEFINE_VAR cast to the value dtype: out[i] = a[i] + n."""
+    nv = UOp.variable("n", 0, 8)
+    a, out = UOp.param(0, F32.ptr(8)), UOp.param(1, F32.ptr(8))
+    r = UOp.range(nv, 0)
+    ast = kernel(out.index(r).store(a.index(r).load() + nv.cast(F32)).end(r), name="add_n")
+    x, res = randn(8), np.zeros(8, np.float32)
+    run(ast, [x, res], {"n": 6})
+    np.testing.assert_allclose(res[:6], x[:6] + 6)
+
+
+def test_renderer_program_uses_its_opts():
+    from tg_core.renderer.llvmir import LLVMRenderer
+
+    class Upcasting(LLVMRenderer):
+        def opts_for(self, ast):
+            return [Opt(OptOps.UNROLL, 0, 4)]
+    prog = Upcasting().program(row_sum(2, 8))
+    assert sum(u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM for u in prog.uops) == 4
+    assert Upcasting().program(row_sum(2, 8), opts=[]).uops == linearize_kernel(row_sum(2, 8)).uops

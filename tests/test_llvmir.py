@@ -38,7 +38,8 @@ def compile_and_run(src: str, prog: Program, arrays: list[np.ndarray], var_vals:
     engine.finalize_object()
     from tg_core.renderer.llvmir import _ident
     var_types = [ctypes.c_int64 if v.dtype is dtypes.int64 else ctypes.c_int32 for v in prog.variables]
-    fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(arrays), *var_types)(engine.get_function_address(_ident(prog.name)))
+    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(arrays), *var_types)
+    fn = signature(engine.get_function_address(_ident(prog.name)))
     assert len(arrays) == len(prog.params)
     for a in arrays:
         assert a.flags.c_contiguous
@@ -99,7 +100,8 @@ def check_alu(op: Ops, out_dt: DType, in_dt: DType, *columns: list) -> None:
         assert same(got, want, out_dt), f"{op} {in_dt!r} {[c[i] for c in ins]}: got {got}, want {want}"
 
 
-INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64]
+INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+        dtypes.uint64]
 FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 
 
@@ -151,6 +153,7 @@ def test_float_ops(dt):
     for op in (Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC):
         check_alu(op, dt, dt, pos + [-1.5, -0.0])
     check_alu(Ops.SIN, dt, dt, [0.0, 0.5, -1.25, 3.0, math.nan])
+    check_alu(Ops.POW, dt, dt, [2.0, 0.5, 3.0, 0.0, 1.5], [3.0, 2.0, -1.0, 2.0, 0.5])
 
 
 def test_nan_compares_follow_c():
@@ -294,4 +297,5 @@ def test_core_does_not_import_llvmlite():
     code = ("import sys, tg_core, tg_core.codegen, tg_core.renderer, tg_core.renderer.llvmir; "
             "sys.exit('llvmlite' in sys.modules)")
     root = Path(__file__).resolve().parent.parent
-    assert subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": str(root)}).returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, env=env).returncode == 0

@@ -29,6 +29,14 @@ class LinearizeError(RuntimeError):
     pass
 
 
+def _rank(u: UOp) -> tuple:
+    """Arguments and storage first (PARAMs by index, variables by name), then everything in graph order."""
+    if u.op not in _FIRST:
+        return (1,)
+    key = u.arg[0] if u.op is Ops.DEFINE_VAR or isinstance(u.arg, tuple) else u.arg
+    return (0, _FIRST.index(u.op), key if isinstance(key, (int, str)) else repr(key))
+
+
 def _name(r: UOp | None) -> str:
     return "the kernel" if r is None else f"range r{r.arg[0]}"
 
@@ -139,7 +147,7 @@ def linearize(sink: UOp) -> list[UOp]:
         for u in todo:
             for d in deps[u]:
                 users.setdefault(d, []).append(u)
-        ready = [((u.op not in _FIRST), order[u], u) for u in todo if waiting[u] == 0]
+        ready = [(_rank(u), order[u], u) for u in todo if waiting[u] == 0]
         heapq.heapify(ready)
         placed = 0
         while ready:
@@ -154,7 +162,7 @@ def linearize(sink: UOp) -> list[UOp]:
             for v in users.get(u, ()):
                 waiting[v] -= 1
                 if waiting[v] == 0:
-                    heapq.heappush(ready, ((v.op not in _FIRST), order[v], v))
+                    heapq.heappush(ready, (_rank(v), order[v], v))
         if placed != len(todo):
             stuck = [u for u in todo if waiting[u] > 0]
             raise LinearizeError(f"a dependency cycle in {_name(block)} between "

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from tg_core.codegen.opts import Opt
 from tg_core.codegen.program import Program, linearize_kernel
 from tg_core.dtype import DType, PtrDType, dtypes
-from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.uop import UOp
 
@@ -35,7 +34,8 @@ class Renderer:
 
     def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> Program:
         """`ast` linearized for this renderer, with `opts` (default: the renderer's own choice)."""
-        return linearize_kernel(ast, self.lower_reduce, self.opts_for(ast) if opts is None else opts, self.extra_matcher)
+        chosen = self.opts_for(ast) if opts is None else opts
+        return linearize_kernel(ast, self.lower_reduce, chosen, self.extra_matcher)
 
     def check_dtypes(self, program: Program) -> None:
         """Raise UnsupportedDTypeError naming the dtype and this renderer if the program uses one it lacks."""

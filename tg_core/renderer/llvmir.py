@@ -13,7 +13,6 @@ nearest even in integer code, so no target needs bfloat16 instructions or a runt
 """
 from __future__ import annotations
 
-import math
 import re
 import struct
 
@@ -166,7 +165,8 @@ class _Function:
         elif op in GroupOp.ALU:
             self.names[u] = self.alu(u.op, u.dtype, [s.dtype for s in u.src], [self.names[s] for s in u.src])
         else:
-            raise NotImplementedError(f"the {self.r.name} renderer cannot render {op.name} (in kernel {self.prog.name})")
+            raise NotImplementedError(f"the {self.r.name} renderer cannot render {op.name} "
+                                      f"(in kernel {self.prog.name})")
 
     # ---- memory ----------------------------------------------------------------------------------------
 
