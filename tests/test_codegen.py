@@ -435,3 +435,40 @@ def test_renderer_program_uses_its_opts():
     prog = Upcasting().program(row_sum(2, 8))
     assert sum(u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM for u in prog.uops) == 4
     assert Upcasting().program(row_sum(2, 8), opts=[]).uops == linearize_kernel(row_sum(2, 8)).uops
+
+
+def test_triangular_loop_cumsum():
+    """out[i] = sum(a[j] for j <= i): the reduce range's end depends on the row range."""
+    n = 7
+    a, out = UOp.param(0, F32.ptr(n)), UOp.param(1, F32.ptr(n))
+    i = UOp.range(n, 0)
+    j = UOp.range(i + 1, 1, AxisType.REDUCE)
+    x, res = randn(n), np.zeros(n, np.float32)
+    prog = run(kernel(out.index(i).store(a.index(j).load().reduce(Ops.ADD, j)).end(i), name="cumsum"), [x, res])
+    check_program(prog)
+    np.testing.assert_allclose(res, np.cumsum(x), rtol=1e-5)
+    assert loops(prog) == [(0, "RANGE r0"), (1, "RANGE r1"), (1, "END r1"), (0, "END r0")]
+
+
+def test_independent_reductions_over_one_range_share_the_loop():
+    n, m = 3, 6
+    a, out = UOp.param(0, F32.ptr(n * m)), UOp.param(1, F32.ptr(n))
+    i, k = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE)
+    v = a.index(i * m + k).load()
+    ast = kernel(out.index(i).store(v.reduce(Ops.ADD, k) + v.reduce(Ops.MAX, k)).end(i), name="sum_plus_max")
+    x, res = randn(n, m), np.zeros(n, np.float32)
+    prog = run(ast, [x, res])
+    check_program(prog)
+    np.testing.assert_allclose(res, x.sum(1) + x.max(1), rtol=1e-5)
+    assert loops(prog) == [(0, "RANGE r0"), (1, "RANGE r1"), (1, "END r1"), (0, "END r0")]
+    assert sum(u.op is Ops.DEFINE_REG for u in prog.uops) == 2
+
+
+def test_dependent_reductions_need_distinct_ranges():
+    """sum_k (a[k] - max_k a[k]) with one RANGE for both reductions cannot be one loop: an error, not a cycle."""
+    a, out = UOp.param(0, F32.ptr(4)), UOp.param(1, F32.ptr(1))
+    k = UOp.range(4, 0, AxisType.REDUCE)
+    v = a.index(k).load()
+    bad = (v - v.reduce(Ops.MAX, k)).reduce(Ops.ADD, k)
+    with pytest.raises(LinearizeError, match="r0"):
+        linearize_kernel(kernel(out.index(UOp.const(dtypes.weakint, 0)).store(bad)))
