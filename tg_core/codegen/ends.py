@@ -50,4 +50,5 @@ def merge_ends(root: UOp) -> UOp:
 
 
 def normalize_ends(ast: UOp) -> UOp:
+    """`ast` with single-range ENDs, one per range."""
     return merge_ends(graph_rewrite(ast, pm_split_ends))

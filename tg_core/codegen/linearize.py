@@ -80,64 +80,61 @@ def _loop_tree(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]]) -> tuple[dict
     return parent, ends
 
 
+Lineage = list[tuple[UOp | None, UOp]]  # (block, item) pairs, innermost block first
+
+
+def _lineages(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]],
+              parent: dict[UOp, UOp | None]) -> dict[UOp, Lineage]:
+    """For each node, (block, item) from the block it sits in up to the kernel's top block (None). A plain node
+    is its own item in the block of the innermost range of its scope; RANGE and END of r are the loop item r."""
+    def chain(b: UOp | None) -> Lineage:
+        out: Lineage = []
+        while b is not None:
+            out.append((parent[b], b))
+            b = parent[b]
+        return out
+
+    depth = {r: len(chain(r)) for r in parent}
+    lineage: dict[UOp, Lineage] = {}
+    for u in nodes:
+        if u.op is Ops.RANGE or u.op is Ops.END:
+            lineage[u] = chain(u if u.op is Ops.RANGE else u.src[1])
+            continue
+        block = max(scope[u], key=depth.__getitem__) if scope[u] else None
+        lineage[u] = [(block, u), *chain(block)]
+        if not scope[u] <= {b for _, b in lineage[u][1:]}:
+            raise LinearizeError(f"{u.op.name} ({u.render()[:80]}) depends on "
+                                 f"{', '.join(_name(r) for r in scope[u])}, which are not nested inside each other")
+    return lineage
+
+
+def _block_items(nodes: list[UOp], lineage: dict[UOp, Lineage]) -> tuple[dict[UOp | None, list[UOp]],
+                                                                          dict[UOp, set[UOp]]]:
+    """(each block's items, each item's dependencies among the items of its block). An edge from a source to
+    a user is an edge between their items in the deepest block both are inside of."""
+    items: dict[UOp | None, list[UOp]] = {}
+    for u in nodes:
+        if u.op is not Ops.END:
+            items.setdefault(lineage[u][0][0], []).append(u)
+    deps: dict[UOp, set[UOp]] = {u: set() for u in nodes}
+    for u in nodes:
+        mine = dict(lineage[u])
+        for s in u.src:
+            for block, item in lineage.get(s, ()):
+                if block in mine:
+                    if mine[block] is not item:
+                        deps[mine[block]].add(item)
+                    break
+    return items, deps
+
+
 def linearize(sink: UOp) -> list[UOp]:
     """The nodes under `sink` (not the SINK itself) in execution order."""
     nodes = [u for u in sink.toposort() if u is not sink]
     order = {u: i for i, u in enumerate(nodes)}
     scope = _scopes(nodes + [sink])
     parent, ends = _loop_tree(nodes, scope)
-    depth: dict[UOp | None, int] = {None: 0}
-
-    def depth_of(r: UOp | None) -> int:
-        if r not in depth:
-            depth[r] = depth_of(parent[r]) + 1
-        return depth[r]
-
-    def innermost(s: frozenset[UOp]) -> UOp | None:
-        return max(s, key=depth_of) if s else None
-
-    # lineage: for each node, (block, item) from the block it sits in up to the kernel's top block.
-    # A plain node is its own item in its block; RANGE and END of r belong to the loop item r.
-    lineage: dict[UOp, list[tuple[UOp | None, UOp]]] = {}
-    for u in nodes:
-        if u.op is Ops.RANGE or u.op is Ops.END:
-            r = u if u.op is Ops.RANGE else u.src[1]
-            line, block = [(parent[r], r)], parent[r]
-        else:
-            block = innermost(scope[u])
-            line = [(block, u)]
-            chain = set()
-            b = block
-            while b is not None:
-                chain.add(b)
-                b = parent[b]
-            if not scope[u] <= chain:
-                raise LinearizeError(f"{u.op.name} ({u.render()[:80]}) depends on "
-                                     f"{', '.join(_name(r) for r in scope[u])}, which are not nested inside each other")
-        while block is not None:
-            line.append((parent[block], block))
-            block = parent[block]
-        lineage[u] = line
-
-    items: dict[UOp | None, list[UOp]] = {}
-    loops: set[UOp] = set(ends)
-    for u in nodes:
-        if u.op is not Ops.END and (u.op is not Ops.RANGE):
-            items.setdefault(lineage[u][0][0], []).append(u)
-        elif u.op is Ops.RANGE:
-            items.setdefault(parent[u], []).append(u)
-    deps: dict[UOp, set[UOp]] = {u: set() for u in nodes}
-    for u in nodes:
-        mine = dict(lineage[u])
-        for s in u.src:
-            if s is sink:
-                continue
-            for block, item in lineage[s]:
-                if block in mine:
-                    if mine[block] is not item:
-                        deps[mine[block]].add(item)
-                    break
-
+    items, deps = _block_items(nodes, _lineages(nodes, scope, parent))
     out: list[UOp] = []
 
     def emit(block: UOp | None) -> None:
@@ -151,14 +148,12 @@ def linearize(sink: UOp) -> list[UOp]:
         heapq.heapify(ready)
         placed = 0
         while ready:
-            _, _, u = heapq.heappop(ready)
+            u = heapq.heappop(ready)[2]
             placed += 1
-            if u in loops:
-                out.append(u)
+            out.append(u)
+            if u.op is Ops.RANGE:  # a loop item: its body, then its END
                 emit(u)
                 out.append(ends[u])
-            else:
-                out.append(u)
             for v in users.get(u, ()):
                 waiting[v] -= 1
                 if waiting[v] == 0:

@@ -31,6 +31,7 @@ def _param_index(p: UOp) -> int:
 
 
 def kernel_name(ast: UOp) -> str:
+    """The name in the kernel's KernelInfo ("kernel" without one)."""
     return ast.arg.name if isinstance(ast.arg, KernelInfo) else "kernel"
 
 

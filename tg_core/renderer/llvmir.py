@@ -17,7 +17,7 @@ import re
 import struct
 
 from tg_core.codegen.program import Program
-from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
+from tg_core.dtype import AddrSpace, DType, PtrDType, as_const, dtypes
 from tg_core.renderer import Renderer
 from tg_core.uop.alu import bitcast_const
 from tg_core.uop.ops import GroupOp, Ops
@@ -60,6 +60,7 @@ def render_const(value: object, dt: DType) -> str:
         return str(_as_signed(bitcast_const(value, dt, dtypes.uint16), 16))
     if dtypes.is_int(dt):
         return str(_as_signed(int(value), 8 * dt.itemsize))
+    value = as_const(value, dt)  # on the dtype's grid, or LLVM rejects the literal
     if dt is dtypes.float16:
         return f"0xH{struct.unpack('<H', struct.pack('<e', value))[0]:04X}"
     # float and double literals are written as the double with the same value (exact for float's grid)
