@@ -6,7 +6,7 @@ import pytest
 
 from tg_core.codegen import LinearizeError, Opt, OptError, OptOps, apply_opts, linearize_kernel
 from tg_core.codegen.lower_index import lower_index_dtype
-from tg_core.dtype import AddrSpace, dtypes
+from tg_core.dtype import AddrSpace, dtypes, to_numpy_dtype
 from tg_core.uop import AxisType, Ops, UOp
 from tg_core.uop.spec import type_verify
 
@@ -472,3 +472,19 @@ def test_dependent_reductions_need_distinct_ranges():
     bad = (v - v.reduce(Ops.MAX, k)).reduce(Ops.ADD, k)
     with pytest.raises(LinearizeError, match="r0"):
         linearize_kernel(kernel(out.index(UOp.const(dtypes.weakint, 0)).store(bad)))
+
+
+@pytest.mark.parametrize("dt,op", [(dtypes.int32, Ops.MAX), (dtypes.int32, Ops.ADD), (dtypes.uint8, Ops.MAX),
+                                   (dtypes.bool, Ops.MAX), (dtypes.bool, Ops.ADD), (dtypes.int64, Ops.MUL)])
+def test_int_and_bool_reductions(dt, op):
+    n, m = 4, 5
+    a, out = UOp.param(0, dt.ptr(n * m)), UOp.param(1, dt.ptr(n))
+    i, k = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE)
+    ast = kernel(out.index(i).store(a.index(i * m + k).load().reduce(op, k)).end(i), name=f"reduce_{dt.name}")
+    npdt = to_numpy_dtype(dt)
+    x = (rng.integers(-3, 4, (n, m)) if dt is not dtypes.uint8 else rng.integers(0, 255, (n, m))).astype(npdt)
+    x[0] = x[0].min() if dt is not dtypes.bool else False  # a row of equal (or all-false) values
+    res = np.zeros(n, npdt)
+    run(ast, [x, res])
+    ref = {Ops.MAX: np.max, Ops.ADD: np.any if dt is dtypes.bool else np.sum, Ops.MUL: np.prod}[op](x, axis=1)
+    np.testing.assert_array_equal(res, ref.astype(npdt))

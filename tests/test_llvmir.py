@@ -250,7 +250,7 @@ def test_signature_noalias_pointers_and_int_vars():
     r = UOp.range(n, 0)
     src = LLVMRenderer().render(linearize_kernel(kernel(out.index(r).store(a.index(r).load().cast(dtypes.int32)).end(r),
                                                         name="sig")))
-    assert "define void @sig(ptr noalias %data0, ptr noalias %data1, i32 %n)" in src
+    assert "define void @sig(ptr noalias %data0, ptr noalias %data1, i32 %var.n)" in src
 
 
 def test_constants_are_exact():

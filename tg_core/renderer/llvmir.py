@@ -140,7 +140,7 @@ class _Function:
             args.append(f"{self.ptr(p.dtype)} noalias %data{idx}" if isinstance(p.dtype, PtrDType)
                         else f"{ltype(p.dtype)} %data{idx}")
         for v in self.prog.variables:
-            self.names[v] = "%" + _ident(v.arg[0])
+            self.names[v] = "%var." + _ident(v.arg[0])  # the prefix keeps user names apart from temporaries
             args.append(f"{ltype(v.dtype)} {self.names[v]}")
         for u in self.prog.uops:
             self.render(u)
