@@ -336,6 +336,8 @@ def test_unroll_reduce(amt):
     loads = [u for u in prog.uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
     assert len(loads) == (amt or m)
     assert len(loops(prog)) == (2 if amt == 0 else 4)  # a full unroll leaves only the row loop
+    # one accumulator per lane, all updated in the one loop left over the reduce axis
+    assert sum(u.op is Ops.DEFINE_REG for u in prog.uops) == (0 if amt == 0 else amt)
 
 
 def test_matmul_upcast_unroll_share_one_reduce_loop():
@@ -347,8 +349,8 @@ def test_matmul_upcast_unroll_share_one_reduce_loop():
     prog = run(matmul(n, m, k), [x, y, out], opts=opts)
     check_program(prog)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
-    # four accumulators, updated in one loop over k/2 (the ENDs of the four lanes' reductions merge)
-    assert sum(u.op is Ops.DEFINE_REG for u in prog.uops) == 4
+    # 4 output lanes x 2 reduce lanes: 8 accumulators, updated in one loop over k/2 (their ENDs merge)
+    assert sum(u.op is Ops.DEFINE_REG for u in prog.uops) == 8
     assert [d for d, _ in loops(prog)] == [0, 1, 2, 2, 1, 0]
     plain = np.zeros((n, m), np.float32)
     run(matmul(n, m, k), [x, y, plain])

@@ -2,8 +2,9 @@
 
 A range of axis type UPCAST or UNROLL (constant size n) is not a loop: whatever is computed inside it is
 computed n times, once per lane, with the range replaced by the lane's number. An END over such a range
-becomes a GROUP of the n effects; a REDUCE over it combines the n lane values with its op (and keeps
-reducing over its other ranges). Lanes are scalar copies: codegen does not vectorize yet.
+becomes a GROUP of the n effects; a REDUCE over it becomes n REDUCEs over its other ranges, one per lane,
+combined with its op after them (n accumulators updated in one loop, since their ENDs merge). Lanes are
+scalar copies: codegen does not vectorize yet.
 """
 from __future__ import annotations
 
@@ -41,14 +42,14 @@ def _expand_end(x: UOp) -> UOp | None:
 
 
 def _expand_reduce(x: UOp) -> UOp | None:
-    lanes = [r for r in x.src[1:] if _is_lane(r)]
-    if not lanes:
+    """Each lane reduces over the other ranges on its own (its own accumulator: independent chains the
+    hardware overlaps), and the lanes are combined once, after the loops."""
+    lane = next((r for r in x.src[1:] if _is_lane(r)), None)
+    if lane is None:
         return None
-    value = x.src[0]
-    for r in lanes:
-        value = reduce(lambda a, b: reduce_combine(x.arg, a, b), _lanes(value, r))
-    rest = tuple(r for r in x.src[1:] if not _is_lane(r))
-    return x.replace(src=(value, *rest)) if rest else value
+    rest = tuple(r for r in x.src[1:] if r is not lane)
+    parts = [x.replace(src=(v, *rest)) if rest else v for v in _lanes(x.src[0], lane)]
+    return reduce(lambda a, b: reduce_combine(x.arg, a, b), parts)
 
 
 pm_expand = PatternMatcher([
