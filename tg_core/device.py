@@ -305,6 +305,11 @@ class Compiled:
             raise NotImplementedError(f"device {self.device} has no program runtime")
         return self.runtime(name, lib)
 
+    def get_runner(self, ast: Any) -> Callable[[list[Buffer], dict[str, int]], None]:
+        """A callable running the kernel AST `ast` on buffers (PARAM i is bufs[i]) with variable values.
+        Devices with a renderer and runtime get this from codegen; a device may override it."""
+        raise NotImplementedError(f"device {self.device} cannot run kernels: it has no renderer/runtime for them yet")
+
     def synchronize(self) -> None:
         """Wait for all work queued on this device. Devices that run synchronously need not override it."""
 

@@ -6,10 +6,12 @@ interpreter, the oracle for tests) comes with the Tensor API.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from tg_core.device import BufferSpec, Compiled, LRUAllocator
+import numpy as np
+
+from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator
 from tg_core.plugins.hookspecs import hookimpl
 from tg_core.plugins.specs import DeviceSpec
 
@@ -34,8 +36,23 @@ class PythonAllocator(LRUAllocator):
 
 
 class PythonDevice(Compiled):
+    """Runs kernel ASTs with core's reference interpreter (numpy over whole ranges, exact semantics)."""
+
     def __init__(self, device: str, options: Mapping[str, Any]):
         super().__init__(device, PythonAllocator())
+
+    def get_runner(self, ast: Any) -> Callable[[list[Buffer], dict[str, int]], None]:
+        from tg_core.interpreter import run_kernel
+
+        def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
+            arrays = [np.frombuffer(b.opaque, dtype=_storage_dtype(b.dtype)) for b in bufs]
+            run_kernel(ast, arrays, var_vals)
+        return run
+
+
+def _storage_dtype(dt: Any) -> np.dtype:
+    from tg_core.dtype import to_numpy_dtype
+    return to_numpy_dtype(dt)
 
 
 @hookimpl

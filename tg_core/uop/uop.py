@@ -20,6 +20,7 @@ from typing import Any
 
 from tg_core.dtype import ConstType, DType, PtrDType, as_const, dtypes, least_upper_dtype
 from tg_core.uop.ops import AxisType, GroupOp, Ops
+from tg_core.uop.tensor_ops import TensorOps
 
 
 # The hash-consing cache: key -> weak reference to the node. Entries of dead nodes are swept when the
@@ -93,12 +94,12 @@ def _binop(op: Ops, reverse: bool = False) -> Callable[[UOp, Any], UOp]:
     return method
 
 
-class UOp:
+class UOp(TensorOps):
     """One node: `op` applied to `src` nodes, producing `dtype`, parametrized by `arg`; `tag` is free for passes."""
     # _minmax, _ranges: lazily computed analyses; _lin: the linear form of a canonical integer sum (set by
     # the code that builds one, see linear.py). All are pure functions of the node, so caching them on a
     # shared hash-consed node is safe.
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "_minmax", "_ranges", "_lin", "__weakref__")
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_minmax", "_ranges", "_lin", "_shape", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
@@ -117,7 +118,7 @@ class UOp:
                 return node
         node = object.__new__(cls)
         node.op, node.dtype, node.src, node.arg, node.tag = op, dtype, src, arg, tag
-        node._minmax = node._ranges = node._lin = None
+        node._minmax = node._ranges = node._lin = node._shape = None
         with _ucache_lock:
             ref = _ucache.get(key)
             other = ref() if ref is not None else None

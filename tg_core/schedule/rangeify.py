@@ -1,0 +1,239 @@
+"""From tensor graph to kernel ASTs: pick realize points, and turn everything between them into index math.
+
+Each realized node becomes one kernel. Its output gets one RANGE per axis; walking the graph down from the
+output, movement ops become index expressions on those ranges (`_lower`), elementwise ops are inlined, a
+REDUCE_AXIS becomes a REDUCE over fresh ranges, and a realized input becomes a LOAD. So an elementwise chain,
+an elementwise producer of a reduce and an elementwise consumer of it (even one that broadcasts the reduce
+back over the reduced axis, as softmax does) all land in one kernel; codegen computes each reduce once per
+the ranges it depends on.
+
+A REDUCE_AXIS is realized on its own instead when, inlined, it would be recomputed: when its indices
+depend on the range of an enclosing reduction while the kernel has output ranges it does not depend on
+(a matmul feeding another matmul).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from tg_core.dtype import dtypes
+from tg_core.helpers import prod
+from tg_core.uop.ops import AxisType, GroupOp, KernelInfo, Ops
+from tg_core.uop.symbolic import simplify
+from tg_core.uop.uop import UOp
+
+_ZERO = UOp.const(dtypes.weakint, 0)
+
+
+def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc if n != 1 else 0)
+        acc *= n
+    return tuple(reversed(out))
+
+
+def flat_index(idxs: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
+    acc: UOp = _ZERO
+    for i, st in zip(idxs, strides_for(shape)):
+        if st:
+            acc = acc + i * st
+    return acc
+
+
+def unflatten(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
+    out = []
+    for n, st in zip(shape, strides_for(shape)):
+        out.append(_ZERO if n == 1 else (flat // st) % n)
+    return tuple(out)
+
+
+@dataclass
+class Kernel:
+    """A kernel being built: its AST is made once `value` is lowered."""
+    name: str
+    params: list[UOp] = field(default_factory=list)      # BUFFER nodes, PARAM i reads params[i]
+    ranges: itertools.count = field(default_factory=itertools.count)
+    output_ranges: tuple[UOp, ...] = ()
+    memo: dict = field(default_factory=dict)
+
+    def param(self, buf: UOp) -> UOp:
+        if buf not in self.params:
+            self.params.append(buf)
+        i = self.params.index(buf)
+        return UOp.param(i, buf.dtype.ptr(buf.arg))
+
+    def new_range(self, size: int, kind: AxisType) -> UOp:
+        return UOp.range(size, next(self.ranges), kind)
+
+
+class Scheduler:
+    """Builds the kernels that realize a set of tensor nodes, in an order that respects their inputs."""
+
+    def __init__(self) -> None:
+        self.realized: dict[UOp, UOp] = {}      # tensor node -> its BUFFER
+        self.items: list[tuple[UOp, list[UOp]]] = []  # (kernel AST, BUFFER nodes by PARAM index)
+        self.names = itertools.count()
+
+    # ---- realize points -----------------------------------------------------------------------------------
+
+    def realize(self, u: UOp, device: str | None = None) -> UOp:
+        """The BUFFER holding `u`'s value, scheduling the kernel that computes it if needed. `device` is
+        where a node with no buffer in its graph (a constant) is computed."""
+        if u.op is Ops.BUFFER:
+            return u
+        if u in self.realized:
+            return self.realized[u]
+        base = _buffer_view(u)
+        if base is not None:
+            return base
+        if u.op is Ops.COPY:
+            src = self.realize(u.src[0])
+            out = UOp.new_buffer(u.src[1].arg, src.arg, src.dtype)
+            self.items.append((UOp(Ops.COPY, dtypes.void, (out, src)), [out, src]))
+            self.realized[u] = out
+            return out
+        device = u.device or device
+        if device is None:
+            raise ValueError(f"cannot realize {u.render()[:80]}: it reads no buffer, so give it a device")
+        if u.numel == 0:
+            raise ValueError(f"nothing to realize in a tensor of shape {u.shape}")
+        out = UOp.new_buffer(device, u.numel, u.dtype)
+        k = Kernel(name=f"k{next(self.names)}_{_kernel_name(u)}")
+        k.param(out)
+        shape = u.shape
+        idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in shape)
+        k.output_ranges = tuple(i for i in idxs if i.op is Ops.RANGE)
+        src = u.src[0] if u.op is Ops.CONTIGUOUS else u
+        value = self._lower(k, src, idxs, None, ())
+        store = UOp(Ops.STORE, dtypes.void, (k.param(out).index(flat_index(idxs, shape)), value))
+        ast = UOp(Ops.SINK, dtypes.void, (store.end(*k.output_ranges),), KernelInfo(k.name))
+        self.items.append((simplify(ast), list(k.params)))
+        self.realized[u] = out
+        return out
+
+    # ---- lowering: tensor node at these indices -> kernel value ------------------------------------------
+
+    def _lower(self, k: Kernel, u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, reducing: tuple[UOp, ...]) -> UOp:
+        # `reducing` only informs the realize decision of a nested reduce: it is not part of the key, so a
+        # subexpression met inside and outside a reduction is lowered (and computed) once
+        key = (u, idxs, valid)
+        got = k.memo.get(key)
+        if got is None:
+            got = k.memo[key] = self._lower_uncached(k, u, idxs, valid, reducing)
+        return got
+
+    def _lower_uncached(self, k: Kernel, u: UOp, idxs: tuple[UOp, ...], valid: UOp | None,
+                        reducing: tuple[UOp, ...]) -> UOp:
+        op = u.op
+        if op is Ops.BUFFER:
+            return k.param(u).index(idxs[0], valid).load() if valid is not None else k.param(u).index(idxs[0]).load()
+        if u in self.realized or op in (Ops.CONTIGUOUS, Ops.COPY):
+            buf = self.realize(u)
+            return self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing)
+        if op is Ops.CONST:
+            return u
+        if op is Ops.DEFINE_VAR:
+            return u
+        if op is Ops.BIND:
+            return u.src[0]
+        if op in (Ops.DETACH, Ops.AFTER):
+            return self._lower(k, u.src[0], idxs, valid, reducing)
+        if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+            return UOp(op, u.dtype, tuple(self._lower(k, s, idxs, valid, reducing) for s in u.src), u.arg)
+        src = u.src[0] if u.src else None
+        if op is Ops.RESHAPE:
+            # simplified right away: `(r0*2+r1)//2` with r1 < 2 is just r0, and decisions below look at the
+            # ranges an index really depends on
+            new = tuple(simplify(i) for i in unflatten(flat_index(idxs, u.shape), src.shape))
+            return self._lower(k, src, new, valid, reducing)
+        if op is Ops.EXPAND:
+            new = tuple(_ZERO if s == 1 and n != 1 else i for i, s, n in zip(idxs, src.shape, u.shape))
+            return self._lower(k, src, new, valid, reducing)
+        if op is Ops.PERMUTE:
+            new = [None] * len(idxs)
+            for i, axis in enumerate(u.arg):
+                new[axis] = idxs[i]
+            return self._lower(k, src, tuple(new), valid, reducing)
+        if op is Ops.SHRINK:
+            return self._lower(k, src, tuple(i + s if s else i for i, (s, _) in zip(idxs, u.arg)), valid, reducing)
+        if op is Ops.FLIP:
+            return self._lower(k, src, tuple((n - 1) - i if f else i for i, f, n in zip(idxs, u.arg, u.shape)),
+                               valid, reducing)
+        if op is Ops.PAD:
+            return self._lower_pad(k, u, idxs, valid, reducing)
+        if op is Ops.REDUCE_AXIS:
+            return self._lower_reduce(k, u, idxs, valid, reducing)
+        raise NotImplementedError(f"the scheduler cannot lower {op} yet ({u.render()[:80]})")
+
+    def _lower_pad(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
+        src = u.src[0]
+        conds, new = [], []
+        for i, (b, a), n in zip(idxs, u.arg, src.shape):
+            new.append(i - b if b else i)
+            if b:
+                conds.append(i >= b)
+            if a:
+                conds.append(i < b + n)
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = cond & c
+        gate = cond if valid is None else valid & cond
+        inner = self._lower(k, src, tuple(new), gate, reducing)
+        # the gate keeps the loads in bounds; the WHERE makes the padding zero for any op above them (exp(0) != 0)
+        return cond.where(inner, UOp.const(u.dtype, 0))
+
+    def _lower_reduce(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
+        src = u.src[0]
+        op, axes = u.arg
+        if reducing and any(r in reducing for i in idxs for r in i.ranges) and \
+                any(r not in _ranges_of(idxs) for r in k.output_ranges):
+            # inlined here it would be recomputed for every value of an output range it does not use
+            buf = self.realize(u)
+            return self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing)
+        new_ranges = []
+        src_idxs = list(idxs)
+        for a in axes:
+            n = src.shape[a]
+            if n > 1:
+                r = k.new_range(n, AxisType.REDUCE)
+                new_ranges.append(r)
+                src_idxs[a] = r
+            else:
+                src_idxs[a] = _ZERO
+        inner = self._lower(k, src, tuple(src_idxs), valid, reducing + tuple(new_ranges))
+        if not new_ranges:
+            return inner
+        return UOp(Ops.REDUCE, u.dtype, (inner, *new_ranges), op)
+
+
+def _ranges_of(idxs: tuple[UOp, ...]) -> set[UOp]:
+    out: set[UOp] = set()
+    for i in idxs:
+        out.update(i.ranges)
+    return out
+
+
+def _buffer_view(u: UOp) -> UOp | None:
+    """A realized buffer seen in its full shape (RESHAPE of a BUFFER) needs no kernel."""
+    if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
+        return u.src[0]
+    return None
+
+
+def _kernel_name(u: UOp) -> str:
+    ops = [n.op.name.lower() for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)
+           if n.op in GroupOp.ALU or n.op is Ops.REDUCE_AXIS]
+    short = "_".join(dict.fromkeys(ops))[:40]
+    return short or u.op.name.lower()
+
+
+def create_schedule(targets: list[UOp], devices: list[str] | None = None) -> tuple[list[tuple[UOp, list[UOp]]], dict[UOp, UOp]]:
+    """Kernels (AST, BUFFER nodes by PARAM index) that compute `targets`, in dependency order, and each
+    target's BUFFER. `devices[i]` is where targets[i] goes when its graph reads no buffer."""
+    s = Scheduler()
+    out = {t: s.realize(t, devices[i] if devices else None) for i, t in enumerate(targets)}
+    return s.items, out
+
+
+__all__ = ["create_schedule", "flat_index", "strides_for", "unflatten", "prod"]

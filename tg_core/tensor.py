@@ -1,0 +1,334 @@
+"""Tensor: a lazy n-dimensional array whose value is a tensor graph of UOps, computed on `realize()`.
+
+The API follows tinygrad's Tensor (names, signatures, broadcasting, dtype promotion); where tinygrad and
+PyTorch differ in what a user sees, PyTorch's semantics win. This module holds the primitives every other
+operation is built from: creation, realization, elementwise ops with broadcasting and promotion, the six
+movement ops, and reductions.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tg_core.device import Buffer, Device
+from tg_core.dtype import (ConstType, DType, dtypes, from_numpy_dtype, least_upper_dtype, least_upper_float,
+                           sum_acc_dtype, to_dtype, to_numpy_dtype)
+from tg_core.engine.realize import attach, buffer_of, realize
+from tg_core.helpers import argsort, prod
+from tg_core.uop.ops import Ops
+from tg_core.uop.uop import UOp
+
+Shape = tuple[int, ...]
+
+
+def _concrete(dt: DType) -> DType:
+    """The dtype a weak value takes when it becomes a tensor on its own."""
+    if dt is dtypes.weakint:
+        return dtypes.default_int
+    if dt is dtypes.weakfloat:
+        return dtypes.default_float
+    return dt
+
+
+def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
+    if isinstance(data, np.ndarray):
+        arr = data
+    else:
+        inferred = _concrete(dtypes.from_py(data)) if dtype is None else dtype
+        arr = np.array(data, dtype=to_numpy_dtype(inferred))
+    if dtype is not None and from_numpy_dtype(arr.dtype) is not dtype:
+        arr = arr.astype(to_numpy_dtype(dtype))
+    return arr
+
+
+class Tensor:
+    """A lazy tensor. `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a
+    (nested) list, a numpy array, or a UOp of a tensor graph."""
+    __slots__ = ("uop", "_device", "requires_grad", "grad", "__weakref__")
+    training: bool = False
+
+    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+                 requires_grad: bool | None = None):
+        dt = to_dtype(dtype) if dtype is not None else None
+        if dt is not None and dtypes.is_weak(dt):
+            raise TypeError(f"a tensor cannot have the weak dtype {dt!r}; weak dtypes belong to Python scalars")
+        self._device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        self.requires_grad, self.grad = requires_grad, None
+        if isinstance(data, UOp):
+            self.uop = data if dt is None else data.cast(dt)
+        elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
+            self.uop = UOp.const(dt or _concrete(dtypes.from_py(data)), data)
+        elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
+            arr = np.ascontiguousarray(_to_numpy(data, dt))
+            node = UOp.new_buffer(self._device, max(arr.size, 1), from_numpy_dtype(arr.dtype))
+            if arr.size:
+                attach(node, Buffer.from_numpy(arr.reshape(-1), self._device))
+            self.uop = node.reshape(arr.shape) if arr.size else node.shrink(((0, 0),)).reshape(arr.shape)
+        else:
+            raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a scalar, list, numpy array or UOp")
+
+    # ---- properties ----------------------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> Shape:
+        return self.uop.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.shape} {self.dtype!r} on {self.device}>"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # ---- realization ------------------------------------------------------------------------------------
+
+    def realize(self) -> Tensor:
+        """Compute this tensor's value now; afterwards it reads from its own buffer."""
+        Tensor.realize_all(self)
+        return self
+
+    @staticmethod
+    def realize_all(*tensors: Tensor) -> None:
+        todo = [t for t in tensors if not t._is_realized()]
+        if not todo:
+            return
+        results = realize([t.uop for t in todo], devices=[t.device for t in todo])
+        for t in todo:
+            buf = results[t.uop]
+            t.uop = buf.reshape(t.shape) if t.numel() else t.uop
+        return None
+
+    def _is_realized(self) -> bool:
+        u = self.uop
+        return u.op is Ops.BUFFER or u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER or self.numel() == 0
+
+    def numpy(self) -> np.ndarray:
+        """The value as a new numpy array."""
+        if dtypes.is_weak(self.dtype):
+            raise TypeError(f"cannot realize the weak dtype {self.dtype!r}")
+        if self.numel() == 0:
+            return np.zeros(self.shape, dtype=to_numpy_dtype(self.dtype))
+        self.realize()
+        base = self.uop if self.uop.op is Ops.BUFFER else self.uop.src[0]
+        return buffer_of(base).numpy().reshape(self.shape).copy()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def item(self) -> ConstType:
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor of one element, this one has shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    # ---- elementwise --------------------------------------------------------------------------------------
+
+    def _operand(self, x: Tensor | ConstType) -> Tensor:
+        if isinstance(x, Tensor):
+            return x
+        if isinstance(x, (bool, int, float)):
+            return Tensor(UOp.const(dtypes.from_py(x), x), device=self.device)
+        if isinstance(x, (list, tuple, np.ndarray)):
+            return Tensor(x, device=self.device)
+        raise TypeError(f"cannot combine a Tensor with {type(x).__name__}")
+
+    def _broadcasted(self, x: Tensor | ConstType, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        a, b = self, self._operand(x)
+        if reverse:
+            a, b = b, a
+        dt = least_upper_dtype(a.dtype, b.dtype)
+        if dtypes.is_weak(dt):
+            dt = _concrete(dt)
+        shape = _broadcast_shape(a.shape, b.shape)
+        return a._cast_to(dt)._broadcast_to(shape), b._cast_to(dt)._broadcast_to(shape)
+
+    def _cast_to(self, dt: DType) -> Tensor:
+        if self.dtype is dt:
+            return self
+        if self.uop.op is Ops.CONST:
+            return Tensor(UOp.const(dt, self.uop.arg), device=self.device)
+        return self._new(self.uop.cast(dt))
+
+    def _broadcast_to(self, shape: Shape) -> Tensor:
+        if self.shape == shape:
+            return self
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        u = self.uop.reshape(padded) if padded != self.shape else self.uop
+        return self._new(u.expand(shape))
+
+    def _new(self, u: UOp) -> Tensor:
+        return Tensor(u, device=self.device)
+
+    def _binop(self, op: Ops, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(x, reverse)
+        return a._new(a.uop.alu(op, b.uop))
+
+    def add(self, x, reverse=False): return self._binop(Ops.ADD, x, reverse)
+    def mul(self, x, reverse=False): return self._binop(Ops.MUL, x, reverse)
+    def sub(self, x, reverse=False):
+        a, b = self._broadcasted(x, reverse)
+        if a.dtype is dtypes.bool:
+            raise TypeError("subtracting bool tensors is not supported (as in PyTorch); use logical_xor or ^")
+        return a + (-b)
+
+    def div(self, x, reverse=False) -> Tensor:
+        """True division: integers are divided as floats (PyTorch)."""
+        a, b = self._broadcasted(x, reverse)
+        ft = least_upper_float(a.dtype)
+        return a._cast_to(ft)._new(a._cast_to(ft).uop.alu(Ops.FDIV, b._cast_to(ft).uop))
+
+    def maximum(self, x) -> Tensor: return self._binop(Ops.MAX, x)
+    def minimum(self, x) -> Tensor: return -((-self).maximum(-self._operand(x))) if not dtypes.is_unsigned(self.dtype) \
+        else (self < x).where(self, x)
+
+    def __add__(self, x): return self.add(x)
+    def __radd__(self, x): return self.add(x, True)
+    def __sub__(self, x): return self.sub(x)
+    def __rsub__(self, x): return self.sub(x, True)
+    def __mul__(self, x): return self.mul(x)
+    def __rmul__(self, x): return self.mul(x, True)
+    def __truediv__(self, x): return self.div(x)
+    def __rtruediv__(self, x): return self.div(x, True)
+
+    def __neg__(self) -> Tensor:
+        if self.dtype is dtypes.bool:
+            return self.logical_not()
+        return self * -1
+
+    def __lt__(self, x): return self._cmp(Ops.CMPLT, x)
+    def __gt__(self, x): return self._cmp(Ops.CMPLT, x, True)
+    def __le__(self, x): return (self > x).logical_not() if not dtypes.is_float(self.dtype) else (self < x) | self.eq(x)
+    def __ge__(self, x): return (self < x).logical_not() if not dtypes.is_float(self.dtype) else (self > x) | self.eq(x)
+    def ne(self, x): return self._cmp(Ops.CMPNE, x)
+    def eq(self, x): return self._cmp(Ops.CMPEQ, x)
+    __ne__ = ne  # type: ignore[assignment]
+    __eq__ = eq  # type: ignore[assignment]
+    __hash__ = object.__hash__
+
+    def _cmp(self, op: Ops, x, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(x, reverse)
+        return a._new(UOp(op, dtypes.bool, (a.uop, b.uop)))
+
+    def logical_not(self) -> Tensor:
+        return self._cast_to(dtypes.bool).ne(True)
+
+    def where(self, x, y) -> Tensor:
+        cond = self._cast_to(dtypes.bool)
+        xt, yt = cond._operand(x), cond._operand(y)
+        xt, yt = xt._broadcasted(yt)
+        shape = _broadcast_shape(cond.shape, xt.shape)
+        c, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
+        return c._new(UOp(Ops.WHERE, xt.dtype, (c.uop, xt.uop, yt.uop)))
+
+    def cast(self, dtype: DType | str) -> Tensor:
+        dt = to_dtype(dtype)
+        if dtypes.is_weak(dt):
+            raise TypeError(f"cannot cast a tensor to the weak dtype {dt!r}")
+        return self._cast_to(dt)
+
+    def _unary(self, op: Ops) -> Tensor:
+        x = self._cast_to(least_upper_float(self.dtype))
+        return x._new(x.uop.alu(op))
+
+    def exp2(self) -> Tensor: return self._unary(Ops.EXP2)
+    def log2(self) -> Tensor: return self._unary(Ops.LOG2)
+    def sqrt(self) -> Tensor: return self._unary(Ops.SQRT)
+    def sin(self) -> Tensor: return self._unary(Ops.SIN)
+    def reciprocal(self) -> Tensor: return self._unary(Ops.RECIPROCAL)
+    def exp(self) -> Tensor: return (self._cast_to(least_upper_float(self.dtype)) * (1 / math.log(2))).exp2()
+    def log(self) -> Tensor: return self.log2() * math.log(2)
+    def relu(self) -> Tensor: return (self > 0).where(self, 0)
+
+    # ---- movement -----------------------------------------------------------------------------------------
+
+    def reshape(self, shape: int | Sequence[int], *args: int) -> Tensor:
+        new = _shape_arg(shape, args)
+        if new.count(-1) > 1:
+            raise ValueError(f"reshape {new}: only one axis can be -1")
+        if -1 in new:
+            known = prod(s for s in new if s != -1)
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"cannot reshape {self.shape} to {new}")
+            new = tuple(self.numel() // known if s == -1 else s for s in new)
+        return self._new(self.uop.reshape(new))
+
+    def permute(self, order: int | Sequence[int], *args: int) -> Tensor:
+        return self._new(self.uop.permute(tuple(self._axis(a) for a in _shape_arg(order, args))))
+
+    def expand(self, shape: int | Sequence[int], *args: int) -> Tensor:
+        new = _shape_arg(shape, args)
+        padded = (1,) * (len(new) - self.ndim) + self.shape
+        new = tuple(p if s == -1 else s for s, p in zip(new, padded))
+        return self._broadcast_to(new)
+
+    def pad(self, padding: Sequence[tuple[int, int]]) -> Tensor:
+        return self._new(self.uop.pad(tuple(padding)))
+
+    def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
+        return self._new(self.uop.shrink(tuple((0, n) if b is None else b for b, n in zip(bounds, self.shape))))
+
+    def flip(self, axis: int | Sequence[int], *args: int) -> Tensor:
+        axes = {self._axis(a) for a in _shape_arg(axis, args)}
+        return self._new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
+
+    def _axis(self, a: int) -> int:
+        n = max(self.ndim, 1)
+        if not -n <= a < n:
+            raise IndexError(f"axis {a} is out of range for a tensor of shape {self.shape}")
+        return a % n
+
+    # ---- reductions ---------------------------------------------------------------------------------------
+
+    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, dtype: DType | None = None) -> Tensor:
+        axes = tuple(range(self.ndim)) if axis is None else tuple(self._axis(a) for a in
+                                                                (axis if isinstance(axis, Sequence) else (axis,)))
+        x = self if dtype is None else self._cast_to(dtype)
+        out_shape = tuple(1 if i in axes else n for i, n in enumerate(self.shape))
+        if self.numel() == 0:
+            ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: -math.inf}[op]
+            red = x._new(UOp.const(x.dtype, ident).reshape(()).reshape((1,) * len(out_shape)).expand(out_shape))
+        else:
+            red = x._new(x.uop.reduce_axis(op, axes)) if axes else x
+        return red if keepdim else red.reshape(tuple(n for i, n in enumerate(out_shape) if i not in axes))
+
+    def sum(self, axis=None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+        return self._reduce(Ops.ADD, axis, keepdim, dtype or sum_acc_dtype(self.dtype))
+
+    def max(self, axis=None, keepdim: bool = False) -> Tensor:
+        return self._reduce(Ops.MAX, axis, keepdim)
+
+
+def _shape_arg(first: int | Sequence[int], rest: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(first) if isinstance(first, Sequence) and not rest else (first, *rest)
+
+
+def _broadcast_shape(a: Shape, b: Shape) -> Shape:
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"shapes {a} and {b} cannot be broadcast together (axis sizes {x} and {y})")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+__all__ = ["Tensor", "argsort"]

@@ -1,0 +1,174 @@
+"""Tensor-level UOps: buffers, movement ops, reductions over axes, and the shape of each node.
+
+A tensor graph is made of the IR's ALU ops plus the ops below; every node of it has a `shape` (a tuple of
+ints; () for scalars). Kernel-level nodes (INDEX, LOAD, RANGE, ...) have no shape (None).
+
+  BUFFER(UNIQUE, DEVICE)  arg: element count       a realized, flat buffer of `dtype`
+  RESHAPE / EXPAND        arg: the new shape
+  PERMUTE                 arg: the axis order
+  PAD                     arg: ((before, after), ...) per axis, filled with zero
+  SHRINK                  arg: ((start, end), ...) per axis
+  FLIP                    arg: the axes flipped (tuple of bools, one per axis)
+  REDUCE_AXIS             arg: (op, axes); reduced axes keep size 1
+  CONTIGUOUS, DETACH      same shape as their source
+  COPY(x, DEVICE)         x on another device
+"""
+from __future__ import annotations
+
+import itertools
+
+from tg_core.dtype import DType, dtypes
+from tg_core.helpers import prod
+from tg_core.uop.ops import GroupOp, Ops
+
+Shape = tuple[int, ...]
+_unique_counter = itertools.count()
+
+
+def _check_shape(shape: tuple, what: str) -> Shape:
+    if not isinstance(shape, tuple) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise ValueError(f"{what}: a shape is a tuple of non-negative ints, got {shape!r}")
+    return shape
+
+
+class TensorOps:
+    """Mixed into UOp: constructors and the shape of tensor-level nodes."""
+    __slots__ = ()
+
+    @staticmethod
+    def new_buffer(device: str, size: int, dtype: DType):
+        """A fresh buffer node: UNIQUE makes two buffers of equal size and dtype distinct."""
+        from tg_core.uop.uop import UOp
+        if dtypes.is_weak(dtype):
+            raise TypeError(f"a buffer cannot hold the weak dtype {dtype!r}; cast to a concrete dtype first")
+        return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)),
+                                       UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+
+    @property
+    def shape(self) -> Shape | None:
+        s = self._shape
+        if s is None:
+            s = _compute_shape_stack(self)
+        return None if s is _NO_SHAPE else s
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def device(self) -> str | None:
+        """The device of a tensor-level node: its buffers' (or COPY's) device; None for a pure constant."""
+        for u in self.toposort(gate=lambda n: n.op not in (Ops.BUFFER, Ops.COPY)):
+            if u.op is Ops.BUFFER:
+                return u.src[1].arg
+            if u.op is Ops.COPY:
+                return u.src[1].arg
+        return None
+
+    # ---- movement ----------------------------------------------------------------------------------------
+
+    def reshape(self, shape: Shape):
+        from tg_core.uop.uop import UOp
+        shape = _check_shape(tuple(shape), "reshape")
+        if prod(shape) != self.numel:
+            raise ValueError(f"cannot reshape {self.shape} ({self.numel} elements) to {shape} ({prod(shape)} elements)")
+        return self if shape == self.shape else UOp(Ops.RESHAPE, self.dtype, (self,), shape)
+
+    def permute(self, order: tuple[int, ...]):
+        from tg_core.uop.uop import UOp
+        order = tuple(order)
+        if sorted(order) != list(range(self.ndim)):
+            raise ValueError(f"permute order {order} is not a permutation of the {self.ndim} axes of {self.shape}")
+        return self if order == tuple(range(self.ndim)) else UOp(Ops.PERMUTE, self.dtype, (self,), order)
+
+    def expand(self, shape: Shape):
+        from tg_core.uop.uop import UOp
+        shape = _check_shape(tuple(shape), "expand")
+        if len(shape) != self.ndim or any(s != n and s != 1 for s, n in zip(self.shape, shape)):
+            raise ValueError(f"cannot expand {self.shape} to {shape}: only axes of size 1 can grow, and the rank must match")
+        return self if shape == self.shape else UOp(Ops.EXPAND, self.dtype, (self,), shape)
+
+    def pad(self, padding: tuple[tuple[int, int], ...]):
+        from tg_core.uop.uop import UOp
+        padding = tuple((int(b), int(a)) for b, a in padding)
+        if len(padding) != self.ndim or any(b < 0 or a < 0 for b, a in padding):
+            raise ValueError(f"pad needs one non-negative (before, after) pair per axis of {self.shape}, got {padding}")
+        return self if all(p == (0, 0) for p in padding) else UOp(Ops.PAD, self.dtype, (self,), padding)
+
+    def shrink(self, bounds: tuple[tuple[int, int], ...]):
+        from tg_core.uop.uop import UOp
+        bounds = tuple((int(s), int(e)) for s, e in bounds)
+        if len(bounds) != self.ndim or any(not 0 <= s <= e <= n for (s, e), n in zip(bounds, self.shape)):
+            raise ValueError(f"shrink needs one (start, end) per axis with 0 <= start <= end <= size, got {bounds} for {self.shape}")
+        if all(b == (0, n) for b, n in zip(bounds, self.shape)):
+            return self
+        return UOp(Ops.SHRINK, self.dtype, (self,), bounds)
+
+    def flip(self, axes: tuple[bool, ...]):
+        from tg_core.uop.uop import UOp
+        axes = tuple(bool(a) for a in axes)
+        if len(axes) != self.ndim:
+            raise ValueError(f"flip needs one flag per axis of {self.shape}, got {axes}")
+        return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), axes)
+
+    def reduce_axis(self, op: Ops, axes: tuple[int, ...]):
+        from tg_core.uop.uop import UOp
+        axes = tuple(sorted(set(axes)))
+        if any(not 0 <= a < self.ndim for a in axes):
+            raise ValueError(f"reduce axes {axes} out of range for shape {self.shape}")
+        if op not in (Ops.ADD, Ops.MAX, Ops.MUL):
+            raise ValueError(f"a reduction is ADD, MAX or MUL, not {op}")
+        return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
+
+
+class _NoShape:
+    def __repr__(self) -> str:
+        return "<no shape>"
+
+
+_NO_SHAPE = _NoShape()
+
+
+def _shape_of(u) -> Shape | _NoShape:
+    op, arg = u.op, u.arg
+    if op is Ops.BUFFER:
+        return (arg,)
+    if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
+        return ()
+    if op in (Ops.RESHAPE, Ops.EXPAND):
+        return arg
+    if op is Ops.PERMUTE:
+        s = u.src[0]._shape
+        return tuple(s[i] for i in arg)
+    if op is Ops.PAD:
+        return tuple(n + b + a for n, (b, a) in zip(u.src[0]._shape, arg))
+    if op is Ops.SHRINK:
+        return tuple(e - s for s, e in arg)
+    if op is Ops.REDUCE_AXIS:
+        axes = arg[1]
+        return tuple(1 if i in axes else n for i, n in enumerate(u.src[0]._shape))
+    if op in (Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.CAST, Ops.BITCAST, Ops.ASSIGN, Ops.AFTER):
+        return u.src[0]._shape
+    if op in GroupOp.ALU:
+        shapes = [s._shape for s in u.src]
+        return shapes[0] if shapes else _NO_SHAPE
+    return _NO_SHAPE
+
+
+def _compute_shape_stack(root):
+    # iterative: tensor graphs of long training loops are deep
+    stack = [(root, False)]
+    while stack:
+        u, ready = stack.pop()
+        if u._shape is not None:
+            continue
+        if ready:
+            u._shape = _shape_of(u)
+            continue
+        stack.append((u, True))
+        stack.extend((s, False) for s in u.src if s._shape is None)
+    return root._shape
