@@ -490,3 +490,8 @@ def test_int_and_bool_reductions(dt, op):
     run(ast, [x, res])
     ref = {Ops.MAX: np.max, Ops.ADD: np.any if dt is dtypes.bool else np.sum, Ops.MUL: np.prod}[op](x, axis=1)
     np.testing.assert_array_equal(res, ref.astype(npdt))
+
+
+def test_program_text():
+    text = str(linearize_kernel(row_sum(2, 3)))
+    assert text.startswith("program row_reduce\n") and "  RANGE dtypes.int" in text and "    LOAD dtypes.float" in text
