@@ -495,3 +495,18 @@ def test_int_and_bool_reductions(dt, op):
 def test_program_text():
     text = str(linearize_kernel(row_sum(2, 3)))
     assert text.startswith("program row_reduce\n") and "  RANGE dtypes.int" in text and "    LOAD dtypes.float" in text
+
+
+def test_arguments_survive_simplification():
+    """b[i]*0 folds away, and so does the only use of n: the signature still takes every buffer and variable."""
+    nv = UOp.variable("n", 0, 9)
+    a, b, out = (UOp.param(k, dtypes.int32.ptr(4)) for k in range(3))
+    i = UOp.range(4, 0)
+    val = a.index(i).load() + b.index(i).load() * 0 + (nv * 0).cast(dtypes.int32)
+    prog = linearize_kernel(kernel(out.index(i).store(val).end(i)))
+    assert not any(u.op is Ops.PARAM and u.arg == 1 for u in prog.uops)
+    assert [p.arg for p in prog.params] == [0, 1, 2]
+    assert [(v.arg[0], v.dtype) for v in prog.variables] == [("n", dtypes.int32)]
+    x, res = np.arange(4, dtype=np.int32), np.zeros(4, np.int32)
+    run(kernel(out.index(i).store(val).end(i)), [x, x, res], {"n": 3})
+    assert res.tolist() == [0, 1, 2, 3]

@@ -18,8 +18,8 @@ from tg_core.uop.uop import UOp
 
 @dataclass(frozen=True)
 class Program:
-    """A linearized kernel: `uops` in execution order; `params` are its PARAMs by index (the buffers it
-    is called with), `variables` its DEFINE_VARs by name (the int arguments after the buffers)."""
+    """A linearized kernel: `uops` in execution order; `params` are the AST's PARAMs by index (the buffers it
+    is called with, used or not), `variables` its DEFINE_VARs by name (the int arguments after the buffers)."""
     name: str
     uops: tuple[UOp, ...]
     params: tuple[UOp, ...]
@@ -72,6 +72,8 @@ def linearize_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = 
     after its sources, ENDs and REDUCEs unsplit): for devices that interpret the AST themselves."""
     sink = lower_kernel(ast, lower_reduce, opts, extra_matcher)
     uops = linearize(sink) if lower_reduce else [u for u in sink.toposort() if u is not sink]
-    params = sorted((u for u in uops if u.op is Ops.PARAM), key=_param_index)
-    variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])
+    # the arguments are the AST's, even those simplification removed: the caller passes every buffer and variable
+    nodes = ast.toposort()
+    params = sorted((u for u in nodes if u.op is Ops.PARAM), key=_param_index)
+    variables = sorted((lower_index_dtype(u) for u in nodes if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])
     return Program(kernel_name(ast), tuple(uops), tuple(params), tuple(variables))
