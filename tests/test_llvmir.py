@@ -36,10 +36,9 @@ def compile_and_run(src: str, prog: Program, arrays: list[np.ndarray], var_vals:
     mod.verify()
     engine = llvm.create_mcjit_compiler(mod, _target_machine())
     engine.finalize_object()
-    from tg_core.renderer.llvmir import _ident
     var_types = [ctypes.c_int64 if v.dtype is dtypes.int64 else ctypes.c_int32 for v in prog.variables]
     signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(arrays), *var_types)
-    fn = signature(engine.get_function_address(_ident(prog.name)))
+    fn = signature(engine.get_function_address(LLVMRenderer.function_name(prog)))
     assert len(arrays) == len(prog.params)
     for a in arrays:
         assert a.flags.c_contiguous

@@ -88,6 +88,11 @@ class LLVMRenderer(Renderer):
         self.check_dtypes(program)
         return _Function(self, program).text()
 
+    @staticmethod
+    def function_name(program: Program) -> str:
+        """The symbol of the program's function in the rendered module (what a loader looks up)."""
+        return _ident(program.name)
+
 
 class _Function:
     """The state of rendering one program: SSA names, the current block, and the lines written."""
@@ -150,7 +155,8 @@ class _Function:
         if self.r.target_triple:
             head.append(f'target triple = "{self.r.target_triple}"')
         cc = f"{self.r.calling_convention} " if self.r.calling_convention else ""
-        head.append(f"define {cc}void @{_ident(self.prog.name)}({', '.join(args)}) {self.r.function_attributes} {{")
+        fn = self.r.function_name(self.prog)
+        head.append(f"define {cc}void @{fn}({', '.join(args)}) {self.r.function_attributes} {{")
         return "\n".join(head + ["entry:"] + self.allocas + self.lines + ["  ret void", "}", *self.declares]) + "\n"
 
     def render(self, u: UOp) -> None:
