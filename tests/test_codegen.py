@@ -510,3 +510,16 @@ def test_arguments_survive_simplification():
     x, res = np.arange(4, dtype=np.int32), np.zeros(4, np.int32)
     run(kernel(out.index(i).store(val).end(i)), [x, x, res], {"n": 3})
     assert res.tolist() == [0, 1, 2, 3]
+
+
+def test_int64_loop_and_variable():
+    """A range whose bound may exceed int32 loops in int64, and its variable is an int64 argument."""
+    nv = UOp.variable("n", 0, 2**33)
+    a, out = UOp.param(0, F32.ptr(2**33)), UOp.param(1, F32.ptr(2**33))
+    i = UOp.range(nv, 0)
+    ast = kernel(out.index(i).store(a.index(i).load() + 1.0).end(i), name="long_loop")
+    x, res = randn(8), np.zeros(8, np.float32)
+    prog = run(ast, [x, res], {"n": 5})
+    np.testing.assert_allclose(res[:5], x[:5] + 1)
+    assert not res[5:].any()
+    assert prog.variables[0].dtype is dtypes.int64 and next(u for u in prog.uops if u.op is Ops.RANGE).dtype is dtypes.int64
