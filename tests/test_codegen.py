@@ -522,4 +522,5 @@ def test_int64_loop_and_variable():
     prog = run(ast, [x, res], {"n": 5})
     np.testing.assert_allclose(res[:5], x[:5] + 1)
     assert not res[5:].any()
-    assert prog.variables[0].dtype is dtypes.int64 and next(u for u in prog.uops if u.op is Ops.RANGE).dtype is dtypes.int64
+    assert prog.variables[0].dtype is dtypes.int64
+    assert next(u for u in prog.uops if u.op is Ops.RANGE).dtype is dtypes.int64
