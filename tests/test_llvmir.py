@@ -298,3 +298,17 @@ def test_core_does_not_import_llvmlite():
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(root)}
     assert subprocess.run([sys.executable, "-c", code], cwd=root, env=env).returncode == 0
+
+
+def test_float_flags_knob():
+    class Fast(LLVMRenderer):
+        float_flags = "reassoc contract"
+    n, m = 4, 16
+    a, out = UOp.param(0, dtypes.float32.ptr(n * m)), UOp.param(1, dtypes.float32.ptr(n))
+    i, k = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE)
+    ast = kernel(out.index(i).store(a.index(i * m + k).load().reduce(Ops.ADD, k)).end(i), name="fast_sum")
+    assert "fadd reassoc contract float" in Fast().render(linearize_kernel(ast))
+    assert "fadd float" in LLVMRenderer().render(linearize_kernel(ast))
+    x, res = np.random.default_rng(1).standard_normal((n, m)).astype(np.float32), np.zeros(n, np.float32)
+    run(ast, [x, res], renderer=Fast())
+    np.testing.assert_allclose(res, x.sum(1), rtol=1e-5)

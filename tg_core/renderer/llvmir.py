@@ -83,6 +83,9 @@ class LLVMRenderer(Renderer):
     target_triple: str | None = None
     data_layout: str | None = None
     function_attributes: str = "nounwind"
+    # fast-math flags on float arithmetic, e.g. "reassoc contract" to let LLVM vectorize float reductions;
+    # empty (strict IEEE, results as the reference device computes them) unless a device opts in
+    float_flags: str = ""
 
     def render(self, program: Program) -> str:
         self.check_dtypes(program)
@@ -275,7 +278,8 @@ class _Function:
     def float_alu(self, op: Ops, dt: DType, vals: list[str]) -> str:
         t = ltype(dt)
         if op in _FLOAT_BINARY:
-            return self.ins(f"{_FLOAT_BINARY[op]} {t} {vals[0]}, {vals[1]}")
+            flags = f" {self.r.float_flags}" if self.r.float_flags else ""
+            return self.ins(f"{_FLOAT_BINARY[op]}{flags} {t} {vals[0]}, {vals[1]}")
         if op is Ops.NEG:
             return self.ins(f"fneg {t} {vals[0]}")
         if op is Ops.RECIPROCAL:
