@@ -1,15 +1,21 @@
-"""Realizing tensor nodes: schedule them, give every BUFFER node its device Buffer, run the kernels."""
+"""Realizing tensor nodes: schedule them, give every BUFFER node its device Buffer, run the kernels.
+
+Memory planning: a buffer the schedule creates and no target keeps (an intermediate) is dead after its
+last use, so a later intermediate of the same device, size and dtype takes over its memory.
+"""
 from __future__ import annotations
 
 import weakref
+from collections import defaultdict
 
 from tg_core.device import Buffer, Device
-from tg_core.schedule import create_schedule
+from tg_core.schedule.cache import schedule
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
 # the device memory behind each BUFFER node; it lives as long as the node does
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+stats = {"kernels": 0, "copies": 0}
 
 
 def buffer_of(node: UOp) -> Buffer:
@@ -27,16 +33,42 @@ def attach(node: UOp, buf: Buffer) -> None:
     _buffers[node] = buf
 
 
-def realize(targets: list[UOp], var_vals: dict[str, int] | None = None, devices: list[str] | None = None) -> dict[UOp, UOp]:
+def _plan_memory(items: list[tuple[UOp, list[UOp]]], keep: set[UOp]) -> None:
+    """Share memory between intermediates whose lifetimes do not overlap."""
+    first: dict[UOp, int] = {}
+    last: dict[UOp, int] = {}
+    for i, (_, nodes) in enumerate(items):
+        for n in nodes:
+            if n in keep or n in _buffers:
+                continue
+            first.setdefault(n, i)
+            last[n] = i
+    free: dict[tuple, list[Buffer]] = defaultdict(list)
+    dying: dict[int, list[UOp]] = defaultdict(list)
+    for n, i in last.items():
+        dying[i].append(n)
+    for i, (_, nodes) in enumerate(items):
+        for n in nodes:
+            if first.get(n) == i:
+                key = (n.src[1].arg, n.arg, n.dtype)
+                attach(n, free[key].pop() if free[key] else Buffer(*key))
+        for n in dying[i]:
+            free[(n.src[1].arg, n.arg, n.dtype)].append(_buffers[n])
+
+
+def realize(targets: list[UOp], devices: list[str] | None = None) -> dict[UOp, UOp]:
     """Compute `targets` (a target with no buffer in its graph goes on its entry of `devices`); returns
     each target's BUFFER node."""
-    items, out = create_schedule(targets, devices)
+    items, out, var_vals = schedule(targets, devices)
+    _plan_memory(items, set(out.values()))
     for ast, nodes in items:
         bufs = [buffer_of(n) for n in nodes]
         if ast.op is Ops.COPY:
             bufs[0].copy_from(bufs[1])
+            stats["copies"] += 1
             continue
         for b in bufs:
             b.ensure_allocated()
-        Device[bufs[0].device].get_runner(ast)(bufs, var_vals or {})
+        Device[bufs[0].device].get_runner(ast)(bufs, var_vals)
+        stats["kernels"] += 1
     return out

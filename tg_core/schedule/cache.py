@@ -1,0 +1,90 @@
+"""The schedule cache: a tensor graph of the same shape is scheduled once.
+
+Two realizations have the same schedule when their graphs are equal after renaming the input buffers in
+order of appearance and stripping the values bound to symbolic variables. That normalized graph is a
+hash-consed UOp, so it is the cache key itself. The cached schedule refers to the canonical input buffers
+and to the buffers it creates; a hit maps the first to this call's buffers and replaces the second with
+fresh ones.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from tg_core.dtype import dtypes
+from tg_core.helpers import ContextVar
+from tg_core.schedule.rangeify import create_schedule
+from tg_core.uop.ops import Ops
+from tg_core.uop.rewrite import substitute
+from tg_core.uop.uop import UOp
+
+SCACHE = ContextVar("SCACHE", 1)
+CACHE_SIZE = 256
+
+Items = list[tuple[UOp, list[UOp]]]
+_cache: OrderedDict[tuple, tuple[Items, list[UOp], list[UOp]]] = OrderedDict()
+stats = {"hits": 0, "misses": 0}
+
+
+def _canonical_buffer(i: int, like: UOp) -> UOp:
+    return UOp(Ops.BUFFER, like.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), ("input", i)), like.src[1]), like.arg)
+
+
+def _normalize(targets: list[UOp]) -> tuple[list[UOp], list[UOp], dict[str, int]]:
+    """The targets with input buffers renamed and bound values stripped; the real input buffers in
+    canonical order; the values of the bound variables."""
+    inputs: list[UOp] = []
+    mapping: dict[UOp, UOp] = {}
+    var_vals: dict[str, int] = {}
+    for t in targets:
+        for u in t.toposort():
+            if u.op is Ops.BUFFER and u not in mapping:
+                mapping[u] = _canonical_buffer(len(inputs), u)
+                inputs.append(u)
+            elif u.op is Ops.BIND and u not in mapping:
+                var, val = u.src
+                name = var.arg[0]
+                if var_vals.get(name, val.arg) != val.arg:
+                    raise ValueError(f"variable {name} is bound to both {var_vals[name]} and {val.arg} in one realize")
+                var_vals[name] = val.arg
+                mapping[u] = var
+    return [substitute(t, mapping) for t in targets], inputs, var_vals
+
+
+def schedule(targets: list[UOp], devices: list[str] | None = None) -> tuple[Items, dict[UOp, UOp], dict[str, int]]:
+    """Like create_schedule, through the cache; also returns the bound variables' values."""
+    normalized, inputs, var_vals = _normalize(targets)
+    if not SCACHE:
+        items, out = create_schedule(normalized, devices)
+        return (*_bind(items, [out[n] for n in normalized], inputs, targets, fresh=False), var_vals)
+    key = (tuple(normalized), tuple(devices) if devices else None)
+    hit = _cache.get(key)
+    if hit is None:
+        stats["misses"] += 1
+        items, out = create_schedule(normalized, devices)
+        canon_inputs = [_canonical_buffer(i, b) for i, b in enumerate(inputs)]
+        _cache[key] = hit = (items, [out[n] for n in normalized], canon_inputs)
+        if len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    else:
+        stats["hits"] += 1
+        _cache.move_to_end(key)
+    items, outs, _ = hit
+    return (*_bind(items, outs, inputs, targets, fresh=True), var_vals)
+
+
+def _bind(items: Items, outs: list[UOp], inputs: list[UOp], targets: list[UOp], fresh: bool) -> tuple[Items, dict[UOp, UOp]]:
+    """The schedule with canonical inputs mapped to this call's buffers and, when `fresh`, every buffer
+    the schedule creates replaced by a new one (a cached schedule's own buffers belong to no one)."""
+    mapping: dict[UOp, UOp] = {_canonical_buffer(i, b): b for i, b in enumerate(inputs)}
+    bound: Items = []
+    for ast, bufs in items:
+        new_bufs = []
+        for b in bufs:
+            if b not in mapping:
+                mapping[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype) if fresh else b
+            new_bufs.append(mapping[b])
+        if ast.op is Ops.COPY:
+            ast = UOp(Ops.COPY, dtypes.void, tuple(new_bufs))
+        bound.append((ast, new_bufs))
+    out = {t: mapping.get(o, o) for t, o in zip(targets, outs)}
+    return bound, out
