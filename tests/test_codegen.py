@@ -524,3 +524,56 @@ def test_int64_loop_and_variable():
     assert not res[5:].any()
     assert prog.variables[0].dtype is dtypes.int64
     assert next(u for u in prog.uops if u.op is Ops.RANGE).dtype is dtypes.int64
+
+
+# ---- the scheduler's kernels ------------------------------------------------------------------------------------
+
+def _softmax(t):
+    e = (t - t.max(1, keepdim=True)).exp()
+    return e / e.sum(1, keepdim=True)
+
+
+_X = rng.standard_normal((5, 7)).astype(np.float32)
+_W = rng.standard_normal((7, 3)).astype(np.float32)
+_TENSOR_CASES = {
+    "softmax": lambda T: _softmax(T(_X)),
+    "matmul": lambda T: (T(_X).reshape(5, 7, 1).expand(5, 7, 3) * T(_W).reshape(1, 7, 3).expand(5, 7, 3)).sum(1),
+    "pad_flip": lambda T: T(_X).pad(((1, 2), (0, 3))).flip(0).exp2(),
+    "int_where": lambda T: (T(_X) > 0).where(T((_X * 10).astype(np.int32)) * 3 - 7, -1).sum(0),
+}
+
+
+@pytest.mark.parametrize("name", list(_TENSOR_CASES))
+def test_scheduler_kernels_match_the_reference_device(name, monkeypatch):
+    """Kernel ASTs as the scheduler emits them, linearized, rendered and run on the host, give what the
+    reference device computes (with and without opts)."""
+    Tensor = pytest.importorskip("tg_core.tensor").Tensor
+    from tg_core.codegen.opts import kernel_ranges
+    from tg_core.plugins.builtin import PythonDevice
+    from tg_core.renderer.llvmir import LLVMRenderer
+    from test_llvmir import compile_and_run
+
+    ref = _TENSOR_CASES[name](Tensor).numpy()
+
+    def opts_for(ast, upcast: bool):
+        if not upcast:
+            return []
+        picks = []
+        for kind, op in ((AxisType.LOOP, OptOps.UPCAST), (AxisType.REDUCE, OptOps.UNROLL)):
+            rs = [r for r in kernel_ranges(ast, kind) if r.src[0].op is Ops.CONST]
+            amt = next((d for d in (2, 3, 5, 7) if rs and rs[0].src[0].arg % d == 0), 0)
+            if amt:
+                picks.append(Opt(op, kernel_ranges(ast, kind).index(rs[0]), amt))
+        return picks
+
+    for upcast in (False, True):
+        def llvm_runner(self, ast):
+            prog = linearize_kernel(ast, opts=opts_for(ast, upcast))
+            src = LLVMRenderer().render(prog)
+
+            def run(bufs, var_vals):
+                arrays = [np.frombuffer(b.opaque, dtype=to_numpy_dtype(b.dtype)) for b in bufs]
+                compile_and_run(src, prog, arrays, var_vals)
+            return run
+        monkeypatch.setattr(PythonDevice, "get_runner", llvm_runner)
+        np.testing.assert_allclose(_TENSOR_CASES[name](Tensor).numpy(), ref, rtol=1e-5, atol=1e-6)
