@@ -31,7 +31,7 @@ class Command:
 
 COMMANDS: dict[str, Command] = {}
 # modules that register more subcommands when imported
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = ("tg_core.demo",)
 
 
 def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] | None = None
