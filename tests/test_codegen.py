@@ -4,11 +4,10 @@ with numpy)."""
 import numpy as np
 import pytest
 
-from tg_core.codegen import LinearizeError, Opt, OptError, OptOps, apply_opts, linearize_kernel
+from tg_core.codegen import LinearizeError, Opt, OptError, OptOps, Program, apply_opts, linearize_kernel, verify_program
 from tg_core.codegen.lower_index import lower_index_dtype
 from tg_core.dtype import AddrSpace, dtypes, to_numpy_dtype
 from tg_core.uop import AxisType, Ops, UOp
-from tg_core.uop.spec import type_verify
 
 pytest.importorskip("llvmlite.binding")
 from test_llvmir import kernel, run  # noqa: E402  (shared JIT helpers)
@@ -49,17 +48,7 @@ def enclosing(prog) -> dict:
 
 
 def check_program(prog) -> None:
-    """Every source comes before its use and every use of a loop index is inside its loop."""
-    seen, where = set(), enclosing(prog)
-    for u in prog.uops:
-        for s in u.src:
-            assert s.op is Ops.SINK or s in seen, f"{u.op} uses {s.op} before it is defined"
-            if s.op is Ops.RANGE and u.op is not Ops.END:
-                assert s in where[u] or s is u, f"{u.op} uses r{s.arg[0]} outside its loop"
-        seen.add(u)
-    assert not any(u.dtype is dtypes.weakint for u in prog.uops)
-    assert not any(u.op is Ops.REDUCE for u in prog.uops)
-    type_verify(list(prog.uops))
+    verify_program(prog)
 
 
 # ---- kernels ---------------------------------------------------------------------------------------------
@@ -577,3 +566,21 @@ def test_scheduler_kernels_match_the_reference_device(name, monkeypatch):
             return run
         monkeypatch.setattr(PythonDevice, "get_runner", llvm_runner)
         np.testing.assert_allclose(_TENSOR_CASES[name](Tensor).numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_verify_program_rejects_broken_programs():
+    prog = linearize_kernel(row_sum(2, 3))
+    verify_program(prog)
+    uops = list(prog.uops)
+    inner, outer = (i for i, u in enumerate(uops) if u.op is Ops.END)
+    swapped = list(uops)
+    swapped[inner], swapped[outer] = uops[outer], uops[inner]
+    broken = {
+        "before it is defined": uops[1:] + uops[:1],
+        "innermost open loop": swapped,
+        "never closed": uops[:outer],
+        "appears twice": uops + uops[-1:],
+    }
+    for msg, bad in broken.items():
+        with pytest.raises(RuntimeError, match=msg):
+            verify_program(Program(prog.name, tuple(bad), prog.params, prog.variables))
