@@ -4,7 +4,9 @@ A program becomes one function: buffers (PARAMs, by index) are `noalias` pointer
 (by name) as ints. Loops are blocks with a phi (header, body, latch, exit), top-tested so an empty range
 runs nothing. Accumulators (DEFINE_REG) are allocas in the entry block, which LLVM's mem2reg turns into
 registers. Semantics are C's: signed/unsigned division and shifts by the dtype, float compares ordered
-except `!=` (true for NaN), MAX propagates NaN (llvm.maximum), float -> bool is `x != 0`.
+except `!=` (true for NaN), MAX propagates NaN (llvm.maximum), float -> bool is `x != 0`. Where C leaves
+integer division undefined (by zero, MIN/-1) the result is alu.py's (0, MIN) rather than a trap; other
+undefined cases (shifts by the width or more, out-of-range float -> int) are LLVM poison.
 
 Values are kept in their LLVM type (bool is i1) except in memory, where a bool is a byte. bfloat16 is
 carried as its 16 raw bits (i16): every op on it runs in float32, and float32 -> bfloat16 rounds to
@@ -294,6 +296,8 @@ class _Function:
             vals = [vals[0], self.cast(src_dts[1], dt, vals[1])]  # LLVM shifts need one type
         if op in _INT_BINARY:
             return self.ins(f"{_INT_BINARY[op]} {t} {vals[0]}, {vals[1]}")
+        if op in (Ops.IDIV, Ops.MOD) and vals[1].startswith("%"):
+            return self.safe_divide(op, dt, vals[0], vals[1])
         if op in _INT_SIGNED:
             return self.ins(f"{_INT_SIGNED[op][0 if signed else 1]} {t} {vals[0]}, {vals[1]}")
         if op is Ops.NEG:
@@ -306,6 +310,22 @@ class _Function:
             gt = self.ins(f"icmp {'sgt' if signed else 'ugt'} {t} {vals[0]}, {vals[1]}")
             return self.ins(f"select i1 {gt}, {t} {vals[0]}, {t} {vals[1]}")
         raise NotImplementedError(f"the {self.r.name} renderer has no {op.name} for {dt!r}")
+
+    def safe_divide(self, op: Ops, dt: DType, a: str, b: str) -> str:
+        """Division by a value: x/0 is 0 (and x%0 is 0) and MIN/-1 wraps to MIN, as alu.py and the reference
+        device define them, instead of the trap x86 raises; a constant divisor needs none of this."""
+        t, signed = ltype(dt), _signed(dt)
+        zero = self.ins(f"icmp eq {t} {b}, 0")
+        safe = self.ins(f"select i1 {zero}, {t} 1, {t} {b}")
+        minus_one = None
+        if signed:
+            minus_one = self.ins(f"icmp eq {t} {b}, -1")
+            safe = self.ins(f"select i1 {minus_one}, {t} 1, {t} {safe}")
+        res = self.ins(f"{_INT_SIGNED[op][0 if signed else 1]} {t} {a}, {safe}")
+        if minus_one is not None:
+            flipped = self.ins(f"sub {t} 0, {a}") if op is Ops.IDIV else "0"
+            res = self.ins(f"select i1 {minus_one}, {t} {flipped}, {t} {res}")
+        return self.ins(f"select i1 {zero}, {t} 0, {t} {res}")
 
     def cast_uop(self, u: UOp) -> None:
         self.names[u] = self.cast(u.src[0].dtype, u.dtype, self.names[u.src[0]])
