@@ -49,7 +49,7 @@ def test_devices_json_template(listing):
     assert dev["options"]["max_bytes"] == {"type": "int", "default": 1 << 30,
                                            "help": "bytes the device may have allocated at once", "choices": None}
     assert dev["options"]["zero"]["type"] == "bool" and dev["options"]["zero"]["default"] is True
-    assert dev["probe"]["result"] == "PASS" and dev["probe"]["steps"] == ["buffer copy in/out"]
+    assert dev["probe"]["result"] == "PASS" and dev["probe"]["steps"] == ["buffer copy in/out", "tiny kernel"]
 
 
 def test_devices_json_multi_and_extra(listing):

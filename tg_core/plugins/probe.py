@@ -1,7 +1,7 @@
 """`tg devices --probe`: open each device and run tiny checks on it.
 
 `PROBE_STEPS` is the extension point: each step is (name, function of the opened device) and raises on
-failure. Core checks buffers; the Tensor API adds a step that runs a tiny kernel.
+failure: buffers round-trip, then a tiny kernel (a fused elementwise op and a sum) runs.
 """
 from __future__ import annotations
 
@@ -28,7 +28,17 @@ def _buffer_roundtrip(dev: Compiled) -> None:
     buf.deallocate()
 
 
-PROBE_STEPS: list[tuple[str, Callable[[Compiled], None]]] = [("buffer copy in/out", _buffer_roundtrip)]
+def _tiny_kernel(dev: Compiled) -> None:
+    from tg_core.tensor import Tensor
+    data = np.arange(16, dtype=np.float32) - 5
+    got = (Tensor(data, device=dev.device) * 2 + 1).sum().item()
+    want = float((data * 2 + 1).sum())
+    if got != want:
+        raise AssertionError(f"sum(x*2+1) over 16 elements gave {got}, expected {want}")
+
+
+PROBE_STEPS: list[tuple[str, Callable[[Compiled], None]]] = [("buffer copy in/out", _buffer_roundtrip),
+                                                             ("tiny kernel", _tiny_kernel)]
 
 
 @dataclass

@@ -1,16 +1,18 @@
 """The TEMPLATE device: buffers are numpy byte arrays, so the plugin shows the device model without hardware.
 
 Replace the allocator's numpy calls with your device's API (allocate, free, copy in, copy out, sub-buffer)
-and the device is usable by tg. Running kernels needs a renderer and a runtime: see README.md.
+and the device is usable by tg. Kernels run on core's reference interpreter until you give the device a
+renderer and a runtime of its own (`get_runner`): see README.md.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from tg_core.device import BufferSpec, Compiled, LRUAllocator
+from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator
+from tg_core.dtype import to_numpy_dtype
 from tg_core.plugins import DeviceSpec, Option, hookimpl
 
 
@@ -46,6 +48,14 @@ class TemplateAllocator(LRUAllocator):
 class TemplateDevice(Compiled):
     def __init__(self, device: str, options: Mapping[str, Any]):
         super().__init__(device, TemplateAllocator(options["max_bytes"], options["zero"]))
+
+    def get_runner(self, ast: Any) -> Callable[[list[Buffer], dict[str, int]], None]:
+        """Run a kernel AST: here on core's reference interpreter, over this device's own memory."""
+        from tg_core.interpreter import run_kernel
+
+        def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
+            run_kernel(ast, [b.opaque.view(to_numpy_dtype(b.dtype)) for b in bufs], var_vals)
+        return run
 
 
 @hookimpl
