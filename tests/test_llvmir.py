@@ -39,7 +39,7 @@ def compile_and_run(src: str, prog: Program, arrays: list[np.ndarray], var_vals:
     var_types = [ctypes.c_int64 if v.dtype is dtypes.int64 else ctypes.c_int32 for v in prog.variables]
     signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(arrays), *var_types)
     fn = signature(engine.get_function_address(LLVMRenderer.function_name(prog)))
-    assert len(arrays) == len(prog.params)
+    assert len(arrays) == max((p.arg for p in prog.params), default=-1) + 1  # a pointer for every PARAM index
     for a in arrays:
         assert a.flags.c_contiguous
     fn(*[a.ctypes.data for a in arrays], *[(var_vals or {})[v.arg[0]] for v in prog.variables])
@@ -313,3 +313,44 @@ def test_float_flags_knob():
     x, res = np.random.default_rng(1).standard_normal((n, m)).astype(np.float32), np.zeros(n, np.float32)
     run(ast, [x, res], renderer=Fast())
     np.testing.assert_allclose(res, x.sum(1), rtol=1e-5)
+
+
+# ---- random expressions: rendered code against tg's own evaluation ------------------------------------------------
+
+def _random_expr(rnd: np.random.Generator, leaves: list[UOp], dt: DType, depth: int) -> UOp:
+    if depth == 0 or rnd.random() < 0.2:
+        if rnd.random() < 0.25:
+            return UOp.const(dt, int(rnd.integers(-9, 10)) if dtypes.is_int(dt) else float(rnd.integers(-9, 10)) / 4)
+        return leaves[int(rnd.integers(len(leaves)))]
+    a, b = (_random_expr(rnd, leaves, dt, depth - 1) for _ in range(2))
+    ops = ["add", "mul", "neg", "max", "where"] + (["idiv", "mod", "and", "or", "xor", "shr", "shl", "narrow"]
+                                                    if dtypes.is_int(dt) else ["fdiv", "sqrt", "half"])
+    kind = ops[int(rnd.integers(len(ops)))]
+    amount = UOp.const(dt, int(rnd.integers(0, 8)))
+    return {"add": lambda: a + b, "mul": lambda: a * b, "neg": lambda: -a, "max": lambda: a.maximum(b),
+            "where": lambda: (a < b).where(a, b + 1), "idiv": lambda: a // b, "mod": lambda: a % b,
+            "and": lambda: a & b, "or": lambda: a | b, "xor": lambda: a ^ b, "shr": lambda: a >> amount,
+            "shl": lambda: a << amount, "narrow": lambda: a.cast(dtypes.int8).cast(dt), "fdiv": lambda: a / b,
+            "sqrt": lambda: a.sqrt(), "half": lambda: a.cast(dtypes.float16).cast(dt)}[kind]()
+
+
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.float32], ids=lambda d: d.name)
+def test_random_expressions_match_evaluation(dt):
+    rnd = np.random.default_rng(7)
+    n = 8
+    for case in range(25):
+        a, b, out = UOp.param(0, dt.ptr(n)), UOp.param(1, dt.ptr(n)), UOp.param(2, dt.ptr(n))
+        r = UOp.range(n, 0)
+        la, lb = a.index(r).load(), b.index(r).load()
+        expr = _random_expr(rnd, [la, lb], dt, 4)
+        ast = kernel(out.index(r).store(expr).end(r), name=f"rand_{case}")
+        npdt = to_numpy_dtype(dt)
+        if dtypes.is_int(dt):
+            xa, xb = rnd.integers(-2**31, 2**31, n).astype(npdt), rnd.integers(-50, 50, n).astype(npdt)
+        else:
+            xa, xb = (rnd.standard_normal(n) * 4).astype(npdt), (rnd.standard_normal(n) * 4).astype(npdt)
+        res = np.zeros(n, npdt)
+        run(ast, [xa, xb, res])
+        for i in range(n):
+            want = expr.substitute({la: UOp.const(dt, xa[i].item()), lb: UOp.const(dt, xb[i].item())}).evaluate()
+            assert same(res[i].item(), want, dt), f"case {case}, {expr.render()} at {xa[i]}, {xb[i]}: {res[i]} != {want}"

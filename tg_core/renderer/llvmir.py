@@ -144,8 +144,12 @@ class _Function:
 
     def text(self) -> str:
         args = []
-        for p in self.prog.params:
-            idx = p.arg[0] if isinstance(p.arg, tuple) else p.arg
+        by_index = {(p.arg[0] if isinstance(p.arg, tuple) else p.arg): p for p in self.prog.params}
+        for idx in range(max(by_index, default=-1) + 1):
+            p = by_index.get(idx)
+            if p is None:  # an argument the kernel never mentions still holds its place in the signature
+                args.append(f"{self.ptr(dtypes.void.ptr())} %data{idx}")
+                continue
             self.names[p] = f"%data{idx}"
             args.append(f"{self.ptr(p.dtype)} noalias %data{idx}" if isinstance(p.dtype, PtrDType)
                         else f"{ltype(p.dtype)} %data{idx}")
