@@ -10,6 +10,13 @@ the ranges it depends on.
 A REDUCE_AXIS is realized on its own instead when, inlined, it would be recomputed: when its indices
 depend on the range of an enclosing reduction while the kernel has output ranges it does not depend on
 (a matmul feeding another matmul).
+
+ASSIGN(dest, value) writes `value` into an existing buffer through `dest`, a view of it (a chain of
+RESHAPE/PERMUTE/SHRINK/FLIP/DETACH over a BUFFER): the kernel's store index is the index the view reads.
+Realizing it returns the buffer; reading it afterwards reads through `dest`. The ASSIGN targets of one
+schedule are simultaneous (each value is what it was before any of them): every other target is realized
+first, then every value that reads a buffer written in this schedule (other than its own destination at
+the very index it stores to) is realized into a temporary, and only then do the writes run.
 """
 from __future__ import annotations
 
@@ -87,6 +94,8 @@ class Scheduler:
         base = _buffer_view(u)
         if base is not None:
             return base
+        if u.op is Ops.ASSIGN:
+            return self._realize_assign(u)
         if u.op is Ops.COPY:
             src = self.realize(u.src[0])
             out = UOp.new_buffer(u.src[1].arg, src.arg, src.dtype)
@@ -112,6 +121,42 @@ class Scheduler:
         self.realized[u] = out
         return out
 
+    # ---- writes into existing buffers ------------------------------------------------------------------
+
+    def _write_kernel(self, u: UOp) -> tuple[Kernel, UOp, UOp]:
+        """A kernel over `u`'s destination: the INDEX it stores to, and the lowered value."""
+        dest, value = u.src
+        k = Kernel(name=f"k{next(self.names)}_assign_{_kernel_name(value)}")
+        k.param(_view_base(dest))
+        idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in dest.shape)
+        k.output_ranges = tuple(i for i in idxs if i.op is Ops.RANGE)
+        target = self._lower(k, dest, idxs, None, ())
+        if target.op is not Ops.LOAD:
+            raise ValueError(f"cannot assign through {dest.render()[:80]}: the destination must be a view of a buffer")
+        return k, target.src[0], self._lower(k, value, idxs, None, ())
+
+    def prepare_writes(self, writes: list[UOp]) -> None:
+        """Realize the values of `writes` that would read a buffer after one of them wrote it."""
+        written = {_view_base(w.src[0]) for w in writes}
+        for w in writes:
+            k, store_at, value = self._write_kernel(w)
+            own = k.params[0]
+            for n in value.toposort():
+                if n.op is Ops.INDEX and n.src[0].op is Ops.PARAM and k.params[n.src[0].arg] in written \
+                        and not (k.params[n.src[0].arg] is own and n is store_at):
+                    self.realize(w.src[1])
+                    break
+
+    def _realize_assign(self, u: UOp) -> UOp:
+        if u in self.realized:
+            return self.realized[u]
+        k, store_at, value = self._write_kernel(u)
+        store = UOp(Ops.STORE, dtypes.void, (store_at, value))
+        ast = UOp(Ops.SINK, dtypes.void, (store.end(*k.output_ranges),), KernelInfo(k.name))
+        self.items.append((simplify(ast), list(k.params)))
+        self.realized[u] = out = k.params[0]
+        return out
+
     # ---- lowering: tensor node at these indices -> kernel value ------------------------------------------
 
     def _lower(self, k: Kernel, u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, reducing: tuple[UOp, ...]) -> UOp:
@@ -128,6 +173,10 @@ class Scheduler:
         op = u.op
         if op is Ops.BUFFER:
             return k.param(u).index(idxs[0], valid).load() if valid is not None else k.param(u).index(idxs[0]).load()
+        if op is Ops.ASSIGN:
+            # the written buffer, read through the destination view
+            self.realize(u)
+            return self._lower(k, u.src[0], idxs, valid, reducing)
         if u in self.realized or op in (Ops.CONTIGUOUS, Ops.COPY):
             buf = self.realize(u)
             return self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing)
@@ -221,6 +270,15 @@ def _buffer_view(u: UOp) -> UOp | None:
     return None
 
 
+def _view_base(u: UOp) -> UOp:
+    """The BUFFER under a chain of movement ops and DETACH."""
+    while u.op is not Ops.BUFFER:
+        if u.op not in GroupOp.Movement and u.op is not Ops.DETACH:
+            raise ValueError(f"cannot assign to {u.op}: the destination of an assign is a view of a buffer")
+        u = u.src[0]
+    return u
+
+
 def _kernel_name(u: UOp) -> str:
     ops = [n.op.name.lower() for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)
            if n.op in GroupOp.ALU or n.op is Ops.REDUCE_AXIS]
@@ -232,7 +290,12 @@ def create_schedule(targets: list[UOp], devices: list[str] | None = None) -> tup
     """Kernels (AST, BUFFER nodes by PARAM index) that compute `targets`, in dependency order, and each
     target's BUFFER. `devices[i]` is where targets[i] goes when its graph reads no buffer."""
     s = Scheduler()
-    out = {t: s.realize(t, devices[i] if devices else None) for i, t in enumerate(targets)}
+    # writes last, so that every other target reads what the buffers held before them
+    order = sorted(range(len(targets)), key=lambda i: targets[i].op is Ops.ASSIGN)
+    s.prepare_writes([t for t in targets if t.op is Ops.ASSIGN])
+    out = {}
+    for i in order:
+        out[targets[i]] = s.realize(targets[i], devices[i] if devices else None)
     return s.items, out
 
 
