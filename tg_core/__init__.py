@@ -5,5 +5,15 @@ from tg_core.helpers import Context, ContextVar, getenv
 from tg_core.uop import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 __version__ = "0.1.0"
-__all__ = ["Buffer", "Device", "DType", "dtypes", "Context", "ContextVar", "getenv", "GroupOp", "Ops", "PatternMatcher", "UOp", "UPat",
+
+
+def __getattr__(name: str):
+    # Tensor pulls in numpy and the scheduler: imported on first use so that `import tg_core` stays light
+    if name == "Tensor":
+        from tg_core.tensor import Tensor
+        return Tensor
+    raise AttributeError(f"module 'tg_core' has no attribute {name!r}")
+
+
+__all__ = ["Buffer", "Device", "DType", "dtypes", "Context", "ContextVar", "Tensor", "getenv", "GroupOp", "Ops", "PatternMatcher", "UOp", "UPat",
            "graph_rewrite"]

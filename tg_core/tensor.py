@@ -18,6 +18,11 @@ from tg_core.dtype import (ConstType, DType, dtypes, from_numpy_dtype, least_upp
                            sum_acc_dtype, to_dtype, to_numpy_dtype)
 from tg_core.engine.realize import attach, buffer_of, realize
 from tg_core.helpers import argsort, prod
+from tg_core.tensor_creation import CreationMixin
+from tg_core.tensor_elementwise import ElementwiseMixin
+from tg_core.tensor_movement import MovementMixin
+from tg_core.tensor_nn import NNMixin
+from tg_core.tensor_reduce import ReduceMixin
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -44,9 +49,10 @@ def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
     return arr
 
 
-class Tensor:
+class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixin):
     """A lazy tensor. `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a
-    (nested) list, a numpy array, or a UOp of a tensor graph."""
+    (nested) list, a numpy array, or a UOp of a tensor graph. The ops beyond the primitives below live in
+    the mixins: tensor_creation, tensor_elementwise, tensor_movement, tensor_reduce and tensor_nn."""
     __slots__ = ("uop", "_device", "requires_grad", "grad", "__weakref__")
     training: bool = False
 
@@ -111,6 +117,10 @@ class Tensor:
         todo = [t for t in tensors if not t._is_realized()]
         if not todo:
             return
+        for t in todo:
+            if dtypes.is_weak(t.dtype):
+                raise TypeError(f"cannot realize a tensor of the weak dtype {t.dtype!r} (shape {t.shape}); "
+                                f"cast it to a concrete dtype")
         results = realize([t.uop for t in todo], devices=[t.device for t in todo])
         for t in todo:
             buf = results[t.uop]
@@ -144,6 +154,8 @@ class Tensor:
     def _operand(self, x: Tensor | ConstType) -> Tensor:
         if isinstance(x, Tensor):
             return x
+        if isinstance(x, np.generic) and not isinstance(x, np.ndarray):
+            x = x.item()
         if isinstance(x, (bool, int, float)):
             return Tensor(UOp.const(dtypes.from_py(x), x), device=self.device)
         if isinstance(x, (list, tuple, np.ndarray)):
@@ -196,8 +208,9 @@ class Tensor:
         return a._cast_to(ft)._new(a._cast_to(ft).uop.alu(Ops.FDIV, b._cast_to(ft).uop))
 
     def maximum(self, x) -> Tensor: return self._binop(Ops.MAX, x)
-    def minimum(self, x) -> Tensor: return -((-self).maximum(-self._operand(x))) if not dtypes.is_unsigned(self.dtype) \
-        else (self < x).where(self, x)
+    def minimum(self, x) -> Tensor:
+        a, b = self._broadcasted(x)
+        return a._reversed_order().maximum(b._reversed_order())._reversed_order()
 
     def __add__(self, x): return self.add(x)
     def __radd__(self, x): return self.add(x, True)
@@ -279,9 +292,6 @@ class Tensor:
         new = tuple(p if s == -1 else s for s, p in zip(new, padded))
         return self._broadcast_to(new)
 
-    def pad(self, padding: Sequence[tuple[int, int]]) -> Tensor:
-        return self._new(self.uop.pad(tuple(padding)))
-
     def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
         return self._new(self.uop.shrink(tuple((0, n) if b is None else b for b, n in zip(bounds, self.shape))))
 
@@ -303,16 +313,19 @@ class Tensor:
         x = self if dtype is None else self._cast_to(dtype)
         out_shape = tuple(1 if i in axes else n for i, n in enumerate(self.shape))
         if self.numel() == 0:
-            ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: -math.inf}[op]
+            ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(x.dtype)}[op]
             red = x._new(UOp.const(x.dtype, ident).reshape(()).reshape((1,) * len(out_shape)).expand(out_shape))
         else:
             red = x._new(x.uop.reduce_axis(op, axes)) if axes else x
         return red if keepdim else red.reshape(tuple(n for i, n in enumerate(out_shape) if i not in axes))
 
     def sum(self, axis=None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
-        return self._reduce(Ops.ADD, axis, keepdim, dtype or sum_acc_dtype(self.dtype))
+        """Ints and bools sum in int32 (or wider); halves sum in float32 and come back as halves."""
+        out = self._reduce(Ops.ADD, axis, keepdim, dtype or sum_acc_dtype(self.dtype))
+        return out.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else out
 
     def max(self, axis=None, keepdim: bool = False) -> Tensor:
+        self._check_nonempty("max", axis)
         return self._reduce(Ops.MAX, axis, keepdim)
 
 

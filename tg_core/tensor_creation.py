@@ -1,0 +1,251 @@
+"""Tensor creation: constants, ranges, identity matrices and random numbers, all built as tensor graphs.
+
+Nothing here uploads data: a constant is a CONST node expanded to its shape, and `arange` is built from
+movement ops on constants (below), so creation ops fuse into whatever consumes them and cost no kernel.
+
+**The element index without a new primitive.** Movement ops move values around; the only way an index
+becomes a value is through PAD, whose padding is a condition on the index. Bit k of i is such a condition:
+a period of 2**(k+1) elements, the first half 0 and the second half 2**k, is a padded constant repeated with
+EXPAND/RESHAPE. Summing the ceil(log2 n) bits gives i; each costs a few integer ops per element.
+
+**Random numbers** come from a counter-based generator computed on the device: every element hashes
+(key, its index), where the key mixes the seed with a counter that each random op advances. So a random
+tensor is a pure function of (seed, call number, shape): reproducible after `manual_seed`, lazy, and fused
+into its consumer (dropout is one kernel). The hash is a 32-bit integer finalizer applied twice.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tg_core.dtype import ConstType, DType, dtypes, to_dtype
+from tg_core.helpers import prod
+from tg_core.uop.ops import Ops
+from tg_core.uop.uop import UOp
+
+if TYPE_CHECKING:
+    from tg_core.tensor import Tensor
+
+_M32 = 0xFFFFFFFF
+# the multipliers of a well-mixing 32-bit hash finalizer (each bit of the input flips about half the output)
+_H1, _H2 = 0x7FEB352D, 0x846CA68B
+
+
+def _hash32_py(x: int) -> int:
+    """The on-device hash in Python ints: used to mix the seed and counter into a key on the host."""
+    x &= _M32
+    x ^= x >> 16
+    x = (x * _H1) & _M32
+    x ^= x >> 15
+    x = (x * _H2) & _M32
+    return x ^ (x >> 16)
+
+
+def _shape(shape: Sequence[int] | int, rest: tuple[int, ...]) -> tuple[int, ...]:
+    out = tuple(shape) if isinstance(shape, Sequence) and not rest else (shape, *rest)
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in out):
+        raise ValueError(f"a shape is a sequence of non-negative ints, got {out!r}")
+    return out
+
+
+class CreationMixin:
+    __slots__ = ()
+    _seed: int = 0
+    _rng_counter: int = 0
+
+    # ---- constants ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def full(cls, shape: Sequence[int] | int, fill_value: ConstType, dtype: DType | str | None = None,
+             device: str | None = None, **kwargs) -> Tensor:
+        """A tensor of `shape` whose elements are all `fill_value` (dtype from the value when not given)."""
+        shape = _shape(shape, ())
+        dt = to_dtype(dtype) if dtype is not None else _default_of(fill_value)
+        u = UOp.const(dt, fill_value)
+        if shape:
+            u = u.reshape((1,) * len(shape)).expand(shape)
+        return cls(u, device=device, **kwargs)
+
+    @classmethod
+    def zeros(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        return cls.full(_shape(shape[0], shape[1:]) if shape else (), 0, dtype or dtypes.default_float, device, **kwargs)
+
+    @classmethod
+    def ones(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        return cls.full(_shape(shape[0], shape[1:]) if shape else (), 1, dtype or dtypes.default_float, device, **kwargs)
+
+    @classmethod
+    def empty(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """A tensor whose values are unspecified: a fresh buffer, allocated (zeroed) when first used."""
+        from tg_core.device import Device
+        shape = _shape(shape[0], shape[1:]) if shape else ()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        n = prod(shape)
+        if n == 0:
+            return cls.zeros(shape, dtype=dt, device=dev, **kwargs)
+        return cls(UOp.new_buffer(dev, n, dt).reshape(shape), device=dev, **kwargs)
+
+    def full_like(self, fill_value: ConstType, dtype: DType | str | None = None, device: str | None = None,
+                  **kwargs) -> Tensor:
+        return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device, **kwargs)
+
+    def zeros_like(self, **kwargs) -> Tensor:
+        return self.full_like(0, **kwargs)
+
+    def ones_like(self, **kwargs) -> Tensor:
+        return self.full_like(1, **kwargs)
+
+    def empty_like(self, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device, **kwargs)
+
+    # ---- ranges ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def _iota(cls, n: int, device: str | None = None) -> Tensor:
+        """0, 1, ..., n-1 as int32, from padded constants (one per bit of the index, see the module doc)."""
+        if n <= 1:
+            return cls.full((n,), 0, dtypes.int32, device)
+        acc: UOp | None = None
+        for k in range((n - 1).bit_length()):
+            half = 1 << k
+            period = 2 * half
+            reps = -(-n // period)
+            one_period = UOp.const(dtypes.int32, half).reshape((1,)).expand((half,)).pad(((half, 0),))
+            bit = one_period.reshape((1, period)).expand((reps, period)).reshape((reps * period,)).shrink(((0, n),))
+            acc = bit if acc is None else acc + bit
+        return cls(acc, device=device)
+
+    @classmethod
+    def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
+               dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """start, start+step, ... below stop (above it for a negative step); int32 when all are ints."""
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange: step must not be zero")
+        n = max(0, math.ceil((stop - start) / step))
+        all_int = all(isinstance(v, int) for v in (start, stop, step))
+        dt = to_dtype(dtype) if dtype is not None else (dtypes.default_int if all_int else dtypes.default_float)
+        idx = cls._iota(n, device)
+        out = idx if (start, step) == (0, 1) else idx * step + start
+        return cls(out.cast(dt).uop, device=device, **kwargs)
+
+    @classmethod
+    def linspace(cls, start: int | float, stop: int | float, steps: int, dtype: DType | str | None = None,
+                 device: str | None = None, **kwargs) -> Tensor:
+        if steps < 0:
+            raise ValueError(f"linspace: number of steps must be >= 0, got {steps}")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if steps == 1:
+            return cls.full((1,), start, dt, device, **kwargs)
+        delta = (stop - start) / (steps - 1) if steps > 1 else 0.0
+        out = cls._iota(steps, device).cast(dtypes.float32) * delta + start
+        return cls(out.cast(dt).uop, device=device, **kwargs)
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
+            **kwargs) -> Tensor:
+        m = n if m is None else m
+        if n < 0 or m < 0:
+            raise ValueError(f"eye: sizes must be >= 0, got n={n}, m={m}")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        diag = cls._iota(n, device).reshape(n, 1).eq(cls._iota(m, device).reshape(1, m))
+        return cls(diag.cast(dt).uop, device=device, **kwargs)
+
+    # ---- random ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def manual_seed(cls, seed: int = 0) -> None:
+        """Seed the generator: the random tensors made after it are the same on every run."""
+        from tg_core.tensor import Tensor
+        Tensor._seed, Tensor._rng_counter = int(seed), 0
+
+    @classmethod
+    def _random_bits(cls, shape: tuple[int, ...], device: str | None) -> Tensor:
+        """uint32 random bits of `shape`: hash(hash(index ^ key_lo) + key_hi)."""
+        from tg_core.tensor import Tensor
+        counter = Tensor._rng_counter
+        Tensor._rng_counter += 1
+        key = _hash32_py(_hash32_py(Tensor._seed & _M32) ^ _hash32_py((Tensor._seed >> 32) + 0x9E3779B9) ^ counter)
+        key2 = _hash32_py(key ^ 0x85EBCA6B)
+        idx = cls._iota(prod(shape), device).cast(dtypes.uint32)
+        x = _hash32(idx ^ key)
+        x = _hash32(x + key2)
+        return x.reshape(shape)
+
+    @classmethod
+    def rand(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """Uniform numbers in [0, 1)."""
+        shape = _shape(shape[0], shape[1:]) if shape else ()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if not dtypes.is_float(dt):
+            raise TypeError(f"rand makes floats, not {dt!r}")
+        # the top 24 bits are exact in float32; the result stays below 1
+        u = (cls._random_bits(shape, device) >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
+        return cls(u.cast(dt).uop, device=device, **kwargs)
+
+    @classmethod
+    def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None,
+                device: str | None = None, **kwargs) -> Tensor:
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        u = cls.rand(*shape, dtype=dtypes.float32, device=device) * (high - low) + low
+        return cls(u.cast(dt).uop, device=device, **kwargs)
+
+    @classmethod
+    def randn(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """Standard normal numbers (Box-Muller on two uniform streams)."""
+        shape = _shape(shape[0], shape[1:]) if shape else ()
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        u = cls.rand((2, *shape), dtype=dtypes.float32, device=device)
+        u1, u2 = u[0], u[1]
+        z = (1 - u1).log().mul(-2).sqrt() * (u2 * (2 * math.pi)).cos()
+        return cls(z.cast(dt).uop, device=device, **kwargs)
+
+    @classmethod
+    def randint(cls, *shape, low: int = 0, high: int = 10, dtype: DType | str | None = None,
+                device: str | None = None, **kwargs) -> Tensor:
+        """Integers uniform in [low, high)."""
+        if high <= low:
+            raise ValueError(f"randint needs low < high, got low={low}, high={high}")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.int32
+        shape = _shape(shape[0], shape[1:]) if shape else ()
+        bits = cls._random_bits(shape, device)
+        out = (bits % (high - low)).cast(dtypes.int64 if high - low > 2 ** 31 - 1 else dtypes.int32) + low
+        return cls(out.cast(dt).uop, device=device, **kwargs)
+
+    def rand_like(self, **kwargs) -> Tensor:
+        return type(self).rand(self.shape, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device),
+                               **kwargs)
+
+    def randn_like(self, **kwargs) -> Tensor:
+        return type(self).randn(self.shape, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device),
+                                **kwargs)
+
+    # ---- devices -----------------------------------------------------------------------------------------
+
+    def to(self, device: str) -> Tensor:
+        """This tensor on `device`: a COPY node (a constant is simply made there)."""
+        from tg_core.device import Device
+        dev = Device.canonicalize(device)
+        if dev == self.device:
+            return self
+        if self.uop.device is None:
+            return type(self)(self.uop, device=dev)
+        return type(self)(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, dtypes.void, (), dev))), device=dev)
+
+
+def _hash32(x: Tensor) -> Tensor:
+    x = x ^ (x >> 16)
+    x = x * _H1
+    x = x ^ (x >> 15)
+    x = x * _H2
+    return x ^ (x >> 16)
+
+
+def _default_of(v: ConstType) -> DType:
+    if isinstance(v, bool):
+        return dtypes.bool
+    return dtypes.default_int if isinstance(v, int) else dtypes.default_float
+

@@ -1,0 +1,362 @@
+"""Movement ops built from the six primitives (reshape, permute, expand, pad, shrink, flip), and indexing.
+
+**Indexing.** `x[...]` first applies the basic indices axis by axis: an int is a shrink to one element
+(dropped by a reshape), a slice is a shrink, a flip when its step is negative, and for a step s > 1 a
+reshape of the k*s elements to (k, s) that keeps column 0; None adds an axis. Integer tensors (and lists)
+then gather: each index becomes a one-hot mask against the element index of its axis, and a sum over the
+indexed axes picks the element (one reduce, fused with its consumer). As in numpy and PyTorch, the
+broadcast index shape goes where the indexed axes were when they are adjacent, and in front otherwise.
+
+**Assignment.** `x[...] = v` makes x's node `mask.where(v', x)`, where v' is v placed back into x's shape
+by the inverse movement ops (pads and a reshape for strides) and mask is the same placement of ones. With
+tensor indices, each element of x compares its position with the positions selected (one-hot again).
+The assignment is lazy: tensors taken from x before it keep the old values.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tg_core.dtype import dtypes, least_upper_dtype
+from tg_core.helpers import prod
+
+if TYPE_CHECKING:
+    from tg_core.tensor import Tensor
+
+
+@dataclass(frozen=True)
+class _AxisSel:
+    """What a basic index keeps of one axis: k elements from `lo` upwards every `step`, then reversed if
+    `flip`; `drop` when the index was an int."""
+    lo: int
+    step: int
+    k: int
+    flip: bool
+    drop: bool
+
+
+class MovementMixin:
+    __slots__ = ()
+
+    # ---- shapes --------------------------------------------------------------------------------------------
+
+    def view(self, shape, *args) -> Tensor:
+        return self.reshape(shape, *args)
+
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = self._axis(dim0), self._axis(dim1)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = self._axis(start_dim), self._axis(end_dim)
+        if s > e:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
+        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        d = self._axis(dim)
+        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        if dim is None:
+            return self.reshape(tuple(n for n in self.shape if n != 1))
+        axes = {self._axis(d) for d in (dim if isinstance(dim, Sequence) else (dim,))}
+        return self.reshape(tuple(n for i, n in enumerate(self.shape) if not (i in axes and n == 1)))
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        n = self.ndim + 1
+        if not -n <= dim < n:
+            raise IndexError(f"unsqueeze: dim {dim} is out of range for a tensor of shape {self.shape}")
+        d = dim % n
+        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+    def pad(self, padding: Sequence, mode: str = "constant", value: float | int | bool = 0) -> Tensor:
+        """Pad with `value`: one (before, after) pair (or None) per axis, or PyTorch's flat form (last axis
+        first). Negative amounts remove elements."""
+        if mode != "constant":
+            raise NotImplementedError(f"pad mode {mode!r}: only 'constant' is supported")
+        pairs = _pad_pairs(padding, self.shape)
+        x = self.shrink(tuple((max(0, -b), n - max(0, -a)) for (b, a), n in zip(pairs, self.shape)))
+        pos = tuple((max(0, b), max(0, a)) for b, a in pairs)
+        out = x._new(x.uop.pad(pos))
+        if value == 0 or all(p == (0, 0) for p in pos):
+            return out
+        inside = type(self).ones(x.shape, dtype=dtypes.bool, device=self.device)
+        return inside._new(inside.uop.pad(pos)).where(out, value)
+
+    def repeat(self, repeats: int | Sequence[int], *args: int) -> Tensor:
+        reps = tuple(repeats) if isinstance(repeats, Sequence) and not args else (repeats, *args)
+        if len(reps) < self.ndim:
+            raise ValueError(f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
+        base = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
+        inter = sum(((1, n) for n in base.shape), ())
+        grown = sum(((r, n) for r, n in zip(reps, base.shape)), ())
+        return base.reshape(inter).expand(grown).reshape(tuple(r * n for r, n in zip(reps, base.shape)))
+
+    # ---- joining and splitting -----------------------------------------------------------------------------
+
+    def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+        """Concatenate along `dim`: each piece is padded to the full length and the pieces are added."""
+        pieces = [self, *others]
+        d = self._axis(dim)
+        for t in others:
+            if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
+                raise ValueError(f"cat along dim {dim}: shapes {self.shape} and {t.shape} differ outside that dim")
+        dt = least_upper_dtype(*(t.dtype for t in pieces))
+        total = sum(t.shape[d] for t in pieces)
+        out, offset = None, 0
+        for t in pieces:
+            n = t.shape[d]
+            if n:
+                pad = [(0, 0)] * self.ndim
+                pad[d] = (offset, total - offset - n)
+                placed = t._cast_to(dt).pad(pad)
+                out = placed if out is None else (out | placed if dt is dtypes.bool else out + placed)
+            offset += n
+        if out is None:
+            return self._cast_to(dt)
+        return out
+
+    def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+        for t in others:
+            if t.shape != self.shape:
+                raise ValueError(f"stack needs tensors of one shape, got {self.shape} and {t.shape}")
+        return self.unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in others), dim=dim)
+
+    def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        d = self._axis(dim)
+        n = self.shape[d]
+        if isinstance(sizes, int):
+            if sizes <= 0:
+                raise ValueError(f"split size must be positive, got {sizes}")
+            sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+        if sum(sizes) != n:
+            raise ValueError(f"split sizes {list(sizes)} do not add up to {n}, the size of dim {dim} of {self.shape}")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.shrink(tuple((start, start + s) if i == d else None for i in range(self.ndim))))
+            start += s
+        return tuple(out)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        if chunks <= 0:
+            raise ValueError(f"chunk needs a positive number of chunks, got {chunks}")
+        n = self.shape[self._axis(dim)]
+        return self.split(max(1, -(-n // chunks)), dim)
+
+    # ---- indexing ------------------------------------------------------------------------------------------
+
+    def __getitem__(self, indices: Any) -> Tensor:
+        sels, nones, tensors = self._parse_indices(indices)
+        x = self._apply_basic(sels, nones)
+        if not tensors:
+            return x
+        return x._gather_advanced([(pos, t) for _, pos, t in tensors])
+
+    def __setitem__(self, indices: Any, value: Any) -> None:
+        sels, nones, tensors = self._parse_indices(indices)
+        v = self._operand(value) if not isinstance(value, type(self)) else value
+        if tensors:
+            new = self._setitem_advanced(indices, v)
+        else:
+            view_shape = self._apply_basic(sels, nones).shape
+            try:
+                v = v._cast_to(self.dtype)._broadcast_to(view_shape)
+            except ValueError:
+                raise ValueError(f"cannot assign a value of shape {v.shape} to a selection of shape {view_shape}") from None
+            mask = type(self).ones(view_shape, dtype=dtypes.bool, device=self.device)
+            new = _unapply_basic(mask, sels, self.shape).where(_unapply_basic(v, sels, self.shape), self)
+        self.uop = new.uop
+
+    def _parse_indices(self, indices: Any) -> tuple[list[_AxisSel], list[int], list[tuple[int, int, Tensor]]]:
+        """Per axis of self its basic selection; the positions in the basic result of the axes None adds;
+        the tensor indices as (axis of self, axis of the basic result, index)."""
+        T = type(self)
+        idx = indices if isinstance(indices, tuple) else (indices,)
+        if sum(i is Ellipsis for i in idx) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
+        if consumed > self.ndim:
+            raise IndexError(f"too many indices for a tensor of shape {self.shape}: {consumed} axes indexed")
+        full: list[Any] = []
+        for i in idx:
+            if i is Ellipsis:
+                full.extend([slice(None)] * (self.ndim - consumed))
+            else:
+                full.append(i)
+        full.extend([slice(None)] * (self.ndim - sum(1 for i in full if i is not None)))
+        sels: list[_AxisSel] = []
+        nones: list[int] = []     # positions (in the basic result) of the new axes
+        tensors: list[tuple[int, int, Tensor]] = []
+        out_pos = 0
+        for i in full:
+            if i is None:
+                nones.append(out_pos)
+                out_pos += 1
+                continue
+            d = len(sels)
+            n = self.shape[d]
+            if isinstance(i, (bool, np.bool_)):
+                raise IndexError("indexing with a Python bool is not supported")
+            if isinstance(i, (int, np.integer)):
+                i = int(i)
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for axis {d} with size {n} (shape {self.shape})")
+                sels.append(_AxisSel(i % n, 1, 1, False, True))
+                continue
+            if isinstance(i, slice):
+                start, stop, step = i.indices(n)
+                k = len(range(start, stop, step))
+                lo = start if step > 0 else start + (k - 1) * step
+                sels.append(_AxisSel(lo if k else 0, abs(step), k, step < 0, False))
+                out_pos += 1
+                continue
+            if isinstance(i, (list, tuple, np.ndarray)):
+                arr = np.asarray(i)
+                if arr.dtype == np.bool_ or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
+                    raise IndexError(f"index arrays must hold integers, got {arr.dtype} (boolean masks are not supported)")
+                if arr.size and (arr.min() < -n or arr.max() >= n):
+                    bad = int(arr.min()) if arr.min() < -n else int(arr.max())
+                    raise IndexError(f"index {bad} is out of bounds for axis {d} with size {n} (shape {self.shape})")
+                i = T(arr.astype(np.int32), device=self.device)
+            if isinstance(i, T):
+                if not dtypes.is_int(i.dtype):
+                    raise IndexError(f"tensor indices must be integers, got {i.dtype!r} (boolean masks are not supported)")
+                sels.append(_AxisSel(0, 1, n, False, False))
+                tensors.append((d, out_pos, i))
+                out_pos += 1
+                continue
+            raise IndexError(f"cannot index a tensor with {type(i).__name__} {i!r}")
+        return sels, nones, tensors
+
+    def _apply_basic(self, sels: list[_AxisSel], nones: list[int]) -> Tensor:
+        x = self
+        for d, s in enumerate(sels):
+            x = _select_axis(x, d, s)
+        kept = [n for n, s in zip(x.shape, sels) if not s.drop]
+        for p in nones:
+            kept.insert(p, 1)
+        return x.reshape(tuple(kept))
+
+    def _gather_advanced(self, adv: list[tuple[int, Tensor]]) -> Tensor:
+        T = type(self)
+        idx_shape: tuple[int, ...] = ()
+        for _, t in adv:
+            idx_shape = _broadcast(idx_shape, t.shape)
+        nb = len(idx_shape)
+        x = self.reshape((1,) * nb + self.shape)
+        mask = None
+        for p, t in adv:
+            n = self.shape[p]
+            t = t._broadcast_to(idx_shape)
+            t = (t < 0).where(t + n, t)
+            ar = T._iota(n, self.device).reshape((1,) * (nb + p) + (n,) + (1,) * (self.ndim - p - 1))
+            m = t.reshape(idx_shape + (1,) * self.ndim).eq(ar)
+            mask = m if mask is None else mask & m
+        axes = tuple(nb + p for p, _ in adv)
+        zero = False if dtypes.is_bool(self.dtype) else 0
+        out = mask.where(x, zero).sum(axis=axes).cast(self.dtype)
+        positions = sorted(p for p, _ in adv)
+        if positions == list(range(positions[0], positions[0] + len(positions))) and positions[0] > 0:
+            # adjacent indexed axes: the index shape takes their place (numpy's rule)
+            first = positions[0]
+            order = list(range(nb, nb + first)) + list(range(nb)) + list(range(nb + first, out.ndim))
+            out = out.permute(order)
+        return out
+
+    def _setitem_advanced(self, indices: Any, v: Tensor) -> Tensor:
+        T = type(self)
+        positions = T._iota(self.numel(), self.device).reshape(self.shape)[indices]
+        try:
+            vv = v._cast_to(self.dtype)._broadcast_to(positions.shape)
+        except ValueError:
+            raise ValueError(f"cannot assign a value of shape {v.shape} to a selection of shape {positions.shape}") from None
+        k = positions.ndim
+        flat_self = T._iota(self.numel(), self.device).reshape(self.shape + (1,) * k)
+        hit = flat_self.eq(positions.reshape((1,) * self.ndim + positions.shape))
+        axes = tuple(range(self.ndim, self.ndim + k))
+        if not axes:
+            return hit.where(vv, self)
+        # with repeated positions one of the values wins, as in PyTorch (here: the largest)
+        zero = False if dtypes.is_bool(self.dtype) else dtypes.min(self.dtype)
+        picked = hit.where(vv.reshape((1,) * self.ndim + vv.shape), zero).max(axis=axes)
+        return hit.any(axis=axes).where(picked, self)
+
+
+def _select_axis(x: Tensor, d: int, s: _AxisSel) -> Tensor:
+    n = x.shape[d]
+    if s.k == 0:
+        return x.shrink(tuple((0, 0) if i == d else None for i in range(x.ndim)))
+    span = (s.k - 1) * s.step + 1
+    if (s.lo, s.step, s.k, s.flip) == (0, 1, n, False):
+        return x
+    # the k*s elements we reshape into (k, s) when they are all inside the axis, else the span padded to it
+    whole = s.k * s.step
+    if s.step > 1 and not s.flip and s.lo + whole <= n:
+        x = x.shrink(tuple((s.lo, s.lo + whole) if i == d else None for i in range(x.ndim)))
+    elif s.step > 1 and s.flip and s.lo + span - whole >= 0:
+        x = x.shrink(tuple((s.lo + span - whole, s.lo + span) if i == d else None for i in range(x.ndim)))
+    else:
+        x = x.shrink(tuple((s.lo, s.lo + span) if i == d else None for i in range(x.ndim)))
+    if s.flip:
+        x = x.flip(d)
+    if s.step > 1:
+        if x.shape[d] < whole:
+            x = x.pad(tuple((0, whole - x.shape[d]) if i == d else (0, 0) for i in range(x.ndim)))
+        x = x.reshape(x.shape[:d] + (s.k, s.step) + x.shape[d + 1:])
+        x = x.shrink(tuple((0, 1) if i == d + 1 else None for i in range(x.ndim)))
+        x = x.reshape(x.shape[:d + 1] + x.shape[d + 2:])
+    return x
+
+
+def _unapply_basic(v: Tensor, sels: list[_AxisSel], shape: tuple[int, ...]) -> Tensor:
+    """`v` (of the basic selection's shape) placed back into `shape`; elements not selected are zero."""
+    per_axis = tuple(s.k for s in sels)
+    x = v.reshape(per_axis)
+    for d, s in enumerate(sels):
+        if s.k == 0:
+            x = x.pad(tuple((0, shape[d]) if i == d else (0, 0) for i in range(x.ndim)))
+            continue
+        if s.flip:
+            x = x.flip(d)
+        if s.step > 1:
+            x = x.reshape(x.shape[:d] + (s.k, 1) + x.shape[d + 1:])
+            x = x.pad(tuple((0, s.step - 1) if i == d + 1 else (0, 0) for i in range(x.ndim)))
+            x = x.reshape(x.shape[:d] + (s.k * s.step,) + x.shape[d + 2:])
+            x = x.shrink(tuple((0, (s.k - 1) * s.step + 1) if i == d else None for i in range(x.ndim)))
+        span = x.shape[d]
+        x = x.pad(tuple((s.lo, shape[d] - s.lo - span) if i == d else (0, 0) for i in range(x.ndim)))
+    return x
+
+
+def _pad_pairs(padding: Sequence, shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    if all(isinstance(p, int) for p in padding):
+        if len(padding) % 2 or len(padding) // 2 > len(shape):
+            raise ValueError(f"flat padding {tuple(padding)} needs an even length of at most {2 * len(shape)} for shape {shape}")
+        pairs = [(0, 0)] * len(shape)
+        for j in range(len(padding) // 2):
+            pairs[len(shape) - 1 - j] = (padding[2 * j], padding[2 * j + 1])
+        return pairs
+    if len(padding) != len(shape):
+        raise ValueError(f"padding {tuple(padding)} needs one (before, after) pair per axis of {shape}")
+    pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+    for (b, a), n in zip(pairs, shape):
+        if b + a < -n:
+            raise ValueError(f"padding {tuple(padding)} removes more than the axis of size {n} in {shape}")
+    return pairs
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    from tg_core.tensor import _broadcast_shape
+    return _broadcast_shape(a, b)

@@ -1,0 +1,297 @@
+"""Neural-network ops on Tensor: products, normalizations, losses, convolution and pooling, gather/scatter.
+
+Every op is one elementwise expression around reductions, with no realize inside, so the scheduler fuses
+it into one kernel where the data flow allows (softmax, layernorm, `(x @ w + b).relu()`).
+
+**Windows** for convolution and pooling come from movement ops only. For one axis of length n, kernel k,
+stride s and dilation d, the k shifted copies x[j*d : j*d + ...] are rows of a (k, n + d) view of the input
+expanded to (k, n) and flattened: flat position j*(n+d) + c is element c + j*d of row j. Keeping every
+s-th column (a reshape to (..., s) and a shrink) gives the (output, kernel) axes.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tg_core.dtype import dtypes, least_upper_dtype, least_upper_float
+
+if TYPE_CHECKING:
+    from tg_core.tensor import Tensor
+
+
+def _pair(v: int | Sequence[int], n: int = 2) -> tuple[int, ...]:
+    return (v,) * n if isinstance(v, int) else tuple(v)
+
+
+class NNMixin:
+    __slots__ = ()
+
+    # ---- products ------------------------------------------------------------------------------------------
+
+    def dot(self, w: Tensor) -> Tensor:
+        """Matrix product with numpy's rules for 1-D operands and broadcasting of batch axes."""
+        if self.ndim == 0 or w.ndim == 0:
+            raise ValueError(f"matmul needs tensors of at least 1 dimension, got shapes {self.shape} and {w.shape}")
+        k_w = w.shape[-2] if w.ndim > 1 else w.shape[0]
+        if self.shape[-1] != k_w:
+            raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not match ({self.shape[-1]} != {k_w})")
+        dt = least_upper_dtype(self.dtype, w.dtype)
+        x = self._cast_to(dt)
+        w = w._cast_to(dt)
+        # x (..., n, 1, k) times w (..., 1, m, k), summed over k
+        xe = x.reshape(x.shape[:-1] + (1,) * min(w.ndim - 1, 1) + x.shape[-1:])
+        wt = w.transpose(-1, -2) if w.ndim > 1 else w
+        we = wt.reshape(wt.shape[:-2] + (1,) * min(x.ndim - 1, 1) + wt.shape[-2:]) if w.ndim > 1 else wt
+        out = (xe * we).sum(-1, dtype=_acc(dt))
+        return out.cast(dt) if out.dtype is not dt else out
+
+    def matmul(self, x: Tensor, reverse: bool = False) -> Tensor:
+        return x.dot(self) if reverse else self.dot(x)
+
+    def __matmul__(self, x): return self.matmul(x)
+    def __rmatmul__(self, x): return self.matmul(self._operand(x), True)
+
+    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """x @ weight + bias, with weight of shape (in, out) as in tinygrad (a 1-D weight scales)."""
+        out = self * weight if weight.ndim == 1 else self.dot(weight)
+        return out + bias if bias is not None else out
+
+    # ---- normalizations ------------------------------------------------------------------------------------
+
+    def softmax(self, axis: int = -1, dtype=None) -> Tensor:
+        x = self if dtype is None else self.cast(dtype)
+        x = x._cast_to(least_upper_float(x.dtype))
+        e = (x - x.max(axis, keepdim=True)).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self, axis: int = -1, dtype=None) -> Tensor:
+        x = self if dtype is None else self.cast(dtype)
+        x = x._cast_to(least_upper_float(x.dtype))
+        m = x - x.max(axis, keepdim=True)
+        return m - m.exp().sum(axis, keepdim=True).log()
+
+    def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+        """(x - mean) / sqrt(var + eps) over `axis` (biased variance), without scale or shift."""
+        x = self._cast_to(least_upper_float(self.dtype))
+        y = x - x.mean(axis, keepdim=True)
+        return y * ((y * y).mean(axis, keepdim=True) + eps).rsqrt()
+
+    def batchnorm(self, weight, bias, mean: Tensor, invstd: Tensor, axis: int | Sequence[int] = 1) -> Tensor:
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        shape = tuple(n if i in [a % self.ndim for a in axes] else 1 for i, n in enumerate(self.shape))
+        x = (self - mean.reshape(shape)) * invstd.reshape(shape)
+        if weight is not None:
+            x = x * weight.reshape(shape)
+        return x + bias.reshape(shape) if bias is not None else x
+
+    # ---- losses --------------------------------------------------------------------------------------------
+
+    def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+        """PyTorch's cross_entropy: classes on axis 1 (axis 0 for 1-D input); Y holds class indices (one axis
+        less than self) or probabilities (same shape)."""
+        ax = 1 if self.ndim > 1 else 0
+        c = self.shape[ax]
+        if Y.ndim == self.ndim - 1:
+            Y = Y.one_hot(c)
+            if ax != self.ndim - 1:
+                Y = Y.permute((0, Y.ndim - 1) + tuple(range(1, Y.ndim - 1)))
+        if Y.shape != self.shape:
+            raise ValueError(f"cross_entropy: targets of shape {Y.shape} do not fit logits of shape {self.shape}")
+        Y = Y._cast_to(least_upper_float(self.dtype)) * (1 - label_smoothing) + label_smoothing / c
+        loss = -(self.log_softmax(ax) * Y).sum(ax)
+        return _reduced(loss, reduction)
+
+    def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                        reduction: str = "mean") -> Tensor:
+        """tinygrad's loss: classes on the last axis, Y class indices; targets equal to ignore_index count
+        for nothing (a mean is over the others)."""
+        if Y.shape != self.shape[:-1]:
+            raise ValueError(f"sparse_categorical_crossentropy: targets of shape {Y.shape} do not fit logits of "
+                             f"shape {self.shape}")
+        c = self.shape[-1]
+        log_p = self.log_softmax(-1)
+        keep = Y.ne(ignore_index)
+        target = Y.one_hot(c)._cast_to(log_p.dtype)
+        nll = -(log_p * target).sum(-1)
+        smooth = -log_p.mean(-1)
+        loss = keep.where((1 - label_smoothing) * nll + label_smoothing * smooth, 0)
+        if reduction == "mean":
+            return loss.sum() / keep.sum().maximum(1)
+        return _reduced(loss, reduction)
+
+    def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+        return _reduced(-(Y * self.log() + (1 - Y) * (1 - self).log()), reduction)
+
+    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+        return _reduced(self.maximum(0) - Y * self + (1 + (-self.abs()).exp()).log(), reduction)
+
+    # ---- convolution and pooling ---------------------------------------------------------------------------
+
+    def _window(self, axis: int, k: int, s: int, d: int) -> Tensor:
+        """Axis `axis` (length n) replaced by (out, k): element [o, j] is x[o*s + j*d]."""
+        n = self.shape[axis]
+        o = (n - d * (k - 1) - 1) // s + 1
+        if o <= 0:
+            raise ValueError(f"window of size {k} (dilation {d}) does not fit an axis of size {n} in {self.shape}")
+        x = self.transpose(axis, -1) if axis != self.ndim - 1 else self
+        lead = x.shape[:-1]
+        x = x.reshape(lead + (1, n)).expand(lead + (k, n)).reshape(lead + (k * n,))
+        x = x.pad(((0, 0),) * len(lead) + ((0, k * d),)).reshape(lead + (k, n + d))
+        width = o * s
+        x = x.pad(((0, 0),) * (len(lead) + 1) + ((0, max(0, width - (n + d))),)) if width > n + d else x
+        x = x.shrink(tuple((0, width) if i == len(lead) + 1 else None for i in range(x.ndim)))
+        x = x.reshape(lead + (k, o, s)).shrink(tuple((0, 1) if i == len(lead) + 2 else None for i in range(len(lead) + 3)))
+        x = x.reshape(lead + (k, o)).transpose(-1, -2)             # (..., o, k)
+        if axis != self.ndim - 1:
+            # put (o, k) back where the axis was
+            nd = x.ndim
+            order = list(range(axis)) + [nd - 2, nd - 1] + list(range(axis + 1, nd - 2)) + [axis]
+            x = x.permute(order)
+        return x
+
+    def _pool(self, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+        """The last len(k) axes replaced by the output axes, followed by the kernel axes."""
+        nk = len(k)
+        x = self
+        for i in range(nk):
+            # the axes before spatial axis i have each become two
+            x = x._window(self.ndim - nk + 2 * i, k[i], stride[i], dilation[i])
+        # now (..., o0, k0, o1, k1, ...): move the kernel axes last
+        lead = self.ndim - nk
+        order = list(range(lead)) + [lead + 2 * i for i in range(nk)] + [lead + 2 * i + 1 for i in range(nk)]
+        return x.permute(order)
+
+    def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
+               dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
+        """PyTorch's conv2d: x (N, Cin, H, W), weight (Cout, Cin/groups, kH, kW); padding is an int, a pair
+        (H, W), or tinygrad's (left, right, top, bottom)."""
+        if self.ndim != 4 or weight.ndim != 4:
+            raise ValueError(f"conv2d needs a 4-D input and weight, got {self.shape} and {weight.shape}")
+        n, cin, _, _ = self.shape
+        cout, cin_g, kh, kw = weight.shape
+        if cin != cin_g * groups or cout % groups:
+            raise ValueError(f"conv2d: input {self.shape} with {groups} group(s) does not fit weight {weight.shape}")
+        x = self.pad(((0, 0), (0, 0)) + _conv_padding(padding))
+        win = x._pool((kh, kw), _pair(stride), _pair(dilation))           # (N, Cin, oh, ow, kh, kw)
+        oh, ow = win.shape[2:4]
+        win = win.reshape(n, groups, 1, cin_g, oh, ow, kh, kw)
+        w = weight.reshape(1, groups, cout // groups, cin_g, 1, 1, kh, kw)
+        dt = least_upper_dtype(self.dtype, weight.dtype)
+        out = (win._cast_to(dt) * w._cast_to(dt)).sum((3, 6, 7), dtype=_acc(dt))
+        out = out.cast(dt) if out.dtype is not dt else out
+        out = out.reshape(n, cout, oh, ow)
+        return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
+
+    def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
+                   padding: int | Sequence[int] = 0) -> Tensor:
+        k = _pair(kernel_size)
+        pad = _conv_padding(padding)
+        x = self.pad(((0, 0),) * (self.ndim - 2) + pad, value=dtypes.min(self.dtype))
+        return x._pool(k, _pair(stride if stride is not None else k), _pair(dilation)).max((-2, -1))
+
+    def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
+                   padding: int | Sequence[int] = 0, count_include_pad: bool = True) -> Tensor:
+        k = _pair(kernel_size)
+        pad = _conv_padding(padding)
+        st, dl = _pair(stride if stride is not None else k), _pair(dilation)
+        x = self.pad(((0, 0),) * (self.ndim - 2) + pad)
+        total = x._pool(k, st, dl).sum((-2, -1))
+        if count_include_pad or all(p == (0, 0) for p in pad):
+            return total / (k[0] * k[1])
+        ones = type(self).ones(self.shape[-2:], device=self.device).pad(pad)
+        return total / ones._pool(k, st, dl).sum((-2, -1))
+
+    # ---- gather, scatter, one-hot, dropout -----------------------------------------------------------------
+
+    def one_hot(self, num_classes: int = -1) -> Tensor:
+        """int32 one-hot vectors on a new last axis. num_classes=-1 reads max()+1 (this realizes)."""
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"one_hot needs an int tensor, got {self.dtype!r}")
+        if num_classes == -1:
+            num_classes = int(self.max().item()) + 1 if self.numel() else 0
+        ar = type(self)._iota(num_classes, self.device)
+        return self.unsqueeze(-1).eq(ar).cast(dtypes.int32)
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        """out[i][j] = self[index[i][j]][j] for dim 0 (PyTorch's gather): a one-hot mask and a sum."""
+        d = self._axis(dim)
+        if index.ndim != self.ndim or any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
+            raise ValueError(f"gather: index of shape {index.shape} does not fit input {self.shape} along dim {dim}")
+        if not dtypes.is_int(index.dtype):
+            raise TypeError(f"gather needs an int index, got {index.dtype!r}")
+        n = self.shape[d]
+        x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
+        x = x.unsqueeze(-1).transpose(d, -1)                              # axis d has size 1, last axis n
+        hot = index.unsqueeze(-1).eq(type(self)._iota(n, self.device))    # index.shape + (n,)
+        zero = False if dtypes.is_bool(self.dtype) else 0
+        return hot.where(x, zero).sum(-1).cast(self.dtype)
+
+    def scatter(self, dim: int, index: Tensor, src: Tensor | float | int, reduce: str | None = None) -> Tensor:
+        """self[index[i][j]][j] = src[i][j] for dim 0 (PyTorch's scatter); reduce=None, 'add' or 'multiply'.
+        With repeated indices and reduce=None one of the values wins (undefined in PyTorch too)."""
+        T = type(self)
+        d = self._axis(dim)
+        if index.ndim != self.ndim or any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
+            raise ValueError(f"scatter: index of shape {index.shape} does not fit {self.shape} along dim {dim}")
+        src = src if isinstance(src, T) else T.full(index.shape, src, self.dtype, self.device)
+        if src.ndim != index.ndim or any(a < b for a, b in zip(src.shape, index.shape)):
+            raise ValueError(f"scatter: src of shape {src.shape} is smaller than index {index.shape}")
+        n = self.shape[d]
+        src = src.shrink(tuple((0, s) for s in index.shape))._cast_to(self.dtype)
+        # hot: index.shape with axis d swapped for n, and a last axis over index's own positions along d
+        hot = index.unsqueeze(-1).eq(T._iota(n, self.device)).transpose(d, -1)
+        vals = src.unsqueeze(-1).transpose(d, -1)
+        hit = hot.any(-1)
+        if reduce == "multiply":
+            contrib = hot.where(vals, 1).prod(-1).cast(self.dtype)
+        elif reduce == "add" or reduce is None:
+            contrib = hot.where(vals, False if dtypes.is_bool(self.dtype) else 0).sum(-1).cast(self.dtype)
+            if reduce is None:
+                ident = False if dtypes.is_bool(self.dtype) else dtypes.min(self.dtype)
+                contrib = hot.where(vals, ident).max(-1)
+        else:
+            raise ValueError(f"scatter: reduce is None, 'add' or 'multiply', got {reduce!r}")
+        grow = tuple((0, 0) if i == d else (0, s - index.shape[i]) for i, s in enumerate(self.shape))
+        hit, contrib = hit.pad(grow), contrib.pad(grow)
+        if reduce == "add":
+            return self + contrib
+        if reduce == "multiply":
+            return hit.where(self * contrib, self)
+        return hit.where(contrib, self)
+
+    def dropout(self, p: float = 0.5) -> Tensor:
+        """Zero each element with probability p and scale the rest by 1/(1-p), when Tensor.training."""
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        if not type(self).training or p == 0:
+            return self
+        if p == 1:
+            return self.zeros_like()
+        keep = type(self).rand(self.shape, device=self.device) >= p
+        return keep.where(self * (1 / (1 - p)), 0)
+
+
+def _acc(dt) -> object:
+    """Products of halves accumulate in float32 (as in PyTorch); other dtypes in themselves."""
+    return dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+
+
+def _conv_padding(padding: int | Sequence[int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    if isinstance(padding, int):
+        return ((padding, padding), (padding, padding))
+    p = tuple(padding)
+    if len(p) == 2:
+        return ((p[0], p[0]), (p[1], p[1]))
+    if len(p) == 4:   # tinygrad's order: (left, right, top, bottom)
+        return ((p[2], p[3]), (p[0], p[1]))
+    raise ValueError(f"padding is an int, (pad_h, pad_w) or (left, right, top, bottom), got {padding!r}")
+
+
+def _reduced(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"reduction is 'mean', 'sum' or 'none', got {reduction!r}")
