@@ -272,6 +272,7 @@ class _AMDLike(LLVMRenderer):
     addrspaces = {AddrSpace.GLOBAL: 1, AddrSpace.LOCAL: 3, AddrSpace.REG: 5}
     calling_convention = "amdgpu_kernel"
     target_triple = "amdgcn-amd-amdhsa"
+    special_intrinsics = {"gidx0": "llvm.amdgcn.workgroup.id.x", "lidx0": "llvm.amdgcn.workitem.id.x"}
 
 
 def test_target_knobs_for_other_llvm_targets():
@@ -353,4 +354,35 @@ def test_random_expressions_match_evaluation(dt):
         run(ast, [xa, xb, res])
         for i in range(n):
             want = expr.substitute({la: UOp.const(dt, xa[i].item()), lb: UOp.const(dt, xb[i].item())}).evaluate()
-            assert same(res[i].item(), want, dt), f"case {case}, {expr.render()} at {xa[i]}, {xb[i]}: {res[i]} != {want}"
+            assert same(res[i].item(), want, dt), f"case {case}, {expr.render()} at {xa[i]}, {xb[i]}: {res[i]}"
+
+
+def _gpu_kernel() -> UOp:
+    """out[g*8 + l] = max_j exp2(a[(g*8 + l)*8 + j]) with g, l the workgroup and workitem ids."""
+    a, out = UOp.param(0, dtypes.float32.ptr(256)), UOp.param(1, dtypes.float32.ptr(32))
+    row = UOp.special(4, "gidx0") * 8 + UOp.special(8, "lidx0")
+    j = UOp.range(8, 0, AxisType.REDUCE)
+    return kernel(out.index(row).store(a.index(row * 8 + j).load().exp2().reduce(Ops.MAX, j).sqrt()), name="gpu_rowmax")
+
+
+def test_special_needs_an_intrinsic():
+    with pytest.raises(NotImplementedError, match="no intrinsic for SPECIAL 'gidx0'"):
+        LLVMRenderer().render(linearize_kernel(_gpu_kernel()))
+
+
+def test_amdgcn_object_from_the_same_renderer():
+    """The AMD plugin's configuration of the renderer gives IR that LLVM compiles for gfx1100."""
+    try:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        machine = llvm.Target.from_triple("amdgcn-amd-amdhsa").create_target_machine(cpu="gfx1100")
+    except RuntimeError as e:
+        pytest.skip(f"this llvmlite has no AMDGPU target: {e}")
+
+    class AMD(_AMDLike):
+        data_layout = str(machine.target_data)
+    src = AMD().render(linearize_kernel(_gpu_kernel()))
+    assert "call i32 @llvm.amdgcn.workitem.id.x()" in src
+    mod = llvm.parse_assembly(src)
+    mod.verify()
+    assert "gpu_rowmax" in machine.emit_assembly(mod)

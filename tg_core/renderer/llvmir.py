@@ -88,6 +88,8 @@ class LLVMRenderer(Renderer):
     # fast-math flags on float arithmetic, e.g. "reassoc contract" to let LLVM vectorize float reductions;
     # empty (strict IEEE, results as the reference device computes them) unless a device opts in
     float_flags: str = ""
+    # SPECIAL name -> the intrinsic (no arguments, i32 result) that reads it, e.g. a GPU's workgroup id
+    special_intrinsics: dict[str, str] = {}
 
     def render(self, program: Program) -> str:
         self.check_dtypes(program)
@@ -185,6 +187,13 @@ class _Function:
                                       f"(in kernel {self.prog.name})")
 
     # ---- memory ----------------------------------------------------------------------------------------
+
+    def special(self, u: UOp) -> None:
+        if u.arg not in self.r.special_intrinsics:
+            raise NotImplementedError(f"the {self.r.name} renderer has no intrinsic for SPECIAL {u.arg!r} "
+                                      f"(in kernel {self.prog.name})")
+        v = self.call(self.r.special_intrinsics[u.arg], "i32", [])
+        self.names[u] = self.cast(dtypes.int32, u.dtype, v)
 
     def define_reg(self, u: UOp) -> None:
         name = f"%acc{u.arg}" if isinstance(u.arg, int) else self.tmp("acc")
@@ -399,8 +408,8 @@ class _Function:
             self.names[u] = self.ins(f"bitcast {ts} {v} to {td}")
 
 
-_HANDLERS = {Ops.DEFINE_REG: _Function.define_reg, Ops.INDEX: _Function.index, Ops.LOAD: _Function.load,
-             Ops.STORE: _Function.store, Ops.RANGE: _Function.range, Ops.END: _Function.end,
+_HANDLERS = {Ops.SPECIAL: _Function.special, Ops.DEFINE_REG: _Function.define_reg, Ops.INDEX: _Function.index,
+             Ops.LOAD: _Function.load, Ops.STORE: _Function.store, Ops.RANGE: _Function.range, Ops.END: _Function.end,
              Ops.CAST: _Function.cast_uop, Ops.BITCAST: _Function.bitcast}
 
 
