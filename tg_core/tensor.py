@@ -345,3 +345,202 @@ def _broadcast_shape(a: Shape, b: Shape) -> Shape:
 
 
 __all__ = ["Tensor", "argsort"]
+
+
+# =========================================================================================================
+# Autograd and assignment
+#
+# This section belongs to the autograd work; everything above it belongs to the Tensor core. Its methods are
+# written on `_AutogradMixin` and installed on Tensor at the bottom, and it wraps Tensor.__init__ to keep a
+# weak registry of the live tensors: `backward()` finds the tensors that require grad in a graph through it
+# (as tinygrad does), and a write into a buffer finds the unrealized values that still read the old contents.
+#
+# Storage model. A tensor whose node is a chain of view ops (RESHAPE, PERMUTE, EXPAND, SHRINK, FLIP, DETACH)
+# over a BUFFER is a view of that storage: it always shows the storage's current contents. Any other tensor
+# is a value: it means what its graph computed when it was built. `assign` into storage runs at once, in one
+# schedule with every live unrealized value that reads the storage (those are computed first, from the old
+# contents), so laziness never changes what a program means. Assigning to a value gives it new storage.
+# =========================================================================================================
+import contextlib as _contextlib  # noqa: E402
+import functools as _functools  # noqa: E402
+import weakref as _weakref  # noqa: E402
+
+from tg_core.gradient import compute_gradient as _compute_gradient  # noqa: E402
+
+_live: dict[int, _weakref.ref] = {}
+_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
+
+
+def _track(t: Tensor) -> None:
+    key = id(t)
+
+    def forget(ref: _weakref.ref, key: int = key) -> None:
+        if _live.get(key) is ref:
+            del _live[key]
+    _live[key] = _weakref.ref(t, forget)
+
+
+def _live_tensors() -> list[Tensor]:
+    return [t for r in list(_live.values()) if (t := r()) is not None]
+
+
+def _storage(u: UOp) -> UOp | None:
+    """The BUFFER a node is a view of, or None for a value."""
+    while u.op in _VIEW_OPS:
+        u = u.src[0]
+    return u if u.op is Ops.BUFFER else None
+
+
+def _fresh_write(value: UOp, device: str) -> UOp:
+    """`value` written into new storage of its own."""
+    buf = UOp.new_buffer(device, max(prod(value.shape), 1), value.dtype)
+    return UOp(Ops.ASSIGN, value.dtype, (buf.reshape(value.shape), value))
+
+
+def _write(pairs: list[tuple[Tensor, UOp]]) -> None:
+    """Write each value into the storage its tensor views, all in one schedule (simultaneously: every value
+    is what it was before any of the writes), after computing the live values that read those buffers."""
+    bases = {_storage(t.uop) for t, _ in pairs}
+    skip = {id(t) for t, _ in pairs}
+    readers = [r for r in _live_tensors() if id(r) not in skip and r.numel() and _storage(r.uop) is None
+               and not bases.isdisjoint(r.uop.toposort())]
+    targets: list[UOp] = []
+    seen: set[UOp] = set()
+    for r in readers:
+        # hash-consing gives equal graphs one node; realized once, they would share one buffer
+        targets.append(r.uop if r.uop not in seen else _fresh_write(r.uop, r.device))
+        seen.add(r.uop)
+    writes = [UOp(Ops.ASSIGN, t.dtype, (t.uop, v)) for t, v in pairs]
+    out = realize(targets + writes, devices=[r.device for r in readers] + [t.device for t, _ in pairs])
+    for r, u in zip(readers, targets):
+        r.uop = out[u].reshape(r.shape)
+
+
+class _Train(_contextlib.ContextDecorator):
+    """`with Tensor.train():` (or as a decorator): Tensor.training is `mode` inside."""
+
+    def __init__(self, mode: bool = True):
+        self.mode = mode
+
+    def __enter__(self) -> None:
+        self.prev, Tensor.training = Tensor.training, self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        Tensor.training = self.prev
+
+
+class _Test(_contextlib.ContextDecorator):
+    """`with Tensor.test():` (or as a decorator): Tensor.no_grad is `mode` inside."""
+
+    def __init__(self, mode: bool = True):
+        self.mode = mode
+
+    def __enter__(self) -> None:
+        self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        Tensor.no_grad = self.prev
+
+
+class _AutogradMixin:
+    __slots__ = ()
+
+    # ---- autograd ------------------------------------------------------------------------------------------
+
+    def gradient(self: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """The gradients of this tensor with respect to `targets`, as lazy tensors (zeros for a target this
+        tensor does not depend on). `gradient` is this tensor's own gradient; only a scalar may omit it."""
+        if not dtypes.is_float(self.dtype):
+            raise RuntimeError(f"only float tensors have gradients; this one is {self.dtype!r}")
+        if gradient is None:
+            if self.shape != ():
+                raise RuntimeError(f"a gradient can be implied only for a scalar: this tensor has shape {self.shape}, "
+                                   "so pass gradient= (a tensor of that shape)")
+            root_grad = UOp.const(self.dtype, 1.0)
+        else:
+            g = gradient if isinstance(gradient, Tensor) else self._operand(gradient)
+            if g.shape != self.shape:
+                raise RuntimeError(f"the gradient has shape {g.shape} but the tensor has shape {self.shape}")
+            root_grad = g._cast_to(self.dtype).uop
+        grads = _compute_gradient(self.uop, root_grad, {t.uop for t in targets})
+        return [Tensor(grads[t.uop], device=t.device) if t.uop in grads else t.zeros_like() for t in targets]
+
+    def backward(self: Tensor, gradient: Tensor | None = None) -> Tensor:
+        """Add this tensor's gradient with respect to every live tensor in its graph that requires grad to
+        that tensor's `.grad` (lazily; an optimizer step realizes them)."""
+        in_graph = self.uop.toposort()
+        leaves = [t for t in _live_tensors() if t.requires_grad and t.uop in in_graph]
+        if not leaves:
+            raise RuntimeError(f"backward: no tensor in the graph of this {self.shape} tensor requires grad")
+        for t, g in zip(leaves, self.gradient(*leaves, gradient=gradient)):
+            t.grad = g if t.grad is None else t.grad + g
+        return self
+
+    def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    def detach(self: Tensor) -> Tensor:
+        """The same value with no gradient path; a view of a realized tensor's storage shares it."""
+        return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
+
+    # ---- storage ---------------------------------------------------------------------------------------------
+
+    def assign(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        """Give this tensor the value `x` (broadcast and cast to this tensor's shape and dtype). A view of
+        storage has `x` written into it, seen by every view of that storage; any other tensor gets new storage."""
+        v = self._operand(x)._cast_to(self.dtype)._broadcast_to(self.shape)
+        if v.uop is self.uop:
+            return self
+        base = _storage(self.uop)
+        if base is None or self.numel() == 0:
+            self.uop = _fresh_write(v.uop, self.device) if self.numel() else v.uop
+            return self
+        if any(n.op is Ops.EXPAND for n in self.uop.toposort(gate=lambda n: n.op is not Ops.BUFFER)):
+            raise RuntimeError(f"cannot assign to an expanded view of shape {self.shape}: several of its elements "
+                               "are one element of the storage")
+        _write([(self, v.uop)])
+        return self
+
+    def clone(self: Tensor) -> Tensor:
+        """A copy in storage of its own, holding this tensor's value as of now (even if this tensor is
+        assigned before the copy is realized)."""
+        if self.numel() == 0:
+            return Tensor(self.uop, device=self.device)
+        return Tensor(_fresh_write(self.uop, self.device), device=self.device)
+
+    def contiguous(self: Tensor) -> Tensor:
+        """This value laid out densely in a buffer of its own shape. It only asks for a layout: a tensor that
+        already is one dense buffer is returned as is (so it may share storage), anything else is realized
+        into a buffer when it is realized."""
+        if self._is_realized():
+            return self
+        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), device=self.device)
+
+
+_core_init = Tensor.__init__
+
+
+@_functools.wraps(_core_init)
+def _tracked_init(self: Tensor, *args: Any, **kwargs: Any) -> None:
+    _core_init(self, *args, **kwargs)
+    if Tensor.no_grad and self.uop.op is not Ops.DETACH and not self._is_realized():
+        # made under no_grad: no gradient flows back through this tensor into what it was computed from
+        self.uop = UOp(Ops.DETACH, self.dtype, (self.uop,))
+    _track(self)
+
+
+def _install() -> None:
+    clash = sorted(n for n in vars(_AutogradMixin) if not n.startswith("__") and n in vars(Tensor))
+    if clash:
+        raise TypeError(f"the autograd section of tensor.py and the Tensor class both define {clash}; keep one")
+    for name, fn in vars(_AutogradMixin).items():
+        if not name.startswith("__"):
+            setattr(Tensor, name, fn)
+    Tensor.__init__ = _tracked_init  # type: ignore[method-assign]
+    Tensor.no_grad = False
+    Tensor.train = _Train
+    Tensor.test = _Test
+
+
+_install()
