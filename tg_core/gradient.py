@@ -86,8 +86,8 @@ def _cast_grad(g: UOp, u: UOp) -> UOp:
     return _grads(g.cast(src.dtype) if dtypes.is_float(src.dtype) else None)
 
 
-def _pow_grad(g: UOp, u: UOp) -> UOp:
-    a, b = u.src
+def _pow_grad(ctx: UOp, u: UOp) -> UOp:
+    g, (a, b) = ctx, u.src
     da = g * b * UOp(Ops.POW, a.dtype, (a, b - _full(b, 1.0)))
     # d/db a^b = a^b ln a; where a^b is 0 (a = 0, b > 0) the limit is 0, not 0 * -inf
     log_a = a.log2() * _full(a, math.log(2))
