@@ -134,7 +134,7 @@ class _Run:
                 with np.errstate(all="ignore"):
                     r = _ALU[op](*(vals[s] for s in u.src))
                 vals[u] = np.asarray(r).astype(_np_dtype(u.dtype), copy=False)
-            elif op in (Ops.END, Ops.SINK, Ops.NOOP):
+            elif op in (Ops.END, Ops.SINK, Ops.NOOP, Ops.GROUP):
                 pass
             else:
                 raise NotImplementedError(f"the reference interpreter cannot run {op} (in kernel {self.ast.arg})")
