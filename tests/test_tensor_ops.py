@@ -586,3 +586,19 @@ def test_tensor_not_broken_after_error():
         t + Tensor([1.0, 2.0])
     close(t, [1.0, 2.0, 3.0])
     close(t + 1, [2.0, 3.0, 4.0])
+
+
+def test_setitem_storage_semantics():
+    a = Tensor(np.zeros((3, 4), np.float32))
+    row = a[1]
+    a[1, ::2] = 5.0          # a plain view: written in place, seen by other views
+    close(row, [5, 0, 5, 0])
+    a[:, [0, 3]] = -1.0      # tensor indices: the whole tensor is rewritten
+    close(row, [-1, 0, 5, -1])
+    b = a + 1                # a value computed before the write keeps its meaning
+    a[2] = a[0] + 7          # the value reads the old contents
+    close(b, [[0, 1, 1, 0], [0, 1, 6, 0], [0, 1, 1, 0]])
+    close(a[2], [6, 7, 7, 6])
+    v = Tensor.zeros(5) + 0  # a value, not storage
+    v[1:3] = 2.0
+    close(v, [0, 2, 2, 0, 0])

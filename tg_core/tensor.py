@@ -100,6 +100,21 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype!r} on {self.device}>"
 
+    def size(self, dim: int | None = None) -> Shape | int:
+        return self.shape if dim is None else self.shape[self._axis(dim)]
+
+    def __bool__(self) -> bool:
+        # PyTorch's rule: only a one-element tensor has a truth value (this realizes it)
+        if self.numel() != 1:
+            raise RuntimeError(f"the truth value of a tensor of shape {self.shape} is ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
@@ -114,7 +129,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
-        todo = [t for t in tensors if not t._is_realized()]
+        # a view of storage is never replaced by a copy: it must keep showing the storage's contents
+        todo = [t for t in tensors if not t._is_realized() and _storage(t.uop) is None]
         if not todo:
             return
         for t in todo:
@@ -138,7 +154,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if self.numel() == 0:
             return np.zeros(self.shape, dtype=to_numpy_dtype(self.dtype))
         self.realize()
-        base = self.uop if self.uop.op is Ops.BUFFER else self.uop.src[0]
+        u = self.uop
+        if self._is_realized():
+            base = u if u.op is Ops.BUFFER else u.src[0]
+        else:
+            # a strided view of storage: its elements are gathered into a temporary buffer
+            base = realize([u], devices=[self.device])[u]
         return buffer_of(base).numpy().reshape(self.shape).copy()
 
     def tolist(self) -> Any:
@@ -397,13 +418,15 @@ def _fresh_write(value: UOp, device: str) -> UOp:
     return UOp(Ops.ASSIGN, value.dtype, (buf.reshape(value.shape), value))
 
 
-def _write(pairs: list[tuple[Tensor, UOp]]) -> None:
+def _write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> None:
     """Write each value into the storage its tensor views, all in one schedule (simultaneously: every value
-    is what it was before any of the writes), after computing the live values that read those buffers."""
+    is what it was before any of the writes), after computing the live values that read those buffers.
+    `others` are realized in the same schedule."""
     bases = {_storage(t.uop) for t, _ in pairs}
     skip = {id(t) for t, _ in pairs}
     readers = [r for r in _live_tensors() if id(r) not in skip and r.numel() and _storage(r.uop) is None
                and not bases.isdisjoint(r.uop.toposort())]
+    readers += [o for o in others if not o._is_realized() and all(o is not r for r in readers)]
     targets: list[UOp] = []
     seen: set[UOp] = set()
     for r in readers:

@@ -154,6 +154,23 @@ class CreationMixin:
         diag = cls._iota(n, device).reshape(n, 1).eq(cls._iota(m, device).reshape(1, m))
         return cls(diag.cast(dt).uop, device=device, **kwargs)
 
+    def tril(self, diagonal: int = 0) -> Tensor:
+        """Keep the elements on and below the `diagonal`-th diagonal of the last two axes."""
+        return self._triangle(diagonal, lower=True)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        """Keep the elements on and above the `diagonal`-th diagonal of the last two axes."""
+        return self._triangle(diagonal, lower=False)
+
+    def _triangle(self, diagonal: int, lower: bool) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError(f"tril/triu need at least 2 dimensions, got shape {self.shape}")
+        r, c = self.shape[-2:]
+        rows = type(self)._iota(r, self.device).reshape(r, 1)
+        cols = type(self)._iota(c, self.device).reshape(1, c)
+        keep = (cols - rows <= diagonal) if lower else (cols - rows >= diagonal)
+        return keep.where(self, False if dtypes.is_bool(self.dtype) else 0)
+
     # ---- random ------------------------------------------------------------------------------------------
 
     @classmethod
@@ -214,6 +231,38 @@ class CreationMixin:
         bits = cls._random_bits(shape, device)
         out = (bits % (high - low)).cast(dtypes.int64 if high - low > 2 ** 31 - 1 else dtypes.int32) + low
         return cls(out.cast(dt).uop, device=device, **kwargs)
+
+    @classmethod
+    def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None,
+               device: str | None = None, **kwargs) -> Tensor:
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        z = cls.randn(*shape, dtype=dtypes.float32, device=device) * std + mean
+        return cls(z.cast(dt).uop, device=device, **kwargs)
+
+    @classmethod
+    def scaled_uniform(cls, *shape, **kwargs) -> Tensor:
+        """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
+        n = prod(_shape(shape[0], shape[1:]) if shape else ())
+        return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (n ** -0.5 if n else 1.0)
+
+    @classmethod
+    def glorot_uniform(cls, *shape, **kwargs) -> Tensor:
+        dims = _shape(shape[0], shape[1:]) if shape else ()
+        bound = math.sqrt(6 / (dims[0] + prod(dims[1:])))
+        return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
+
+    @classmethod
+    def kaiming_uniform(cls, *shape, a: float = 0.01, **kwargs) -> Tensor:
+        """PyTorch's kaiming_uniform_ with a leaky-relu gain; fan-in is the product of all but the first axis."""
+        dims = _shape(shape[0], shape[1:]) if shape else ()
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(max(1, prod(dims[1:])))
+        return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
+
+    @classmethod
+    def kaiming_normal(cls, *shape, a: float = 0.01, **kwargs) -> Tensor:
+        dims = _shape(shape[0], shape[1:]) if shape else ()
+        std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(max(1, prod(dims[1:])))
+        return cls.normal(*shape, mean=0.0, std=std, **kwargs)
 
     def rand_like(self, **kwargs) -> Tensor:
         return type(self).rand(self.shape, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device),

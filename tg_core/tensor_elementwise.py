@@ -171,6 +171,9 @@ class ElementwiseMixin:
 
     clamp = clip
 
+    def masked_fill(self, mask: Tensor, value) -> Tensor:
+        return mask.where(value, self)
+
     # ---- bitwise and logical -----------------------------------------------------------------------------
 
     def _bitwise(self, op: Ops, x, reverse: bool = False) -> Tensor:

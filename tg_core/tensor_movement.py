@@ -7,10 +7,12 @@ then gather: each index becomes a one-hot mask against the element index of its 
 indexed axes picks the element (one reduce, fused with its consumer). As in numpy and PyTorch, the
 broadcast index shape goes where the indexed axes were when they are adjacent, and in front otherwise.
 
-**Assignment.** `x[...] = v` makes x's node `mask.where(v', x)`, where v' is v placed back into x's shape
-by the inverse movement ops (pads and a reshape for strides) and mask is the same placement of ones. With
-tensor indices, each element of x compares its position with the positions selected (one-hot again).
-The assignment is lazy: tensors taken from x before it keep the old values.
+**Assignment.** `x[...] = v` follows the storage model of tensor.py's `assign`. When the selection is a
+plain view of x's storage (reshapes, permutes, shrinks, flips over a buffer), v is assigned to it: only
+those elements are written, and every view of the storage sees them. Otherwise x is assigned
+`mask.where(v', x)`, where v' is v placed back into x's shape by the inverse movement ops (pads and a
+reshape for strides) and mask is the same placement of ones; with tensor indices, each element of x
+compares its position with the positions selected (one-hot again).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import numpy as np
 
 from tg_core.dtype import dtypes, least_upper_dtype
 from tg_core.helpers import prod
+from tg_core.uop.ops import Ops
 
 if TYPE_CHECKING:
     from tg_core.tensor import Tensor
@@ -168,16 +171,19 @@ class MovementMixin:
         sels, nones, tensors = self._parse_indices(indices)
         v = self._operand(value) if not isinstance(value, type(self)) else value
         if tensors:
-            new = self._setitem_advanced(indices, v)
-        else:
-            view_shape = self._apply_basic(sels, nones).shape
-            try:
-                v = v._cast_to(self.dtype)._broadcast_to(view_shape)
-            except ValueError:
-                raise ValueError(f"cannot assign a value of shape {v.shape} to a selection of shape {view_shape}") from None
-            mask = type(self).ones(view_shape, dtype=dtypes.bool, device=self.device)
-            new = _unapply_basic(mask, sels, self.shape).where(_unapply_basic(v, sels, self.shape), self)
-        self.uop = new.uop
+            self.assign(self._setitem_advanced(indices, v))
+            return
+        view = self._apply_basic(sels, nones)
+        try:
+            v = v._cast_to(self.dtype)._broadcast_to(view.shape)
+        except ValueError:
+            raise ValueError(f"cannot assign a value of shape {v.shape} to a selection of shape {view.shape}") from None
+        if _is_storage_view(view.uop):
+            # a plain view of storage: write just the selected elements
+            view.assign(v)
+            return
+        mask = type(self).ones(view.shape, dtype=dtypes.bool, device=self.device)
+        self.assign(_unapply_basic(mask, sels, self.shape).where(_unapply_basic(v, sels, self.shape), self))
 
     def _parse_indices(self, indices: Any) -> tuple[list[_AxisSel], list[int], list[tuple[int, int, Tensor]]]:
         """Per axis of self its basic selection; the positions in the basic result of the axes None adds;
@@ -292,6 +298,13 @@ class MovementMixin:
         zero = False if dtypes.is_bool(self.dtype) else dtypes.min(self.dtype)
         picked = hit.where(vv.reshape((1,) * self.ndim + vv.shape), zero).max(axis=axes)
         return hit.any(axis=axes).where(picked, self)
+
+
+def _is_storage_view(u) -> bool:
+    """A chain of RESHAPE/PERMUTE/SHRINK/FLIP over a BUFFER: writable in place (no PAD, no EXPAND)."""
+    while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.DETACH):
+        u = u.src[0]
+    return u.op is Ops.BUFFER
 
 
 def _select_axis(x: Tensor, d: int, s: _AxisSel) -> Tensor:
