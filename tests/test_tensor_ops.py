@@ -257,10 +257,13 @@ def test_creation_from_data():
 
 def test_copy_to_device():
     t = Tensor([1.0, 2.0])
-    c = Tensor(t.uop.__class__(t.uop.op.__class__.COPY, t.dtype,
-                               (t.uop, t.uop.__class__(t.uop.op.__class__.DEVICE, dtypes.void, (), "PYTHON"))))
-    close(c, [1.0, 2.0])
+    c = (t * 3).to("PYTHON:1")
+    assert c.device == "PYTHON:1" and c.uop.op.name == "COPY"
+    close(c + 1, [4.0, 7.0])
+    assert (c + 1).device == "PYTHON:1"
     close(Tensor.ones(2).to("python"), [1.0, 1.0])
+    with pytest.raises(ValueError, match="PYTHON and PYTHON:1"):
+        t + c
 
 
 def test_random():
@@ -574,6 +577,60 @@ def test_errors_name_shapes_and_values():
         t[:] = Tensor([1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="item size"):
         Tensor([1.0]).bitcast(dtypes.int16)
+
+
+def test_more_bad_input():
+    a = Tensor(data((2, 3)))
+    with pytest.raises(IndexError, match="integers"):
+        a[Tensor([True, False])]
+    with pytest.raises(IndexError, match="integers"):
+        a[Tensor([0.0])]
+    with pytest.raises(IndexError, match="float"):
+        a[1.5]
+    with pytest.raises(IndexError, match="ellipsis"):
+        a[..., ...]
+    with pytest.raises(RuntimeError, match=r"\(2, 3\).*ambiguous"):
+        bool(a)
+    with pytest.raises(ValueError, match="-1"):
+        a.reshape(-1, -1)
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, -1\)|cannot reshape"):
+        a.reshape(4, -1)
+    with pytest.raises(ValueError, match="split sizes"):
+        a.split([1, 1], dim=1)
+    with pytest.raises(ValueError, match="conv2d"):
+        Tensor.zeros(1, 3, 5, 5).conv2d(Tensor.zeros(2, 2, 3, 3))
+    with pytest.raises(ValueError, match="window"):
+        Tensor.zeros(1, 1, 2, 2).max_pool2d(3)
+    with pytest.raises(ValueError, match="low < high"):
+        Tensor.randint(3, low=2, high=2)
+    with pytest.raises(TypeError, match="int"):
+        Tensor(data((3,))).gather(0, Tensor([0.0]))
+    with pytest.raises(ValueError, match="reduction"):
+        a.cross_entropy(Tensor([0, 1]), reduction="avg")
+    with pytest.raises(ValueError, match="cannot expand"):
+        a.expand(4, 3)
+    with pytest.raises(IndexError, match="unsqueeze"):
+        a.unsqueeze(4)
+
+
+def test_extras():
+    x = data((3, 4))
+    close(Tensor(x).tril(), np.tril(x))
+    close(Tensor(x).triu(1), np.triu(x, 1))
+    close(Tensor(x).tril(-1), np.tril(x, -1))
+    close(Tensor(x).masked_fill(Tensor(x > 0), 0.0), np.where(x > 0, 0, x))
+    assert bool(Tensor([3])) and not bool(Tensor(0.0)) and float(Tensor(2.5)) == 2.5 and int(Tensor([7])) == 7
+    assert Tensor(x).size() == (3, 4) and Tensor(x).size(-1) == 4
+    Tensor.manual_seed(3)
+    n = Tensor.normal(3000, mean=2.0, std=3.0).numpy()
+    assert abs(n.mean() - 2) < 0.2 and abs(n.std() - 3) < 0.2
+    k = Tensor.kaiming_uniform(64, 32).numpy()
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + 0.01 ** 2)) / math.sqrt(32)
+    assert k.shape == (64, 32) and np.abs(k).max() <= bound and np.abs(k).max() > 0.8 * bound
+    assert Tensor.glorot_uniform(4, 4).shape == (4, 4) and Tensor.scaled_uniform(4, 4).shape == (4, 4)
+    close(Tensor(x).lerp(Tensor(x * 0), 0.25), x * 0.75)
+    rows = [r.tolist() for r in Tensor(np.arange(6).reshape(3, 2))]
+    assert rows == [[0, 1], [2, 3], [4, 5]]
 
 
 def test_tensor_not_broken_after_error():

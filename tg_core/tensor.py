@@ -187,6 +187,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         a, b = self, self._operand(x)
         if reverse:
             a, b = b, a
+        if a.device != b.device:
+            raise ValueError(f"tensors on different devices ({a.device} and {b.device}, shapes {a.shape} and "
+                             f"{b.shape}); move one with .to()")
         dt = least_upper_dtype(a.dtype, b.dtype)
         if dtypes.is_weak(dt):
             dt = _concrete(dt)
