@@ -659,3 +659,11 @@ def test_setitem_storage_semantics():
     v = Tensor.zeros(5) + 0  # a value, not storage
     v[1:3] = 2.0
     close(v, [0, 2, 2, 0, 0])
+
+
+def test_random_calls_share_a_cached_schedule():
+    from tg_core.schedule import cache
+    (Tensor.rand(3, 3) + 1).numpy()
+    hits = cache.stats["hits"]
+    (Tensor.rand(3, 3) + 1).numpy()
+    assert cache.stats["hits"] == hits + 1

@@ -11,13 +11,17 @@ EXPAND/RESHAPE. Summing the ceil(log2 n) bits gives i; each costs a few integer 
 **Random numbers** come from a counter-based generator computed on the device: every element hashes
 (key, its index), where the key mixes the seed with a counter that each random op advances. So a random
 tensor is a pure function of (seed, call number, shape): reproducible after `manual_seed`, lazy, and fused
-into its consumer (dropout is one kernel). The hash is a 32-bit integer finalizer applied twice.
+into its consumer (dropout is one kernel). The hash is a 32-bit integer finalizer applied twice. The key
+(two uint32) is uploaded as a tiny buffer rather than baked in as a constant, so that the graphs of
+successive calls are equal up to their input buffers and share one cached schedule.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from tg_core.dtype import ConstType, DType, dtypes, to_dtype
 from tg_core.helpers import prod
@@ -181,15 +185,18 @@ class CreationMixin:
 
     @classmethod
     def _random_bits(cls, shape: tuple[int, ...], device: str | None) -> Tensor:
-        """uint32 random bits of `shape`: hash(hash(index ^ key_lo) + key_hi)."""
+        """uint32 random bits of `shape`: hash(hash(index ^ k0) + k1) for this call's key (k0, k1)."""
         from tg_core.tensor import Tensor
         counter = Tensor._rng_counter
         Tensor._rng_counter += 1
-        key = _hash32_py(_hash32_py(Tensor._seed & _M32) ^ _hash32_py((Tensor._seed >> 32) + 0x9E3779B9) ^ counter)
-        key2 = _hash32_py(key ^ 0x85EBCA6B)
+        k0 = _hash32_py(_hash32_py(Tensor._seed & _M32) ^ _hash32_py((Tensor._seed >> 32) + 0x9E3779B9) ^ counter)
+        k1 = _hash32_py(k0 ^ 0x85EBCA6B)
+        # the key is data, not a constant in the graph: every call then has the same graph, and the
+        # schedule cache (keyed by graphs up to input buffers) serves all of them
+        key = cls(np.array([k0, k1], dtype=np.uint32), device=device)
         idx = cls._iota(prod(shape), device).cast(dtypes.uint32)
-        x = _hash32(idx ^ key)
-        x = _hash32(x + key2)
+        x = _hash32(idx ^ key[0])
+        x = _hash32(x + key[1])
         return x.reshape(shape)
 
     @classmethod
