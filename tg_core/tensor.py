@@ -436,6 +436,9 @@ def _write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> No
         # hash-consing gives equal graphs one node; realized once, they would share one buffer
         targets.append(r.uop if r.uop not in seen else _fresh_write(r.uop, r.device))
         seen.add(r.uop)
+    for t, v in pairs:
+        if v.shape != t.shape or v.dtype != t.dtype:
+            raise ValueError(f"cannot write a {v.dtype!r} value of shape {v.shape} into a {t.dtype!r} tensor of shape {t.shape}")
     writes = [UOp(Ops.ASSIGN, t.dtype, (t.uop, v)) for t, v in pairs]
     out = realize(targets + writes, devices=[r.device for r in readers] + [t.device for t, _ in pairs])
     for r, u in zip(readers, targets):
