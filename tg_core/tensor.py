@@ -74,7 +74,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
                 attach(node, Buffer.from_numpy(arr.reshape(-1), self._device))
             self.uop = node.reshape(arr.shape) if arr.size else node.shrink(((0, 0),)).reshape(arr.shape)
         else:
-            raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a scalar, list, numpy array or UOp")
+            raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a scalar, list, numpy array "
+                            "or UOp")
 
     # ---- properties ----------------------------------------------------------------------------------------
 

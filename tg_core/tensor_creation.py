@@ -73,11 +73,13 @@ class CreationMixin:
 
     @classmethod
     def zeros(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
-        return cls.full(_shape(shape[0], shape[1:]) if shape else (), 0, dtype or dtypes.default_float, device, **kwargs)
+        dims = _shape(shape[0], shape[1:]) if shape else ()
+        return cls.full(dims, 0, dtype or dtypes.default_float, device, **kwargs)
 
     @classmethod
     def ones(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
-        return cls.full(_shape(shape[0], shape[1:]) if shape else (), 1, dtype or dtypes.default_float, device, **kwargs)
+        dims = _shape(shape[0], shape[1:]) if shape else ()
+        return cls.full(dims, 1, dtype or dtypes.default_float, device, **kwargs)
 
     @classmethod
     def empty(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
@@ -272,12 +274,12 @@ class CreationMixin:
         return cls.normal(*shape, mean=0.0, std=std, **kwargs)
 
     def rand_like(self, **kwargs) -> Tensor:
-        return type(self).rand(self.shape, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device),
-                               **kwargs)
+        dt, dev = kwargs.pop("dtype", self.dtype), kwargs.pop("device", self.device)
+        return type(self).rand(self.shape, dtype=dt, device=dev, **kwargs)
 
     def randn_like(self, **kwargs) -> Tensor:
-        return type(self).randn(self.shape, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device),
-                                **kwargs)
+        dt, dev = kwargs.pop("dtype", self.dtype), kwargs.pop("device", self.device)
+        return type(self).randn(self.shape, dtype=dt, device=dev, **kwargs)
 
     # ---- devices -----------------------------------------------------------------------------------------
 

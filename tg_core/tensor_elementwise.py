@@ -47,7 +47,8 @@ class ElementwiseMixin:
         return (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
 
     def pow(self, x, reverse: bool = False) -> Tensor:
-        if not reverse and isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 4 and not dtypes.is_bool(self.dtype):
+        small_int = isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 4
+        if not reverse and small_int and not dtypes.is_bool(self.dtype):
             # small integer powers are exact products (x**2 of a negative float is fine, as it should be)
             out = self.ones_like() if x == 0 else self
             for _ in range(x - 1):
@@ -223,7 +224,8 @@ class ElementwiseMixin:
     def logical_xor(self, x) -> Tensor: return self._as_bool()._bitwise(Ops.XOR, self._as_bool(x))
 
     def isnan(self) -> Tensor: return self.ne(self)
-    def isinf(self) -> Tensor: return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.zeros_like(dtype=dtypes.bool)
+    def isinf(self) -> Tensor:
+        return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.zeros_like(dtype=dtypes.bool)
 
     # ---- casts -------------------------------------------------------------------------------------------
 

@@ -231,14 +231,16 @@ class MovementMixin:
             if isinstance(i, (list, tuple, np.ndarray)):
                 arr = np.asarray(i)
                 if arr.dtype == np.bool_ or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
-                    raise IndexError(f"index arrays must hold integers, got {arr.dtype} (boolean masks are not supported)")
+                    raise IndexError(f"index arrays must hold integers, got {arr.dtype} "
+                                     "(boolean masks are not supported)")
                 if arr.size and (arr.min() < -n or arr.max() >= n):
                     bad = int(arr.min()) if arr.min() < -n else int(arr.max())
                     raise IndexError(f"index {bad} is out of bounds for axis {d} with size {n} (shape {self.shape})")
                 i = T(arr.astype(np.int32), device=self.device)
             if isinstance(i, T):
                 if not dtypes.is_int(i.dtype):
-                    raise IndexError(f"tensor indices must be integers, got {i.dtype!r} (boolean masks are not supported)")
+                    raise IndexError(f"tensor indices must be integers, got {i.dtype!r} "
+                                     "(boolean masks are not supported)")
                 sels.append(_AxisSel(0, 1, n, False, False))
                 tensors.append((d, out_pos, i))
                 out_pos += 1
@@ -287,7 +289,8 @@ class MovementMixin:
         try:
             vv = v._cast_to(self.dtype)._broadcast_to(positions.shape)
         except ValueError:
-            raise ValueError(f"cannot assign a value of shape {v.shape} to a selection of shape {positions.shape}") from None
+            raise ValueError(f"cannot assign a value of shape {v.shape} to a selection of shape "
+                             f"{positions.shape}") from None
         k = positions.ndim
         flat_self = T._iota(self.numel(), self.device).reshape(self.shape + (1,) * k)
         hit = flat_self.eq(positions.reshape((1,) * self.ndim + positions.shape))
@@ -356,7 +359,8 @@ def _unapply_basic(v: Tensor, sels: list[_AxisSel], shape: tuple[int, ...]) -> T
 def _pad_pairs(padding: Sequence, shape: tuple[int, ...]) -> list[tuple[int, int]]:
     if all(isinstance(p, int) for p in padding):
         if len(padding) % 2 or len(padding) // 2 > len(shape):
-            raise ValueError(f"flat padding {tuple(padding)} needs an even length of at most {2 * len(shape)} for shape {shape}")
+            raise ValueError(f"flat padding {tuple(padding)} needs an even length of at most {2 * len(shape)} "
+                             f"for shape {shape}")
         pairs = [(0, 0)] * len(shape)
         for j in range(len(padding) // 2):
             pairs[len(shape) - 1 - j] = (padding[2 * j], padding[2 * j + 1])

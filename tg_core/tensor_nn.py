@@ -140,7 +140,8 @@ class NNMixin:
         width = o * s
         x = x.pad(((0, 0),) * (len(lead) + 1) + ((0, max(0, width - (n + d))),)) if width > n + d else x
         x = x.shrink(tuple((0, width) if i == len(lead) + 1 else None for i in range(x.ndim)))
-        x = x.reshape(lead + (k, o, s)).shrink(tuple((0, 1) if i == len(lead) + 2 else None for i in range(len(lead) + 3)))
+        x = x.reshape(lead + (k, o, s))
+        x = x.shrink(tuple((0, 1) if i == len(lead) + 2 else None for i in range(x.ndim)))
         x = x.reshape(lead + (k, o)).transpose(-1, -2)             # (..., o, k)
         if axis != self.ndim - 1:
             # put (o, k) back where the axis was

@@ -51,7 +51,8 @@ class ReduceMixin:
     def mean(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
         n = math.prod(self.shape[a] for a in self._axes(axis))
         ft = least_upper_float(self.dtype)
-        s = self._cast_to(ft).sum(axis, keepdim, dtype=dtypes.float32 if ft in (dtypes.float16, dtypes.bfloat16) else ft)
+        acc = dtypes.float32 if ft in (dtypes.float16, dtypes.bfloat16) else ft
+        s = self._cast_to(ft).sum(axis, keepdim, dtype=acc)
         return (s / n if n else s * math.nan).cast(ft)
 
     def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
