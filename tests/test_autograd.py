@@ -406,3 +406,30 @@ def test_grad_pending_when_param_is_assigned():
     (w * w).sum().backward()
     w.assign(Tensor([0.0, 0.0]))
     np.testing.assert_allclose(w.grad.numpy(), [4.0, 6.0])
+
+
+# ---- realizing never changes gradients -----------------------------------------------------------------
+
+def test_gradient_flows_through_realized_intermediates():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    h = (x * 3).realize()
+    loss = (h * h).sum()
+    assert loss.item() == 45.0  # realizes the loss too
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [18.0, 36.0])
+
+
+def test_leaf_realized_after_use_still_gets_its_gradient():
+    w = Tensor.randn(3, requires_grad=True)  # lazy until read
+    loss = (w * w).sum()
+    value = w.numpy()
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * value, rtol=1e-6)
+
+
+def test_differentiating_through_overwritten_storage_is_an_error():
+    x = Tensor([1.0, 2.0], requires_grad=True).realize()
+    h = (x * 3).realize()
+    x.assign(Tensor([5.0, 5.0]))
+    with pytest.raises(RuntimeError, match="assigned since"):
+        (h * h).sum().backward()

@@ -393,6 +393,10 @@ import weakref as _weakref  # noqa: E402
 from tg_core.gradient import compute_gradient as _compute_gradient  # noqa: E402
 
 _live: dict[int, _weakref.ref] = {}
+# BUFFER -> (the graph its value was computed from, {storage BUFFER that graph read: its version then})
+_origins: _weakref.WeakKeyDictionary[UOp, tuple[UOp, dict[UOp, int]]] = _weakref.WeakKeyDictionary()
+# BUFFER -> how many times it has been written since it was made
+_versions: _weakref.WeakKeyDictionary[UOp, int] = _weakref.WeakKeyDictionary()
 _VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
 
 
@@ -416,6 +420,31 @@ def _storage(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
+def _note_origin(buf: UOp, graph: UOp) -> None:
+    reads = {n: _versions.get(n, 0) for n in graph.toposort() if n.op is Ops.BUFFER}
+    _origins[buf] = (graph, reads)
+
+
+def _differentiable(u: UOp) -> UOp:
+    """`u` with every realized tensor in it replaced by the graph it was computed from, so gradients flow
+    through realized tensors as through lazy ones."""
+    while True:
+        mapping: dict[UOp, UOp] = {}
+        for n in u.toposort():
+            base = n if n.op is Ops.BUFFER else n.src[0] if n.op is Ops.RESHAPE and n.src[0].op is Ops.BUFFER else None
+            if base is None or base not in _origins:
+                continue
+            graph, reads = _origins[base]
+            stale = [b for b, v in reads.items() if _versions.get(b, 0) != v]
+            if stale:
+                raise RuntimeError(f"cannot differentiate through a realized {graph.shape} tensor: storage it was "
+                                   "computed from has been assigned since")
+            mapping[n] = graph if n.shape == graph.shape else graph.reshape(n.shape)
+        if not mapping:
+            return u
+        u = u.substitute(mapping)
+
+
 def _fresh_write(value: UOp, device: str) -> UOp:
     """`value` written into new storage of its own."""
     buf = UOp.new_buffer(device, max(prod(value.shape), 1), value.dtype)
@@ -430,7 +459,7 @@ def _write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> No
     skip = {id(t) for t, _ in pairs}
     readers = [r for r in _live_tensors() if id(r) not in skip and r.numel() and _storage(r.uop) is None
                and not bases.isdisjoint(r.uop.toposort())]
-    readers += [o for o in others if not o._is_realized() and all(o is not r for r in readers)]
+    readers += [o for o in others if not o._is_realized() and _storage(o.uop) is None and all(o is not r for r in readers)]
     targets: list[UOp] = []
     seen: set[UOp] = set()
     for r in readers:
@@ -443,7 +472,12 @@ def _write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> No
     writes = [UOp(Ops.ASSIGN, t.dtype, (t.uop, v)) for t, v in pairs]
     out = realize(targets + writes, devices=[r.device for r in readers] + [t.device for t, _ in pairs])
     for r, u in zip(readers, targets):
+        _note_origin(out[u], r.uop)
         r.uop = out[u].reshape(r.shape)
+    for b in bases:
+        # what was computed from the old contents can no longer be differentiated through them
+        _versions[b] = _versions.get(b, 0) + 1
+        _origins.pop(b, None)
 
 
 class _Train(_contextlib.ContextDecorator):
@@ -492,14 +526,15 @@ class _AutogradMixin:
             if g.shape != self.shape:
                 raise RuntimeError(f"the gradient has shape {g.shape} but the tensor has shape {self.shape}")
             root_grad = g._cast_to(self.dtype).uop
-        grads = _compute_gradient(self.uop, root_grad, {t.uop for t in targets})
-        return [Tensor(grads[t.uop], device=t.device) if t.uop in grads else t.zeros_like() for t in targets]
+        wrt = [_differentiable(t.uop) for t in targets]
+        grads = _compute_gradient(_differentiable(self.uop), root_grad, set(wrt))
+        return [Tensor(grads[u], device=t.device) if u in grads else t.zeros_like() for t, u in zip(targets, wrt)]
 
     def backward(self: Tensor, gradient: Tensor | None = None) -> Tensor:
         """Add this tensor's gradient with respect to every live tensor in its graph that requires grad to
         that tensor's `.grad` (lazily; an optimizer step realizes them)."""
-        in_graph = self.uop.toposort()
-        leaves = [t for t in _live_tensors() if t.requires_grad and t.uop in in_graph]
+        in_graph = _differentiable(self.uop).toposort()
+        leaves = [t for t in _live_tensors() if t.requires_grad and _differentiable(t.uop) in in_graph]
         if not leaves:
             raise RuntimeError(f"backward: no tensor in the graph of this {self.shape} tensor requires grad")
         for t, g in zip(leaves, self.gradient(*leaves, gradient=gradient)):
@@ -549,6 +584,16 @@ class _AutogradMixin:
 
 
 _core_init = Tensor.__init__
+_core_realize_all = Tensor.realize_all
+
+
+@_functools.wraps(_core_realize_all)
+def _realize_all_noting_origins(*tensors: Tensor) -> None:
+    before = [(t, t.uop) for t in tensors]
+    _core_realize_all(*tensors)
+    for t, u in before:
+        if t.uop is not u and (buf := _storage(t.uop)) is not None:
+            _note_origin(buf, u)
 
 
 @_functools.wraps(_core_init)
@@ -568,6 +613,7 @@ def _install() -> None:
         if not name.startswith("__"):
             setattr(Tensor, name, fn)
     Tensor.__init__ = _tracked_init  # type: ignore[method-assign]
+    Tensor.realize_all = staticmethod(_realize_all_noting_origins)  # type: ignore[method-assign]
     Tensor.no_grad = False
     Tensor.train = _Train
     Tensor.test = _Test
