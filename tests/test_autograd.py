@@ -179,6 +179,37 @@ def test_half_gradient_sums_in_float32():
     ("conv2d", lambda x, w: x.conv2d(w, padding=1), (rnd(1, 2, 3, 3), rnd(2, 2, 2, 2))),
     ("max_pool", lambda x: x.max_pool2d(2), (rnd(1, 1, 4, 4),)),
     ("avg_pool", lambda x: x.avg_pool2d(2), (rnd(1, 1, 4, 4),)),
+    ("conv2d_stride_dilation_groups", lambda x, w, b: x.conv2d(w, b, groups=2, stride=2, dilation=2, padding=2),
+     (rnd(1, 2, 4, 4), rnd(4, 1, 2, 2), rnd(4))),
+    ("max_pool_padded", lambda x: x.max_pool2d(3, stride=2, padding=1), (rnd(1, 1, 4, 4),)),
+    ("avg_pool_no_pad_count", lambda x: x.avg_pool2d(3, stride=1, padding=1, count_include_pad=False), (rnd(1, 1, 3, 3),)),
+    ("batched_matmul", lambda a, b: a @ b, (rnd(2, 2, 3), rnd(3, 2))),
+    ("vector_dot", lambda a, b: a.dot(b), (rnd(3), rnd(3, 2))),
+    ("erf_softplus", lambda a: a.erf() + a.softplus(), (rnd(4),)),
+    ("gelu_tanh_quick", lambda a: a.gelu(approximate="tanh") + a.quick_gelu(), (rnd(4),)),
+    ("elu_leaky_relu6", lambda a: a.elu() + a.leaky_relu(0.1) + a.relu6(),
+     (np.array([-1.5, -0.2, 0.3, 2.5, 7.0]),)),
+    ("hardtanh_sign_round", lambda a: a.hardtanh() + a.sign() + a.round() + a.ceil(), (np.array([-1.7, -0.2, 0.3, 1.4]),)),
+    ("rsqrt_tan", lambda a: a.rsqrt() + a.tan(), (pos(3) * 0.5,)),
+    ("lerp", lambda a, b: a.lerp(b, 0.3), (rnd(3), rnd(3))),
+    ("min_keepdim", lambda a: a.min(1, keepdim=True), (rnd(2, 3),)),
+    ("prod_mean", lambda a: a.prod(0) + a.mean(1).sum(), (rnd(3, 2),)),
+    ("var_std_mean", lambda a: a.var(1, correction=0) + a.std_mean(1)[0], (rnd(2, 4),)),
+    ("cumprod_cummax", lambda a: a.cumprod(0) + a.cummax(0), (rnd(4),)),
+    ("pad_value_repeat", lambda a: a.pad(((1, 1), (0, 2)), value=3.0).repeat(2, 1), (rnd(2, 2),)),
+    ("split_chunk", lambda a: a.split(1, 0)[1] * a.chunk(2, 1)[0].reshape(2), (rnd(2, 2),)),
+    ("squeeze_unsqueeze", lambda a: a.unsqueeze(0).squeeze(2) * 2, (rnd(2, 1),)),
+    ("gather", lambda a: a.gather(1, Tensor([[0, 0], [2, 1]])), (rnd(2, 3),)),
+    ("masked_fill_tril", lambda a: a.masked_fill(Tensor([[True, False], [False, False]]), 0.0) + a.tril(), (rnd(2, 2),)),
+    ("where_scalar", lambda a: (a > 0).where(a, 0.1 * a), (np.array([-1.0, 0.5, 2.0]),)),
+    ("binary_crossentropy", lambda p, y: p.sigmoid().binary_crossentropy(y), (rnd(4), np.array([0.0, 1.0, 1.0, 0.0]))),
+    ("binary_crossentropy_logits", lambda p: p.binary_crossentropy_logits(Tensor([0.0, 1.0, 0.3])), (rnd(3),)),
+    ("cross_entropy_smoothing", lambda a: a.cross_entropy(Tensor([1, 0]), label_smoothing=0.1), (rnd(2, 3),)),
+    ("sparse_cce", lambda a: a.sparse_categorical_crossentropy(Tensor([2, 0])), (rnd(2, 3),)),
+    ("batchnorm", lambda x, w, b: x.batchnorm(w, b, x.mean(0), x.var(0, correction=0).add(1e-5).rsqrt(), axis=1),
+     (rnd(4, 2), rnd(2), rnd(2))),
+    ("scatter_src", lambda a: Tensor(np.zeros((2, 3))).scatter(1, Tensor([[0], [2]]), a), (rnd(2, 1),)),
+    ("pow_tensor", lambda a, b: a.pow(b) + 2.0 ** a, (pos(3), rnd(3))),
 ])
 def test_composite_gradients(name, f, inputs):
     check_grad(f, *inputs)
@@ -433,3 +464,14 @@ def test_differentiating_through_overwritten_storage_is_an_error():
     x.assign(Tensor([5.0, 5.0]))
     with pytest.raises(RuntimeError, match="assigned since"):
         (h * h).sum().backward()
+
+
+def test_dropout_gradient_uses_the_same_mask():
+    Tensor.manual_seed(5)
+    x = Tensor(np.ones(64), requires_grad=True)
+    with Tensor.train():
+        y = x.dropout(0.25)
+    y.sum().backward()
+    kept = y.numpy() != 0
+    assert 0 < kept.sum() < 64
+    np.testing.assert_allclose(x.grad.numpy(), kept / 0.75, rtol=1e-6)

@@ -69,8 +69,7 @@ class Embedding:
 
     def __init__(self, vocab_size: int, embed_size: int):
         self.vocab_sz, self.embed_sz = vocab_size, embed_size
-        bound = math.sqrt(6 / (vocab_size + embed_size))
-        self.weight = Tensor.uniform(vocab_size, embed_size, low=-bound, high=bound)
+        self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
 
     def __call__(self, idx: Tensor) -> Tensor:
         return idx.one_hot(self.vocab_sz).cast(self.weight.dtype) @ self.weight
