@@ -166,6 +166,20 @@ def test_pools(k, s, p):
         close(Tensor(x).avg_pool2d(k, s, padding=p, count_include_pad=False), np_pool(x, k, st, np.sum, p) / counts)
 
 
+def test_pools_ceil_mode():
+    # outputs checked against PyTorch's documented shape rule and values by hand
+    x = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
+    out = Tensor(x).max_pool2d(2, ceil_mode=True)
+    close(out, [[[[6, 8, 9], [16, 18, 19], [21, 23, 24]]]])
+    avg = Tensor(x).avg_pool2d(2, ceil_mode=True)
+    close(avg, [[[[3, 5, 6.5], [13, 15, 16.5], [20.5, 22.5, 24]]]])
+    assert Tensor(x).max_pool2d(3, stride=2, padding=1, ceil_mode=True).shape == (1, 1, 3, 3)
+    assert Tensor(np.zeros((1, 1, 6, 6), np.float32)).max_pool2d(3, stride=2, padding=1, ceil_mode=True).shape == (1, 1, 4, 4)
+    avg_p = Tensor(x).avg_pool2d(2, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+    ref = np_pool(x, 2, 2, np.sum, 1) / np_pool(np.ones_like(x), 2, 2, np.sum, 1)
+    close(avg_p, ref)
+
+
 def test_pool_int_and_kernel_count():
     x = RNG.integers(-9, 9, (1, 1, 4, 4)).astype(np.int32)
     out = Tensor(x).max_pool2d(2, padding=1)

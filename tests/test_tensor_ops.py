@@ -385,6 +385,13 @@ def test_getitem_advanced(idx):
     close(Tensor(x)[idx], x[idx])
 
 
+def test_getitem_int_is_basic_indexing():
+    # PyTorch applies ints first, so one list index keeps its place; numpy would move it to the front
+    x = np.arange(24).reshape(2, 3, 4)
+    assert Tensor(x)[0, :, [1, 2]].shape == (3, 2)
+    close(Tensor(x)[0, :, [1, 2]], x[0][:, [1, 2]])
+
+
 def test_getitem_tensor_index():
     x = data((5, 3))
     i = np.array([[4, 0], [-1, 2]])
@@ -659,6 +666,21 @@ def test_setitem_storage_semantics():
     v = Tensor.zeros(5) + 0  # a value, not storage
     v[1:3] = 2.0
     close(v, [0, 2, 2, 0, 0])
+
+
+def test_tinygrad_style_script():
+    Tensor.manual_seed(0)
+    w1, w2 = Tensor.kaiming_uniform(8, 16), Tensor.scaled_uniform(16, 4)
+    x = Tensor.rand(5, 8, contiguous=True)
+    y = Tensor([0, 1, 2, 3, 0])
+    out = x.sequential([lambda t: t.linear(w1).relu(), lambda t: t.dot(w2)])
+    loss = out.sparse_categorical_crossentropy(y)
+    logits = x.numpy() @ w1.numpy()
+    logits = np.maximum(logits, 0) @ w2.numpy()
+    ls = logits - logits.max(-1, keepdims=True)
+    ls = ls - np.log(np.exp(ls).sum(-1, keepdims=True))
+    close(loss, -ls[np.arange(5), y.numpy()].mean(), atol=1e-5)
+    assert (out.argmax(-1) == y).sum().item() >= 0
 
 
 def test_random_calls_share_a_cached_schedule():

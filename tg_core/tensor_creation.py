@@ -69,7 +69,7 @@ class CreationMixin:
         u = UOp.const(dt, fill_value)
         if shape:
             u = u.reshape((1,) * len(shape)).expand(shape)
-        return cls(u, device=device, **kwargs)
+        return cls(u, device=device, **_ctor(kwargs))
 
     @classmethod
     def zeros(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
@@ -136,7 +136,7 @@ class CreationMixin:
         dt = to_dtype(dtype) if dtype is not None else (dtypes.default_int if all_int else dtypes.default_float)
         idx = cls._iota(n, device)
         out = idx if (start, step) == (0, 1) else idx * step + start
-        return cls(out.cast(dt).uop, device=device, **kwargs)
+        return cls(out.cast(dt).uop, device=device, **_ctor(kwargs))
 
     @classmethod
     def linspace(cls, start: int | float, stop: int | float, steps: int, dtype: DType | str | None = None,
@@ -148,7 +148,7 @@ class CreationMixin:
             return cls.full((1,), start, dt, device, **kwargs)
         delta = (stop - start) / (steps - 1) if steps > 1 else 0.0
         out = cls._iota(steps, device).cast(dtypes.float32) * delta + start
-        return cls(out.cast(dt).uop, device=device, **kwargs)
+        return cls(out.cast(dt).uop, device=device, **_ctor(kwargs))
 
     @classmethod
     def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
@@ -158,7 +158,7 @@ class CreationMixin:
             raise ValueError(f"eye: sizes must be >= 0, got n={n}, m={m}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         diag = cls._iota(n, device).reshape(n, 1).eq(cls._iota(m, device).reshape(1, m))
-        return cls(diag.cast(dt).uop, device=device, **kwargs)
+        return cls(diag.cast(dt).uop, device=device, **_ctor(kwargs))
 
     def tril(self, diagonal: int = 0) -> Tensor:
         """Keep the elements on and below the `diagonal`-th diagonal of the last two axes."""
@@ -210,14 +210,14 @@ class CreationMixin:
             raise TypeError(f"rand makes floats, not {dt!r}")
         # the top 24 bits are exact in float32; the result stays below 1
         u = (cls._random_bits(shape, device) >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
-        return cls(u.cast(dt).uop, device=device, **kwargs)
+        return cls(u.cast(dt).uop, device=device, **_ctor(kwargs))
 
     @classmethod
     def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None,
                 device: str | None = None, **kwargs) -> Tensor:
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         u = cls.rand(*shape, dtype=dtypes.float32, device=device) * (high - low) + low
-        return cls(u.cast(dt).uop, device=device, **kwargs)
+        return cls(u.cast(dt).uop, device=device, **_ctor(kwargs))
 
     @classmethod
     def randn(cls, *shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
@@ -227,7 +227,7 @@ class CreationMixin:
         u = cls.rand((2, *shape), dtype=dtypes.float32, device=device)
         u1, u2 = u[0], u[1]
         z = (1 - u1).log().mul(-2).sqrt() * (u2 * (2 * math.pi)).cos()
-        return cls(z.cast(dt).uop, device=device, **kwargs)
+        return cls(z.cast(dt).uop, device=device, **_ctor(kwargs))
 
     @classmethod
     def randint(cls, *shape, low: int = 0, high: int = 10, dtype: DType | str | None = None,
@@ -239,14 +239,14 @@ class CreationMixin:
         shape = _shape(shape[0], shape[1:]) if shape else ()
         bits = cls._random_bits(shape, device)
         out = (bits % (high - low)).cast(dtypes.int64 if high - low > 2 ** 31 - 1 else dtypes.int32) + low
-        return cls(out.cast(dt).uop, device=device, **kwargs)
+        return cls(out.cast(dt).uop, device=device, **_ctor(kwargs))
 
     @classmethod
     def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None,
                device: str | None = None, **kwargs) -> Tensor:
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         z = cls.randn(*shape, dtype=dtypes.float32, device=device) * std + mean
-        return cls(z.cast(dt).uop, device=device, **kwargs)
+        return cls(z.cast(dt).uop, device=device, **_ctor(kwargs))
 
     @classmethod
     def scaled_uniform(cls, *shape, **kwargs) -> Tensor:
@@ -292,6 +292,12 @@ class CreationMixin:
         if self.uop.device is None:
             return type(self)(self.uop, device=dev)
         return type(self)(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, dtypes.void, (), dev))), device=dev)
+
+
+def _ctor(kwargs: dict) -> dict:
+    """Constructor keywords: tinygrad's `contiguous=` of creation ops is accepted and has nothing to do here
+    (a lazy tensor is computed contiguously when realized)."""
+    return {k: v for k, v in kwargs.items() if k != "contiguous"}
 
 
 def _hash32(x: Tensor) -> Tensor:

@@ -56,6 +56,13 @@ class NNMixin:
         out = self * weight if weight.ndim == 1 else self.dot(weight)
         return out + bias if bias is not None else out
 
+    def sequential(self, layers: Sequence) -> Tensor:
+        """Apply each callable in turn (tinygrad's Tensor.sequential)."""
+        x = self
+        for f in layers:
+            x = f(x)
+        return x
+
     # ---- normalizations ------------------------------------------------------------------------------------
 
     def softmax(self, axis: int = -1, dtype=None) -> Tensor:
@@ -183,24 +190,47 @@ class NNMixin:
         out = out.reshape(n, cout, oh, ow)
         return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
 
-    def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
-                   padding: int | Sequence[int] = 0) -> Tensor:
-        k = _pair(kernel_size)
+    def _pool_pads(self, k, stride, dilation, padding, ceil_mode: bool) -> tuple[tuple, tuple]:
+        """(the requested padding, the padding ceil_mode adds at the end) of the last two axes. With ceil_mode
+        a last partial window is kept when it starts inside the input or its left padding (PyTorch's rule)."""
         pad = _conv_padding(padding)
-        x = self.pad(((0, 0),) * (self.ndim - 2) + pad, value=dtypes.min(self.dtype))
-        return x._pool(k, _pair(stride if stride is not None else k), _pair(dilation)).max((-2, -1))
+        if not ceil_mode:
+            return pad, ((0, 0), (0, 0))
+        extra = []
+        for n, (b, a), kk, s, d in zip(self.shape[-2:], pad, k, stride, dilation):
+            span = n + b + a - d * (kk - 1) - 1
+            o = -(-span // s) + 1
+            if (o - 1) * s >= n + b:
+                o -= 1
+            extra.append((0, max(0, (o - 1) * s + d * (kk - 1) + 1 - (n + b + a))))
+        return pad, tuple(extra)
+
+    def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
+                   padding: int | Sequence[int] = 0, ceil_mode: bool = False) -> Tensor:
+        k = _pair(kernel_size)
+        st, dl = _pair(stride if stride is not None else k), _pair(dilation)
+        pad, extra = self._pool_pads(k, st, dl, padding, ceil_mode)
+        full = tuple((b + eb, a + ea) for (b, a), (eb, ea) in zip(pad, extra))
+        x = self.pad(((0, 0),) * (self.ndim - 2) + full, value=dtypes.min(self.dtype))
+        return x._pool(k, st, dl).max((-2, -1))
 
     def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
-                   padding: int | Sequence[int] = 0, count_include_pad: bool = True) -> Tensor:
+                   padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+        """The mean of each window; the divisor counts the padding when count_include_pad, never the
+        elements ceil_mode adds."""
         k = _pair(kernel_size)
-        pad = _conv_padding(padding)
         st, dl = _pair(stride if stride is not None else k), _pair(dilation)
-        x = self.pad(((0, 0),) * (self.ndim - 2) + pad)
-        total = x._pool(k, st, dl).sum((-2, -1))
-        if count_include_pad or all(p == (0, 0) for p in pad):
+        pad, extra = self._pool_pads(k, st, dl, padding, ceil_mode)
+        full = tuple((b + eb, a + ea) for (b, a), (eb, ea) in zip(pad, extra))
+        total = self.pad(((0, 0),) * (self.ndim - 2) + full)._pool(k, st, dl).sum((-2, -1))
+        if all(e == (0, 0) for e in extra) and (count_include_pad or all(p == (0, 0) for p in pad)):
             return total / (k[0] * k[1])
-        ones = type(self).ones(self.shape[-2:], device=self.device).pad(pad)
-        return total / ones._pool(k, st, dl).sum((-2, -1))
+        T = type(self)
+        if count_include_pad:
+            counted = T.ones(tuple(n + b + a for n, (b, a) in zip(self.shape[-2:], pad)), device=self.device).pad(extra)
+        else:
+            counted = T.ones(self.shape[-2:], device=self.device).pad(full)
+        return total / counted._pool(k, st, dl).sum((-2, -1))
 
     # ---- gather, scatter, one-hot, dropout -----------------------------------------------------------------
 
