@@ -55,8 +55,9 @@ def test_conv2d_forward_and_init(stride, padding, groups):
     conv = Conv2d(4, 6, 3, stride=stride, padding=padding, groups=groups)
     w, b = conv.weight.numpy(), conv.bias.numpy()
     assert w.shape == (6, 4 // groups, 3, 3)
-    scale = 1 / math.sqrt(4 * 9)
+    scale = 1 / math.sqrt(4 // groups * 9)
     assert np.abs(w).max() <= scale and np.abs(b).max() <= scale
+    assert np.abs(w).max() > 0.7 * scale
     x = RNG.standard_normal((2, 4, 5, 5)).astype(np.float32)
     np.testing.assert_allclose(conv(Tensor(x)).numpy(), _conv_ref(x, w, b, stride, padding, groups), rtol=1e-4, atol=1e-5)
 

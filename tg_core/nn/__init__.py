@@ -28,7 +28,8 @@ def _pair(v: int | Sequence[int]) -> tuple[int, ...]:
 
 class Conv2d:
     """A 2-D convolution over (N, C, H, W); weight (out_channels, in_channels // groups, kh, kw) and bias are
-    uniform in [-s, s] with s = 1/sqrt(in_channels * kh * kw). `padding` is what Tensor.conv2d takes."""
+    uniform in [-s, s] with s = 1/sqrt(fan_in), fan_in = in_channels // groups * kh * kw (a kernel's inputs).
+    `padding` is what Tensor.conv2d takes."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int | Sequence[int] = 1,
                  padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True):
@@ -36,7 +37,7 @@ class Conv2d:
             raise ValueError(f"Conv2d: {in_channels} input and {out_channels} output channels do not split into {groups} groups")
         self.kernel_size = _pair(kernel_size)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        scale = 1 / math.sqrt(in_channels * prod(self.kernel_size))
+        scale = 1 / math.sqrt(in_channels // groups * prod(self.kernel_size))
         self.weight = Tensor.uniform(out_channels, in_channels // groups, *self.kernel_size, low=-scale, high=scale)
         self.bias = Tensor.uniform(out_channels, low=-scale, high=scale) if bias else None
 
