@@ -44,6 +44,19 @@ def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(np.asarray(b) == 0, 0, a - _idiv(a, b) * b)
 
 
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind not in "iu" or b.dtype.kind not in "iu":
+        return np.power(a, b)
+    # numpy refuses negative integer exponents; alu.py truncates the real power: only 1 and -1 stay non-zero
+    neg = b < 0
+    pos = np.power(a, np.where(neg, 0, b).astype(b.dtype))
+    if not neg.any():
+        return pos
+    inv = np.where(a == 1, 1, np.where(a == -1, 1 - 2 * (b & 1), 0))
+    return np.where(neg, inv, pos)
+
+
 def _shift(fn: Callable, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(np.asarray(b) < 0, 0, fn(a, np.maximum(b, 0)))
 
@@ -54,7 +67,7 @@ _ALU: dict[Ops, Callable[..., np.ndarray]] = {
     Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
     Ops.SHL: lambda a, b: _shift(np.left_shift, a, b), Ops.SHR: lambda a, b: _shift(np.right_shift, a, b),
     Ops.WHERE: np.where, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt,
-    Ops.RECIPROCAL: lambda a: np.divide(1, a), Ops.TRUNC: np.trunc, Ops.NEG: np.negative, Ops.POW: np.power,
+    Ops.RECIPROCAL: lambda a: np.divide(1, a), Ops.TRUNC: np.trunc, Ops.NEG: np.negative, Ops.POW: _pow,
     Ops.MULACC: lambda a, b, c: a * b + c,
 }
 _REDUCE = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum}
