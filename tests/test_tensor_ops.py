@@ -156,6 +156,10 @@ def test_pow():
     close(i ** 2, [4, 9, 16])
     close(i ** 5, np.array([2, 3, -4]) ** 5)
     assert (i ** 5).dtype is dtypes.int32
+    # a tensor of negative exponents truncates the real power, as alu.py (only 1 and -1 stay non-zero)
+    close(Tensor([2, -1, 1, -1, 0]) ** Tensor([-1, -1, -3, -2, -1]), [0, -1, 1, 1, 0])
+    with pytest.raises(ValueError, match="negative power -2"):
+        i ** -2
 
 
 def test_clip_where():

@@ -47,6 +47,10 @@ class ElementwiseMixin:
         return (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
 
     def pow(self, x, reverse: bool = False) -> Tensor:
+        if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and \
+                (dtypes.is_int(self.dtype) or dtypes.is_bool(self.dtype)):
+            raise ValueError(f"a {self.dtype!r} tensor to the negative power {x}: integers to negative integer "
+                             "powers are not allowed (as in PyTorch); cast to a float first")
         small_int = isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 4
         if not reverse and small_int and not dtypes.is_bool(self.dtype):
             # small integer powers are exact products (x**2 of a negative float is fine, as it should be)
