@@ -118,6 +118,26 @@ def test_unary_float(name, ours, ref, lo, hi):
     close(ours(Tensor(x)), ref(x.astype(np.float64)).astype(np.float32), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.float16, dtypes.bool], ids=str)
+@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "sin", "cos", "sigmoid", "tanh", "relu", "abs", "gelu",
+                                  "silu", "softplus", "exp2", "rsqrt"])
+def test_unary_dtype_matrix(dt, name):
+    x = data((16,), dt, 1, 4)
+    ref_fn = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "exp2": np.exp2,
+              "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh, "relu": lambda v: np.maximum(v, 0),
+              "abs": np.abs, "silu": lambda v: v / (1 + np.exp(-v)), "softplus": lambda v: np.log1p(np.exp(v)),
+              "gelu": lambda v: 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2))),
+              "rsqrt": lambda v: 1 / np.sqrt(v)}[name]
+    out = getattr(Tensor(x), name)()
+    float_out = name not in ("relu", "abs")
+    expect_dt = dt if not float_out or dt is dtypes.float16 else dtypes.float32
+    assert out.dtype is expect_dt
+    tol = 1e-2 if dt is dtypes.float16 else 1e-5
+    with np.errstate(all="ignore"):
+        ref = ref_fn(x.astype(np.float64))
+    close(out, ref, atol=tol, rtol=tol)
+
+
 def test_unary_dtypes():
     i = data((10,), dtypes.int32)
     assert Tensor(i).exp().dtype is dtypes.float32

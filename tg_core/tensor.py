@@ -293,7 +293,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     def reciprocal(self) -> Tensor: return self._unary(Ops.RECIPROCAL)
     def exp(self) -> Tensor: return (self._cast_to(least_upper_float(self.dtype)) * (1 / math.log(2))).exp2()
     def log(self) -> Tensor: return self.log2() * math.log(2)
-    def relu(self) -> Tensor: return (self > 0).where(self, 0)
+    def relu(self) -> Tensor: return self if self.dtype is dtypes.bool else (self > 0).where(self, 0)
 
     # ---- movement -----------------------------------------------------------------------------------------
 
