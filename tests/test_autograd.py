@@ -475,3 +475,11 @@ def test_dropout_gradient_uses_the_same_mask():
     kept = y.numpy() != 0
     assert 0 < kept.sum() < 64
     np.testing.assert_allclose(x.grad.numpy(), kept / 0.75, rtol=1e-6)
+
+
+def test_no_grad_keeps_constants_and_ints_as_they_are():
+    with Tensor.test():
+        c = Tensor(2.5)
+        i = Tensor([1, 2]) + 1
+        assert c.uop.op is Ops.CONST and i.uop.op is not Ops.DETACH
+        np.testing.assert_allclose((Tensor([1.0]) * 2).numpy(), [2.0])

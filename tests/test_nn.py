@@ -367,3 +367,13 @@ def test_model_round_trip_through_safetensors(tmp_path):
     x = Tensor(RNG.standard_normal((2, 3)).astype(np.float32))
     np.testing.assert_array_equal(b.blocks[1]["proj"](b.blocks[0](b.l1(x))).numpy(),
                                   a.blocks[1]["proj"](a.blocks[0](a.l1(x))).numpy())
+
+
+def test_step_without_gradients_changes_nothing():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = Adam([w], lr=0.1)
+    opt.step()
+    np.testing.assert_allclose(w.numpy(), [1.0, 2.0])
+    assert opt.b1_t.item() == 1.0
+    SGD([w], lr=0.1, momentum=0.9).step()
+    np.testing.assert_allclose(w.numpy(), [1.0, 2.0])

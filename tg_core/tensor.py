@@ -470,6 +470,8 @@ def _write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> No
         if v.shape != t.shape or v.dtype != t.dtype:
             raise ValueError(f"cannot write a {v.dtype!r} value of shape {v.shape} into a {t.dtype!r} tensor of shape {t.shape}")
     writes = [UOp(Ops.ASSIGN, t.dtype, (t.uop, v)) for t, v in pairs]
+    if not targets and not writes:
+        return
     out = realize(targets + writes, devices=[r.device for r in readers] + [t.device for t, _ in pairs])
     for r, u in zip(readers, targets):
         _note_origin(out[u], r.uop)
@@ -599,7 +601,8 @@ def _realize_all_noting_origins(*tensors: Tensor) -> None:
 @_functools.wraps(_core_init)
 def _tracked_init(self: Tensor, *args: Any, **kwargs: Any) -> None:
     _core_init(self, *args, **kwargs)
-    if Tensor.no_grad and self.uop.op is not Ops.DETACH and not self._is_realized():
+    if Tensor.no_grad and dtypes.is_float(self.dtype) and not dtypes.is_weak(self.dtype) \
+            and self.uop.op not in (Ops.DETACH, Ops.CONST) and not self._is_realized():
         # made under no_grad: no gradient flows back through this tensor into what it was computed from
         self.uop = UOp(Ops.DETACH, self.dtype, (self.uop,))
     _track(self)

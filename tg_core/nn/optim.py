@@ -101,6 +101,8 @@ class LAMB(Optimizer):
         self.v = [_state_like(p) for p in self.params]
 
     def _updates(self) -> list[tuple[Tensor, UOp]]:
+        if all(p.grad is None for p in self.params):
+            return []  # no step taken: the bias corrections must not advance
         b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2
         out = [self._target(self.b1_t, b1_t), self._target(self.b2_t, b2_t)]
         for i, p in enumerate(self.params):
