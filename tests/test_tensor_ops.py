@@ -427,6 +427,22 @@ def test_getitem_tensor_index():
     close(Tensor(h)[Tensor([3, 0])], h[[3, 0]])
 
 
+def test_boolean_masks():
+    x = data((3, 4))
+    m = x > 0
+    close(Tensor(x)[Tensor(m)], x[m])
+    close(Tensor(x)[Tensor(m[:, 0])], x[m[:, 0]])
+    close(Tensor(x)[:, [True, False, True, True]], x[:, [True, False, True, True]])
+    t, ref = Tensor(x), x.copy()
+    t[Tensor(m)] = 0.0
+    ref[m] = 0
+    close(t, ref)
+    t, ref = Tensor(x), x.copy()
+    t[Tensor(m)] = Tensor(np.arange(m.sum(), dtype=np.float32))
+    ref[m] = np.arange(m.sum())
+    close(t, ref)
+
+
 def test_getitem_empty_and_scalar():
     x = np.arange(6).reshape(2, 3)
     close(Tensor(x)[2:], x[2:])
@@ -612,9 +628,9 @@ def test_errors_name_shapes_and_values():
 
 def test_more_bad_input():
     a = Tensor(data((2, 3)))
-    with pytest.raises(IndexError, match="integers"):
-        a[Tensor([True, False])]
-    with pytest.raises(IndexError, match="integers"):
+    with pytest.raises(IndexError, match=r"mask of shape \(3,\).*\(2, 3\)"):
+        a[Tensor([True, False, True])]
+    with pytest.raises(IndexError, match="integers or bools"):
         a[Tensor([0.0])]
     with pytest.raises(IndexError, match="float"):
         a[1.5]

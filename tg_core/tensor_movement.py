@@ -5,7 +5,9 @@
 reshape of the k*s elements to (k, s) that keeps column 0; None adds an axis. Integer tensors (and lists)
 then gather: each index becomes a one-hot mask against the element index of its axis, and a sum over the
 indexed axes picks the element (one reduce, fused with its consumer). As in numpy and PyTorch, the
-broadcast index shape goes where the indexed axes were when they are adjacent, and in front otherwise.
+broadcast index shape goes where the indexed axes were when they are adjacent, and in front otherwise
+(ints are basic indices, as in PyTorch, so they never separate tensor indices). A boolean mask is turned
+into the integer positions of its true elements; that shape depends on data, so the mask is realized.
 
 **Assignment.** `x[...] = v` follows the storage model of tensor.py's `assign`. When the selection is a
 plain view of x's storage (reshapes, permutes, shrinks, flips over a buffer), v is assigned to it: only
@@ -168,8 +170,13 @@ class MovementMixin:
         return x._gather_advanced([(pos, t) for _, pos, t in tensors])
 
     def __setitem__(self, indices: Any, value: Any) -> None:
-        sels, nones, tensors = self._parse_indices(indices)
         v = self._operand(value) if not isinstance(value, type(self)) else value
+        if isinstance(indices, type(self)) and indices.dtype is dtypes.bool and indices.shape == self.shape \
+                and v.numel() == 1:
+            # x[mask] = scalar needs no positions: it stays lazy
+            self.assign(indices.where(v._cast_to(self.dtype).reshape(()), self))
+            return
+        sels, nones, tensors = self._parse_indices(indices)
         if tensors:
             self.assign(self._setitem_advanced(indices, v))
             return
@@ -189,7 +196,7 @@ class MovementMixin:
         """Per axis of self its basic selection; the positions in the basic result of the axes None adds;
         the tensor indices as (axis of self, axis of the basic result, index)."""
         T = type(self)
-        idx = indices if isinstance(indices, tuple) else (indices,)
+        idx = self._masks_to_positions(indices if isinstance(indices, tuple) else (indices,))
         if sum(i is Ellipsis for i in idx) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
         consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
@@ -230,23 +237,39 @@ class MovementMixin:
                 continue
             if isinstance(i, (list, tuple, np.ndarray)):
                 arr = np.asarray(i)
-                if arr.dtype == np.bool_ or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
-                    raise IndexError(f"index arrays must hold integers, got {arr.dtype} "
-                                     "(boolean masks are not supported)")
+                if not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
+                    raise IndexError(f"index arrays must hold integers or bools, got {arr.dtype}")
                 if arr.size and (arr.min() < -n or arr.max() >= n):
                     bad = int(arr.min()) if arr.min() < -n else int(arr.max())
                     raise IndexError(f"index {bad} is out of bounds for axis {d} with size {n} (shape {self.shape})")
                 i = T(arr.astype(np.int32), device=self.device)
             if isinstance(i, T):
                 if not dtypes.is_int(i.dtype):
-                    raise IndexError(f"tensor indices must be integers, got {i.dtype!r} "
-                                     "(boolean masks are not supported)")
+                    raise IndexError(f"tensor indices must be integers or bools, got {i.dtype!r}")
                 sels.append(_AxisSel(0, 1, n, False, False))
                 tensors.append((d, out_pos, i))
                 out_pos += 1
                 continue
             raise IndexError(f"cannot index a tensor with {type(i).__name__} {i!r}")
         return sels, nones, tensors
+
+    def _masks_to_positions(self, idx: tuple) -> tuple:
+        """Boolean masks become the integer arrays of their true positions (PyTorch's rule). The result's shape
+        depends on the mask's values, so a mask tensor is realized here."""
+        out: list[Any] = []
+        for i in idx:
+            is_tensor = isinstance(i, type(self))
+            if is_tensor and i.dtype is dtypes.bool or not is_tensor and isinstance(i, (list, np.ndarray)) \
+                    and np.asarray(i).dtype == np.bool_:
+                arr = i.numpy() if is_tensor else np.asarray(i)
+                d = sum(1 for j in out if j is not None)
+                if arr.ndim == 0 or Ellipsis not in out and arr.shape != self.shape[d:d + arr.ndim]:
+                    raise IndexError(f"a boolean mask of shape {arr.shape} does not match the axes {d}.. of "
+                                     f"shape {self.shape}")
+                out.extend(p.astype(np.int32) for p in np.nonzero(arr))
+            else:
+                out.append(i)
+        return tuple(out)
 
     def _apply_basic(self, sels: list[_AxisSel], nones: list[int]) -> Tensor:
         x = self
