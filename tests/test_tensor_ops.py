@@ -729,3 +729,12 @@ def test_random_calls_share_a_cached_schedule():
     hits = cache.stats["hits"]
     (Tensor.rand(3, 3) + 1).numpy()
     assert cache.stats["hits"] == hits + 1
+
+
+def test_import_stays_light():
+    import subprocess
+    import sys
+    code = ("import sys, tg_core; assert 'tg_core.tensor' not in sys.modules; "
+            "from tg_core import Tensor, dtypes, Device, Context; assert 'pluggy' not in sys.modules; "
+            "assert not [m for m in sys.modules if m.startswith('tg_') and not m.startswith('tg_core')]")
+    subprocess.run([sys.executable, "-c", code], check=True)
