@@ -163,22 +163,59 @@ def _carries_grad(u: UOp) -> bool:
     return dtypes.is_float(u.dtype) and u.op is not Ops.DETACH
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+def _toposort(root: UOp, through: dict[UOp, UOp]) -> list[UOp]:
+    """Sources before users, over the sources of each node plus its `through` node; not below a node that
+    carries no gradient."""
+    out: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        u, ready = stack.pop()
+        if u in out:
+            continue
+        if ready:
+            out[u] = None
+            continue
+        stack.append((u, True))
+        if _carries_grad(u):
+            stack.extend((s, False) for s in reversed(_sources(u, through)) if s not in out)
+    return list(out)
+
+
+def _sources(u: UOp, through: dict[UOp, UOp]) -> tuple[UOp, ...]:
+    extra = through.get(u)
+    return u.src if extra is None else (*u.src, extra)
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], through: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:
     """The gradient of each target reached from `root`, given `root`'s gradient `root_grad` (same shape and
     dtype as root). Targets that `root` does not depend on (or only through DETACH or non-float values) are
-    absent from the result."""
+    absent from the result.
+
+    `through` maps a node to the graph that computed its value (a realized tensor to the graph it was
+    realized from): the gradient of the node also flows into that graph, while the backward graph still
+    reads the node itself wherever it needs the value."""
     if root_grad.shape != root.shape:
         raise ValueError(f"the gradient of the root must have the root's shape {root.shape}, got {root_grad.shape}")
-    topo = root.toposort(gate=_carries_grad)
+    through = through or {}
+    topo = _toposort(root, through)
     # the nodes with a differentiable path to a target: only these are visited and only into them do
     # gradients flow, so the backward graph never grows past what the targets need
     on_path: dict[UOp, bool] = {}
     for u in topo:
-        on_path[u] = u in targets or (_carries_grad(u) and any(on_path.get(s, False) for s in u.src))
+        on_path[u] = u in targets or (_carries_grad(u) and any(on_path.get(s, False) for s in _sources(u, through)))
     grads: dict[UOp, UOp] = {root: root_grad}
+
+    def add(s: UOp, sg: UOp) -> None:
+        prev = grads.get(s)
+        grads[s] = sg if prev is None else prev + sg
+
     for u in reversed(topo):
         g = grads.get(u)
-        if g is None or not _carries_grad(u) or not any(on_path.get(s, False) for s in u.src):
+        if g is None or not on_path[u] or not _carries_grad(u):
+            continue
+        if u in through and on_path.get(through[u], False):
+            add(through[u], g)
+        if not any(on_path.get(s, False) for s in u.src):
             continue
         local = pm_gradient.rewrite(u, ctx=g)
         if local is None:
@@ -191,8 +228,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
             if sg.shape != s.shape or sg.dtype != s.dtype:
                 raise RuntimeError(f"the gradient rule for {u.op} gave a {sg.dtype!r} gradient of shape {sg.shape} "
                                    f"for a {s.dtype!r} source of shape {s.shape}")
-            prev = grads.get(s)
-            grads[s] = sg if prev is None else prev + sg
+            add(s, sg)
     return {t: grads[t] for t in targets if t in grads}
 
 

@@ -425,24 +425,40 @@ def _note_origin(buf: UOp, graph: UOp) -> None:
     _origins[buf] = (graph, reads)
 
 
-def _differentiable(u: UOp) -> UOp:
-    """`u` with every realized tensor in it replaced by the graph it was computed from, so gradients flow
-    through realized tensors as through lazy ones."""
-    while True:
-        mapping: dict[UOp, UOp] = {}
-        for n in u.toposort():
-            base = n if n.op is Ops.BUFFER else n.src[0] if n.op is Ops.RESHAPE and n.src[0].op is Ops.BUFFER else None
-            if base is None or base not in _origins:
+def _realized_base(n: UOp) -> UOp | None:
+    base = n if n.op is Ops.BUFFER else n.src[0] if n.op is Ops.RESHAPE and n.src[0].op is Ops.BUFFER else None
+    return base if base is not None and base in _origins else None
+
+
+def _through_realized(roots: list[UOp]) -> tuple[dict[UOp, UOp], list[UOp]]:
+    """For every realized BUFFER in the graphs of `roots` (and, transitively, in the graphs they were realized
+    from): the graph that computed it, flattened like it. Also the graphs computed from storage that has been
+    assigned since (stale: differentiating through them would use the new contents)."""
+    through: dict[UOp, UOp] = {}
+    stale: list[UOp] = []
+    seen: set[UOp] = set()
+    stack = list(roots)
+    while stack:
+        for n in stack.pop().toposort():
+            if n in seen:
                 continue
-            graph, reads = _origins[base]
-            stale = [b for b, v in reads.items() if _versions.get(b, 0) != v]
-            if stale:
-                raise RuntimeError(f"cannot differentiate through a realized {graph.shape} tensor: storage it was "
-                                   "computed from has been assigned since")
-            mapping[n] = graph if n.shape == graph.shape else graph.reshape(n.shape)
-        if not mapping:
-            return u
-        u = u.substitute(mapping)
+            seen.add(n)
+            if n.op is not Ops.BUFFER or n not in _origins:
+                continue
+            # only the flat BUFFER links to its graph: its views reach it through their own gradient rules
+            graph, reads = _origins[n]
+            through[n] = graph.reshape(n.shape)
+            if any(_versions.get(b, 0) != v for b, v in reads.items()):
+                stale.append(graph)
+            stack.append(graph)
+    return through, stale
+
+
+def _origin(u: UOp) -> UOp:
+    """The graph a realized tensor node was first computed from (u itself if it was not realized)."""
+    while (base := _realized_base(u)) is not None and _origins[base][0].shape == u.shape:
+        u = _origins[base][0]
+    return u
 
 
 def _fresh_write(value: UOp, device: str) -> UOp:
@@ -528,15 +544,23 @@ class _AutogradMixin:
             if g.shape != self.shape:
                 raise RuntimeError(f"the gradient has shape {g.shape} but the tensor has shape {self.shape}")
             root_grad = g._cast_to(self.dtype).uop
-        wrt = [_differentiable(t.uop) for t in targets]
-        grads = _compute_gradient(_differentiable(self.uop), root_grad, set(wrt))
+        wrt = [_origin(t.uop) for t in targets]
+        through, stale = _through_realized([self.uop])
+        for graph in stale:
+            if any(u in graph.toposort() for u in wrt):
+                raise RuntimeError(f"cannot differentiate through a realized {graph.shape} tensor: storage it was "
+                                   "computed from has been assigned since")
+        grads = _compute_gradient(self.uop, root_grad, set(wrt), through)
         return [Tensor(grads[u], device=t.device) if u in grads else t.zeros_like() for t, u in zip(targets, wrt)]
 
     def backward(self: Tensor, gradient: Tensor | None = None) -> Tensor:
         """Add this tensor's gradient with respect to every live tensor in its graph that requires grad to
         that tensor's `.grad` (lazily; an optimizer step realizes them)."""
-        in_graph = _differentiable(self.uop).toposort()
-        leaves = [t for t in _live_tensors() if t.requires_grad and _differentiable(t.uop) in in_graph]
+        through, _ = _through_realized([self.uop])
+        in_graph = set(self.uop.toposort())
+        for graph in through.values():
+            in_graph.update(graph.toposort())
+        leaves = [t for t in _live_tensors() if t.requires_grad and (t.uop in in_graph or _origin(t.uop) in in_graph)]
         if not leaves:
             raise RuntimeError(f"backward: no tensor in the graph of this {self.shape} tensor requires grad")
         for t, g in zip(leaves, self.gradient(*leaves, gradient=gradient)):

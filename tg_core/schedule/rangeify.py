@@ -290,11 +290,15 @@ def create_schedule(targets: list[UOp], devices: list[str] | None = None) -> tup
     """Kernels (AST, BUFFER nodes by PARAM index) that compute `targets`, in dependency order, and each
     target's BUFFER. `devices[i]` is where targets[i] goes when its graph reads no buffer."""
     s = Scheduler()
-    # writes last, so that every other target reads what the buffers held before them
-    order = sorted(range(len(targets)), key=lambda i: targets[i].op is Ops.ASSIGN)
-    s.prepare_writes([t for t in targets if t.op is Ops.ASSIGN])
+    # writes last, so that every other target reads what the buffers held before them (and a write's value
+    # that uses another target loads it instead of computing it again)
+    writes = [i for i, t in enumerate(targets) if t.op is Ops.ASSIGN]
     out = {}
-    for i in order:
+    for i, t in enumerate(targets):
+        if t.op is not Ops.ASSIGN:
+            out[t] = s.realize(t, devices[i] if devices else None)
+    s.prepare_writes([targets[i] for i in writes])
+    for i in writes:
         out[targets[i]] = s.realize(targets[i], devices[i] if devices else None)
     return s.items, out
 
