@@ -91,6 +91,16 @@ def test_floor_division_and_modulo(dt):
     assert (ta // tb).dtype is dt
 
 
+def test_div_rounding_modes():
+    a, b = np.array([-7, 7, -8, 5], np.int32), np.array([2, -2, 3, 5], np.int32)
+    close(Tensor(a).div(Tensor(b), rounding_mode="trunc"), np.trunc(a / b).astype(np.int32))
+    close(Tensor(a).div(Tensor(b), rounding_mode="floor"), a // b)
+    close(Tensor(a.astype(np.float32)).div(2, rounding_mode="trunc"), np.trunc(a / 2))
+    assert Tensor(a).div(Tensor(b), rounding_mode="trunc").dtype is dtypes.int32
+    with pytest.raises(ValueError, match="rounding_mode"):
+        Tensor(a).div(2, rounding_mode="round")
+
+
 def test_float_floor_div_and_mod():
     a, b = data((20,)), data((20,), lo=0.5, hi=3) * np.where(RNG.random(20) > 0.5, 1, -1).astype(np.float32)
     close(Tensor(a) // Tensor(b), np.floor_divide(a, b), atol=1e-5)

@@ -226,9 +226,19 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             raise TypeError("subtracting bool tensors is not supported (as in PyTorch); use logical_xor or ^")
         return a + (-b)
 
-    def div(self, x, reverse=False) -> Tensor:
-        """True division: integers are divided as floats (PyTorch)."""
+    def div(self, x, reverse=False, rounding_mode: str | None = None) -> Tensor:
+        """True division: integers are divided as floats (PyTorch). rounding_mode "trunc" or "floor" rounds
+        the quotient and keeps an int dtype."""
+        if rounding_mode == "floor":
+            return self.floordiv(x, reverse)
         a, b = self._broadcasted(x, reverse)
+        if rounding_mode == "trunc":
+            if dtypes.is_float(a.dtype):
+                return (a / b).trunc()
+            a, b = (a._cast_to(dtypes.default_int), b._cast_to(dtypes.default_int)) if a.dtype is dtypes.bool else (a, b)
+            return a._new(a.uop.alu(Ops.IDIV, b.uop))
+        if rounding_mode is not None:
+            raise ValueError(f"rounding_mode is None, 'trunc' or 'floor', got {rounding_mode!r}")
         ft = least_upper_float(a.dtype)
         return a._cast_to(ft)._new(a._cast_to(ft).uop.alu(Ops.FDIV, b._cast_to(ft).uop))
 
@@ -475,7 +485,8 @@ def _write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> No
     skip = {id(t) for t, _ in pairs}
     readers = [r for r in _live_tensors() if id(r) not in skip and r.numel() and _storage(r.uop) is None
                and not bases.isdisjoint(r.uop.toposort())]
-    readers += [o for o in others if not o._is_realized() and _storage(o.uop) is None and all(o is not r for r in readers)]
+    readers += [o for o in others
+                if not o._is_realized() and _storage(o.uop) is None and all(o is not r for r in readers)]
     targets: list[UOp] = []
     seen: set[UOp] = set()
     for r in readers:
@@ -484,7 +495,8 @@ def _write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> No
         seen.add(r.uop)
     for t, v in pairs:
         if v.shape != t.shape or v.dtype != t.dtype:
-            raise ValueError(f"cannot write a {v.dtype!r} value of shape {v.shape} into a {t.dtype!r} tensor of shape {t.shape}")
+            raise ValueError(f"cannot write a {v.dtype!r} value of shape {v.shape} into a {t.dtype!r} tensor "
+                             f"of shape {t.shape}")
     writes = [UOp(Ops.ASSIGN, t.dtype, (t.uop, v)) for t, v in pairs]
     if not targets and not writes:
         return
