@@ -182,14 +182,16 @@ def test_half_gradient_sums_in_float32():
     ("conv2d_stride_dilation_groups", lambda x, w, b: x.conv2d(w, b, groups=2, stride=2, dilation=2, padding=2),
      (rnd(1, 2, 4, 4), rnd(4, 1, 2, 2), rnd(4))),
     ("max_pool_padded", lambda x: x.max_pool2d(3, stride=2, padding=1), (rnd(1, 1, 4, 4),)),
-    ("avg_pool_no_pad_count", lambda x: x.avg_pool2d(3, stride=1, padding=1, count_include_pad=False), (rnd(1, 1, 3, 3),)),
+    ("avg_pool_no_pad_count", lambda x: x.avg_pool2d(3, stride=1, padding=1, count_include_pad=False),
+     (rnd(1, 1, 3, 3),)),
     ("batched_matmul", lambda a, b: a @ b, (rnd(2, 2, 3), rnd(3, 2))),
     ("vector_dot", lambda a, b: a.dot(b), (rnd(3), rnd(3, 2))),
     ("erf_softplus", lambda a: a.erf() + a.softplus(), (rnd(4),)),
     ("gelu_tanh_quick", lambda a: a.gelu(approximate="tanh") + a.quick_gelu(), (rnd(4),)),
     ("elu_leaky_relu6", lambda a: a.elu() + a.leaky_relu(0.1) + a.relu6(),
      (np.array([-1.5, -0.2, 0.3, 2.5, 7.0]),)),
-    ("hardtanh_sign_round", lambda a: a.hardtanh() + a.sign() + a.round() + a.ceil(), (np.array([-1.7, -0.2, 0.3, 1.4]),)),
+    ("hardtanh_sign_round", lambda a: a.hardtanh() + a.sign() + a.round() + a.ceil(),
+     (np.array([-1.7, -0.2, 0.3, 1.4]),)),
     ("rsqrt_tan", lambda a: a.rsqrt() + a.tan(), (pos(3) * 0.5,)),
     ("lerp", lambda a, b: a.lerp(b, 0.3), (rnd(3), rnd(3))),
     ("min_keepdim", lambda a: a.min(1, keepdim=True), (rnd(2, 3),)),
@@ -200,7 +202,8 @@ def test_half_gradient_sums_in_float32():
     ("split_chunk", lambda a: a.split(1, 0)[1] * a.chunk(2, 1)[0].reshape(2), (rnd(2, 2),)),
     ("squeeze_unsqueeze", lambda a: a.unsqueeze(0).squeeze(2) * 2, (rnd(2, 1),)),
     ("gather", lambda a: a.gather(1, Tensor([[0, 0], [2, 1]])), (rnd(2, 3),)),
-    ("masked_fill_tril", lambda a: a.masked_fill(Tensor([[True, False], [False, False]]), 0.0) + a.tril(), (rnd(2, 2),)),
+    ("masked_fill_tril", lambda a: a.masked_fill(Tensor([[True, False], [False, False]]), 0.0) + a.tril(),
+     (rnd(2, 2),)),
     ("where_scalar", lambda a: (a > 0).where(a, 0.1 * a), (np.array([-1.0, 0.5, 2.0]),)),
     ("binary_crossentropy", lambda p, y: p.sigmoid().binary_crossentropy(y), (rnd(4), np.array([0.0, 1.0, 1.0, 0.0]))),
     ("binary_crossentropy_logits", lambda p: p.binary_crossentropy_logits(Tensor([0.0, 1.0, 0.3])), (rnd(3),)),
@@ -483,3 +486,19 @@ def test_no_grad_keeps_constants_and_ints_as_they_are():
         i = Tensor([1, 2]) + 1
         assert c.uop.op is Ops.CONST and i.uop.op is not Ops.DETACH
         np.testing.assert_allclose((Tensor([1.0]) * 2).numpy(), [2.0])
+
+
+def test_gradient_with_respect_to_a_realized_intermediate():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    h = (x * 3).realize()
+    gx, gh = (h * h).sum().gradient(x, h)
+    np.testing.assert_allclose(gh.numpy(), [6.0, 12.0])
+    np.testing.assert_allclose(gx.numpy(), [18.0, 36.0])
+
+
+def test_backward_reads_realized_values_instead_of_recomputing_them():
+    w = Tensor.randn(4, requires_grad=True).realize()
+    g, = (w * w).sum().gradient(w)
+    ops = {u.op for u in g.uop.toposort()}
+    assert Ops.XOR not in ops and Ops.SHR not in ops  # the random number generator is not run again
+    np.testing.assert_allclose(g.numpy(), 2 * w.numpy(), rtol=1e-6)

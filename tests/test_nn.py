@@ -59,7 +59,8 @@ def test_conv2d_forward_and_init(stride, padding, groups):
     assert np.abs(w).max() <= scale and np.abs(b).max() <= scale
     assert np.abs(w).max() > 0.7 * scale
     x = RNG.standard_normal((2, 4, 5, 5)).astype(np.float32)
-    np.testing.assert_allclose(conv(Tensor(x)).numpy(), _conv_ref(x, w, b, stride, padding, groups), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(conv(Tensor(x)).numpy(), _conv_ref(x, w, b, stride, padding, groups),
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_conv2d_bad_groups():
@@ -119,7 +120,8 @@ def _run(opt_cls, steps: int = 3, **kwargs) -> tuple[np.ndarray, np.ndarray, np.
                                     dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)])
 def test_sgd_matches_numpy(kwargs):
     got, w, a = _run(SGD, **kwargs)
-    lr, mom, wd, nest = kwargs["lr"], kwargs.get("momentum", 0.0), kwargs.get("weight_decay", 0.0), kwargs.get("nesterov", False)
+    lr, mom = kwargs["lr"], kwargs.get("momentum", 0.0)
+    wd, nest = kwargs.get("weight_decay", 0.0), kwargs.get("nesterov", False)
     b = np.zeros_like(w)
     for _ in range(3):
         g = _quadratic_grad(w, a) + wd * w
@@ -311,7 +313,8 @@ def test_safetensors_round_trip_and_header(tmp_path):
     arrays = {
         "f32": RNG.standard_normal((2, 3)).astype(np.float32), "f16": np.array([1.5, -2.0], dtype=np.float16),
         "f64": np.array([[math.pi]]), "i64": np.array([-(2 ** 40), 7], dtype=np.int64),
-        "u8": np.array([0, 255], dtype=np.uint8), "b": np.array([True, False, True]), "scalar": np.array([3], dtype=np.int32).reshape(()),
+        "u8": np.array([0, 255], dtype=np.uint8), "b": np.array([True, False, True]),
+        "scalar": np.array([3], dtype=np.int32).reshape(()),
     }
     safe_save({k: Tensor(v).reshape(v.shape) for k, v in arrays.items()}, fn, metadata={"format": "pt"})
     raw = open(fn, "rb").read()

@@ -20,7 +20,7 @@ import math
 
 from tg_core.dtype import dtypes, sum_acc_dtype
 from tg_core.helpers import argsort
-from tg_core.uop.ops import Ops
+from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
@@ -136,7 +136,8 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.MUL, name="u"), lambda ctx, u: _grads(ctx * u.src[1], ctx * u.src[0])),
     (UPat(Ops.MULACC, name="u"), lambda ctx, u: _grads(ctx * u.src[1], ctx * u.src[0], ctx)),
     (UPat(Ops.FDIV, name="u"), lambda ctx, u: _grads(ctx / u.src[1], -(ctx * u) / u.src[1])),
-    (UPat(Ops.MAX, name="u"), lambda ctx, u: _grads(_max_grad(ctx, u.src[0], u.src[1]), _max_grad(ctx, u.src[1], u.src[0]))),
+    (UPat(Ops.MAX, name="u"), lambda ctx, u: _grads(_max_grad(ctx, u.src[0], u.src[1]),
+                                                    _max_grad(ctx, u.src[1], u.src[0]))),
     (UPat(Ops.POW, name="u"), _pow_grad),
     (UPat(Ops.EXP2, name="u"), lambda ctx, u: _grads(ctx * u * _full(u, _LN2))),
     (UPat(Ops.LOG2, name="u"), lambda ctx, u: _grads(ctx / (u.src[0] * _full(u, _LN2)))),
@@ -148,7 +149,7 @@ pm_gradient = PatternMatcher([
     # piecewise constant: the derivative is 0 wherever it exists
     (UPat(Ops.TRUNC, name="u"), lambda ctx, u: _grads(None)),
     (UPat(Ops.CAST, name="u"), lambda ctx, u: _cast_grad(ctx, u)),
-    (UPat((Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP), name="u"), lambda ctx, u: _movement_grad(ctx, u)),
+    (UPat(GroupOp.Movement, name="u"), lambda ctx, u: _movement_grad(ctx, u)),
     (UPat(Ops.REDUCE_AXIS, name="u"), lambda ctx, u: _reduce_grad(ctx, u)),
     (UPat(Ops.CONTIGUOUS, name="u"), lambda ctx, u: _grads(ctx)),
     (UPat(Ops.DETACH, name="u"), lambda ctx, u: _grads(None)),
@@ -186,7 +187,8 @@ def _sources(u: UOp, through: dict[UOp, UOp]) -> tuple[UOp, ...]:
     return u.src if extra is None else (*u.src, extra)
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], through: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp],
+                     through: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:
     """The gradient of each target reached from `root`, given `root`'s gradient `root_grad` (same shape and
     dtype as root). Targets that `root` does not depend on (or only through DETACH or non-float values) are
     absent from the result.

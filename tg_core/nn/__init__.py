@@ -31,10 +31,12 @@ class Conv2d:
     uniform in [-s, s] with s = 1/sqrt(fan_in), fan_in = in_channels // groups * kh * kw (a kernel's inputs).
     `padding` is what Tensor.conv2d takes."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int | Sequence[int] = 1,
-                 padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+                 groups: int = 1, bias: bool = True):
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"Conv2d: {in_channels} input and {out_channels} output channels do not split into {groups} groups")
+            raise ValueError(f"Conv2d: {in_channels} input and {out_channels} output channels do not split into "
+                             f"{groups} groups")
         self.kernel_size = _pair(kernel_size)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         scale = 1 / math.sqrt(in_channels // groups * prod(self.kernel_size))

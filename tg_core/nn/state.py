@@ -83,7 +83,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
             continue
         src = state_dict[k]
         if v.shape != src.shape:
-            raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, but found {src.shape} in state dict.")
+            raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, "
+                             f"but found {src.shape} in state dict.")
         src = src.to(v.device)
         if _storage(v.uop) is not None and v.numel():
             stored.append((v, src._cast_to(v.dtype).uop))
@@ -108,7 +109,8 @@ def safe_save(tensors: dict[str, Tensor], fn: str, metadata: dict[str, str] | No
         if t.dtype not in _SAFE_NAMES:
             raise TypeError(f"safe_save: {name} has dtype {t.dtype!r}, which this writer does not support")
         data = np.ascontiguousarray(t.numpy()).astype(to_numpy_dtype(t.dtype).newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": _SAFE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        header[name] = {"dtype": _SAFE_NAMES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
     text = json.dumps(header, separators=(",", ":")).encode()
