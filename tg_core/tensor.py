@@ -386,15 +386,20 @@ __all__ = ["Tensor", "argsort"]
 # Autograd and assignment
 #
 # This section belongs to the autograd work; everything above it belongs to the Tensor core. Its methods are
-# written on `_AutogradMixin` and installed on Tensor at the bottom, and it wraps Tensor.__init__ to keep a
-# weak registry of the live tensors: `backward()` finds the tensors that require grad in a graph through it
-# (as tinygrad does), and a write into a buffer finds the unrealized values that still read the old contents.
+# written on `_AutogradMixin` and installed on Tensor at the bottom. It wraps Tensor.__init__ to keep a weak
+# registry of the live tensors: `backward()` finds the tensors that require grad in a graph through it (as
+# tinygrad does), and a write into a buffer finds the unrealized values that still read the old contents. It
+# wraps Tensor.realize_all to remember the graph each realized buffer was computed from.
 #
 # Storage model. A tensor whose node is a chain of view ops (RESHAPE, PERMUTE, EXPAND, SHRINK, FLIP, DETACH)
 # over a BUFFER is a view of that storage: it always shows the storage's current contents. Any other tensor
 # is a value: it means what its graph computed when it was built. `assign` into storage runs at once, in one
 # schedule with every live unrealized value that reads the storage (those are computed first, from the old
 # contents), so laziness never changes what a program means. Assigning to a value gives it new storage.
+#
+# Realizing never changes gradients either: differentiation follows a realized buffer into the graph it was
+# computed from (while the backward graph reads the buffer wherever it needs the value), unless storage that
+# graph read has been assigned since, which is an error (PyTorch's "modified by an inplace operation").
 # =========================================================================================================
 import contextlib as _contextlib  # noqa: E402
 import functools as _functools  # noqa: E402
