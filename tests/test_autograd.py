@@ -502,3 +502,43 @@ def test_backward_reads_realized_values_instead_of_recomputing_them():
     ops = {u.op for u in g.uop.toposort()}
     assert Ops.XOR not in ops and Ops.SHR not in ops  # the random number generator is not run again
     np.testing.assert_allclose(g.numpy(), 2 * w.numpy(), rtol=1e-6)
+
+
+# ---- writes in the scheduler ---------------------------------------------------------------------------
+
+def _kernels(targets):
+    from tg_core.schedule.rangeify import create_schedule
+    items, _ = create_schedule(targets)
+    return [ast for ast, _ in items]
+
+
+def _write_node(t: Tensor, v: Tensor):
+    from tg_core.uop.uop import UOp
+    return UOp(Ops.ASSIGN, t.dtype, (t.uop, v.uop))
+
+
+def test_read_modify_write_is_one_kernel():
+    a = Tensor(np.arange(6.0).reshape(2, 3)).realize()
+    ast, = _kernels([_write_node(a, a * 2 + 1)])
+    stores = [u for u in ast.toposort() if u.op is Ops.STORE]
+    loads = [u for u in ast.toposort() if u.op is Ops.LOAD]
+    assert len(stores) == 1 and len(loads) == 1 and loads[0].src[0] is stores[0].src[0]
+
+
+def test_overlapping_write_computes_its_value_first():
+    a = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+    assert len(_kernels([_write_node(a[1:], a[:3])])) == 2
+
+
+def test_simultaneous_writes_swap():
+    a, b = Tensor([1.0, 2.0]).realize(), Tensor([3.0, 4.0]).realize()
+    from tg_core.tensor import _write
+    _write([(a, b.uop), (b, a.uop)])
+    np.testing.assert_allclose(a.numpy(), [3.0, 4.0])
+    np.testing.assert_allclose(b.numpy(), [1.0, 2.0])
+
+
+def test_write_through_a_padded_view_is_an_error():
+    a = Tensor([1.0, 2.0]).realize()
+    with pytest.raises(ValueError, match="view of a buffer"):
+        _kernels([_write_node(a.pad(((1, 0),)), Tensor([0.0, 0.0, 0.0]))])

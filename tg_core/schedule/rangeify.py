@@ -81,6 +81,7 @@ class Scheduler:
         self.realized: dict[UOp, UOp] = {}      # tensor node -> its BUFFER
         self.items: list[tuple[UOp, list[UOp]]] = []  # (kernel AST, BUFFER nodes by PARAM index)
         self.names = itertools.count()
+        self.staged: dict[UOp, UOp] = {}       # ASSIGN -> the copy of its value it writes instead
 
     # ---- realize points -----------------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ class Scheduler:
 
     def _write_kernel(self, u: UOp) -> tuple[Kernel, UOp, UOp]:
         """A kernel over `u`'s destination: the INDEX it stores to, and the lowered value."""
-        dest, value = u.src
+        dest, value = u.src[0], self.staged.get(u, u.src[1])
         k = Kernel(name=f"k{next(self.names)}_assign_{_kernel_name(value)}")
         k.param(_view_base(dest))
         idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in dest.shape)
@@ -144,7 +145,9 @@ class Scheduler:
             for n in value.toposort():
                 if n.op is Ops.INDEX and n.src[0].op is Ops.PARAM and k.params[n.src[0].arg] in written \
                         and not (k.params[n.src[0].arg] is own and n is store_at):
-                    self.realize(w.src[1])
+                    # a copy even when the value is a buffer itself: that buffer may be written first
+                    value = w.src[1]
+                    self.staged[w] = self.realize(UOp(Ops.CONTIGUOUS, value.dtype, (value,))).reshape(value.shape)
                     break
 
     def _realize_assign(self, u: UOp) -> UOp:
