@@ -748,3 +748,19 @@ def test_import_stays_light():
             "from tg_core import Tensor, dtypes, Device, Context; assert 'pluggy' not in sys.modules; "
             "assert not [m for m in sys.modules if m.startswith('tg_') and not m.startswith('tg_core')]")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gather_folds_to_a_load():
+    # a one-hot sum over a big axis is one gated load per element, not a loop over the axis
+    from tg_core.uop.ops import Ops
+    table = Tensor(np.arange(50000, dtype=np.float32).reshape(10000, 5))
+    idx = Tensor.randint(64, low=-10000, high=10000)
+    out = table[idx]
+    (ast, _), = create_schedule([out.uop], [out.device])[0]
+    assert not any(u.op is Ops.REDUCE for u in ast.toposort())
+    i = idx.numpy()
+    close(out, np.arange(50000, dtype=np.float32).reshape(10000, 5)[i])
+    emb = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
+    close(emb.gather(0, Tensor([[3, 0, 1]])), [[9, 1, 5]])
+    # an index outside the axis reads zero (it cannot be checked before the data exists)
+    close(emb[Tensor([1, 7])], [[3, 4, 5], [0, 0, 0]])

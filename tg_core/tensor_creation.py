@@ -1,12 +1,8 @@
 """Tensor creation: constants, ranges, identity matrices and random numbers, all built as tensor graphs.
 
-Nothing here uploads data: a constant is a CONST node expanded to its shape, and `arange` is built from
-movement ops on constants (below), so creation ops fuse into whatever consumes them and cost no kernel.
-
-**The element index without a new primitive.** Movement ops move values around; the only way an index
-becomes a value is through PAD, whose padding is a condition on the index. Bit k of i is such a condition:
-a period of 2**(k+1) elements, the first half 0 and the second half 2**k, is a padded constant repeated with
-EXPAND/RESHAPE. Summing the ceil(log2 n) bits gives i; each costs a few integer ops per element.
+Nothing here uploads data but the random key: a constant is a CONST node expanded to its shape, and
+`arange` is the ARANGE primitive (the element index as a value), so creation ops fuse into whatever
+consumes them and cost no kernel.
 
 **Random numbers** come from a counter-based generator computed on the device: every element hashes
 (key, its index), where the key mixes the seed with a counter that each random op advances. So a random
@@ -110,18 +106,8 @@ class CreationMixin:
 
     @classmethod
     def _iota(cls, n: int, device: str | None = None) -> Tensor:
-        """0, 1, ..., n-1 as int32, from padded constants (one per bit of the index, see the module doc)."""
-        if n <= 1:
-            return cls.full((n,), 0, dtypes.int32, device)
-        acc: UOp | None = None
-        for k in range((n - 1).bit_length()):
-            half = 1 << k
-            period = 2 * half
-            reps = -(-n // period)
-            one_period = UOp.const(dtypes.int32, half).reshape((1,)).expand((half,)).pad(((half, 0),))
-            bit = one_period.reshape((1, period)).expand((reps, period)).reshape((reps * period,)).shrink(((0, n),))
-            acc = bit if acc is None else acc + bit
-        return cls(acc, device=device)
+        """0, 1, ..., n-1 as int32: the ARANGE primitive, the element index as a value."""
+        return cls(UOp(Ops.ARANGE, dtypes.int32, (), n), device=device)
 
     @classmethod
     def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,

@@ -185,6 +185,8 @@ class Scheduler:
             return self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing)
         if op is Ops.CONST:
             return u
+        if op is Ops.ARANGE:
+            return idxs[0].cast(u.dtype)
         if op is Ops.DEFINE_VAR:
             return u
         if op is Ops.BIND:
@@ -256,7 +258,70 @@ class Scheduler:
         inner = self._lower(k, src, tuple(src_idxs), valid, reducing + tuple(new_ranges))
         if not new_ranges:
             return inner
+        if op is Ops.ADD and (picked := _fold_one_hot(inner, new_ranges)) is not None:
+            return picked
         return UOp(Ops.REDUCE, u.dtype, (inner, *new_ranges), op)
+
+
+def _fold_one_hot(inner: UOp, ranges: list[UOp]) -> UOp | None:
+    """A sum over `ranges` of where(r == v and ..., x, 0), with each v independent of the ranges, is x at
+    r = v (zero when v is outside the range): a gather through a one-hot mask becomes one load instead of a
+    loop over the whole axis. The loads that now depend on v are gated by v being in range."""
+    casts = []
+    w = inner
+    while w.op is Ops.CAST:
+        casts.append(w.dtype)
+        w = w.src[0]
+    if w.op is not Ops.WHERE or w.src[2].op is not Ops.CONST or w.src[2].arg != 0:
+        return None
+    binding: dict[UOp, UOp] = {}
+    rest: list[UOp] = []
+    for c in _conjuncts(w.src[0]):
+        got = _range_equals(c, ranges)
+        if got is not None and got[0] not in binding:
+            binding[got[0]] = got[1]
+        else:
+            rest.append(c)
+    if len(binding) != len(ranges):
+        return None
+    sub = {r: v.cast(dtypes.weakint) for r, v in binding.items()}
+    valid: UOp | None = None
+    for r, vi in sub.items():
+        c = (vi >= 0) & (vi < r.src[0])
+        valid = c if valid is None else valid & c
+    x = w.src[1].substitute(sub)
+    gated = {n: UOp(Ops.INDEX, n.dtype, (n.src[0], n.src[1], valid if len(n.src) < 3 else n.src[2] & valid))
+             for n in x.toposort() if n.op is Ops.INDEX and any(vi in n.toposort() for vi in sub.values())}
+    x = x.substitute(gated) if gated else x
+    cond = valid
+    for c in rest:
+        cond = cond & c.substitute(sub)
+    out = cond.where(x, w.src[2])
+    for dt in reversed(casts):
+        out = out.cast(dt)
+    return out
+
+
+def _conjuncts(c: UOp) -> list[UOp]:
+    return _conjuncts(c.src[0]) + _conjuncts(c.src[1]) if c.op is Ops.AND and c.dtype is dtypes.bool else [c]
+
+
+def _range_equals(c: UOp, ranges: list[UOp]) -> tuple[UOp, UOp] | None:
+    """(r, v) when `c` is r == v for one of `ranges` (through int casts wide enough to keep r exact) and
+    the int value v depends on none of them."""
+    if c.op is not Ops.CMPEQ:
+        return None
+    for a, v in (c.src, c.src[::-1]):
+        while a.op is Ops.CAST and dtypes.is_int(a.dtype) and a.src[0].op in (Ops.CAST, Ops.RANGE):
+            r = a.src[0]
+            while r.op is Ops.CAST:
+                r = r.src[0]
+            if r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST or dtypes.max(a.dtype) < r.src[0].arg - 1:
+                break
+            a = a.src[0]
+        if a in ranges and dtypes.is_int(v.dtype) and not any(r in v.ranges for r in ranges):
+            return a, v
+    return None
 
 
 def _ranges_of(idxs: tuple[UOp, ...]) -> set[UOp]:

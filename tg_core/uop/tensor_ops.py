@@ -10,6 +10,7 @@ ints; () for scalars). Kernel-level nodes (INDEX, LOAD, RANGE, ...) have no shap
   SHRINK                  arg: ((start, end), ...) per axis
   FLIP                    arg: the axes flipped (tuple of bools, one per axis)
   REDUCE_AXIS             arg: (op, axes); reduced axes keep size 1
+  ARANGE                  arg: n                  0, 1, ..., n-1 (an int dtype), shape (n,)
   CONTIGUOUS, DETACH      same shape as their source
   COPY(x, DEVICE)         x on another device
 """
@@ -135,7 +136,7 @@ _NO_SHAPE = _NoShape()
 
 def _shape_of(u) -> Shape | _NoShape:
     op, arg = u.op, u.arg
-    if op is Ops.BUFFER:
+    if op is Ops.BUFFER or op is Ops.ARANGE:
         return (arg,)
     if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
         return ()
