@@ -1,9 +1,8 @@
 """The conformance suite: what every device must do, checked through the public API only.
 
 `BufferConformance` covers memory: allocation and free, the LRU cache, copies in and out, views with
-offsets, numpy interop. `OpConformance` is the extension point for the op matrix (every op checked against
-numpy on the device), which arrives with the Tensor API. `DeviceConformance` is both; subclass it and set
-`device`.
+offsets, numpy interop. `OpConformance` is the op matrix: tensor ops on the device against numpy.
+`DeviceConformance` is both; subclass it and set `device`.
 """
 from __future__ import annotations
 
@@ -197,9 +196,102 @@ class BufferConformance:
         base.deallocate()
 
 
+def _np_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+# (name, tg op, numpy reference, dtypes): unary and reduction ops on one input
+_UNARY = [
+    ("neg", lambda t: -t, lambda a: -a, ("float32", "int32")),
+    ("abs", lambda t: t.abs(), np.abs, ("float32", "int32")),
+    ("exp", lambda t: t.exp(), np.exp, ("float32",)),
+    ("log", lambda t: t.abs().add(0.5).log(), lambda a: np.log(np.abs(a) + 0.5), ("float32",)),
+    ("sqrt", lambda t: t.abs().sqrt(), lambda a: np.sqrt(np.abs(a)), ("float32",)),
+    ("sin", lambda t: t.sin(), np.sin, ("float32",)),
+    ("relu", lambda t: t.relu(), lambda a: np.maximum(a, 0), ("float32", "int32")),
+    ("sigmoid", lambda t: t.sigmoid(), lambda a: 1 / (1 + np.exp(-a)), ("float32",)),
+    ("tanh", lambda t: t.tanh(), np.tanh, ("float32",)),
+    ("cast", lambda t: t.cast("int32"), lambda a: a.astype(np.int32), ("float32",)),
+    ("sum", lambda t: t.sum(1), lambda a: a.sum(1), ("float32", "int32")),
+    ("max", lambda t: t.max(0), lambda a: a.max(0), ("float32", "int32")),
+    ("mean", lambda t: t.mean(), lambda a: a.mean(), ("float32",)),
+    ("argmax", lambda t: t.argmax(1), lambda a: a.argmax(1), ("float32",)),
+    ("cumsum", lambda t: t.cumsum(1), lambda a: a.cumsum(1), ("float32",)),
+    ("softmax", lambda t: t.softmax(), _np_softmax, ("float32",)),
+    ("permute+pad+flip", lambda t: t.T.pad(((1, 0), (0, 2))).flip(0),
+     lambda a: np.pad(a.T, ((1, 0), (0, 2)))[::-1], ("float32", "int32")),
+    ("getitem", lambda t: t[1:, ::-2], lambda a: a[1:, ::-2], ("float32", "int32")),
+]
+# (name, tg op, numpy reference, dtypes): binary ops on inputs of shapes (4, 6) and (6,)
+_BINARY = [
+    ("add", lambda a, b: a + b, np.add, ("float32", "int32")),
+    ("sub", lambda a, b: a - b, np.subtract, ("float32", "int32")),
+    ("mul", lambda a, b: a * b, np.multiply, ("float32", "int32")),
+    ("div", lambda a, b: a / (b.abs() + 1), lambda a, b: a / (np.abs(b) + 1), ("float32",)),
+    ("maximum", lambda a, b: a.maximum(b), np.maximum, ("float32", "int32")),
+    ("lt", lambda a, b: a < b, np.less, ("float32", "int32")),
+    ("eq", lambda a, b: a == b, np.equal, ("int32",)),
+    ("where", lambda a, b: (a > 0).where(a, b), lambda a, b: np.where(a > 0, a, b), ("float32", "int32")),
+    ("xor", lambda a, b: a ^ b, np.bitwise_xor, ("int32",)),
+]
+
+
 class OpConformance:
-    """Extension point for the op matrix: every op checked against numpy on the device. The Tensor API adds
-    its tests here; until then a device passes it trivially."""
+    """The op matrix: tensor ops on the device against numpy, in float32 and int32 where both make sense.
+    It runs through the public Tensor API, so it exercises the device's whole path: scheduling, rendering
+    (or interpreting), compiling, running, copying back."""
+    device: str = ""
+
+    def _input(self, shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        if dtype == "int32":
+            return rng.integers(-20, 20, shape).astype(np.int32)
+        return rng.standard_normal(shape).astype(np.float32)
+
+    def _check(self, got: np.ndarray, want: np.ndarray, what: str) -> None:
+        assert got.shape == np.shape(want), f"{what}: shape {got.shape}, numpy gives {np.shape(want)}"
+        if np.issubdtype(got.dtype, np.floating):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=what)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=what)
+
+    @pytest.mark.parametrize("name, op, ref, dtypes_", _UNARY, ids=[u[0] for u in _UNARY])
+    def test_unary_and_reduce(self, name: str, op, ref, dtypes_) -> None:
+        from tg_core.tensor import Tensor
+        for dt in dtypes_:
+            a = self._input((4, 6), dt, seed=1)
+            self._check(op(Tensor(a, device=self.device)).numpy(), ref(a), f"{name} on {dt}")
+
+    @pytest.mark.parametrize("name, op, ref, dtypes_", _BINARY, ids=[b[0] for b in _BINARY])
+    def test_binary_broadcast(self, name: str, op, ref, dtypes_) -> None:
+        from tg_core.tensor import Tensor
+        for dt in dtypes_:
+            a, b = self._input((4, 6), dt, seed=2), self._input((6,), dt, seed=3)
+            got = op(Tensor(a, device=self.device), Tensor(b, device=self.device)).numpy()
+            self._check(got, ref(a, b), f"{name} on {dt}")
+
+    def test_matmul(self) -> None:
+        from tg_core.tensor import Tensor
+        a, b = self._input((5, 7), "float32", 4), self._input((7, 3), "float32", 5)
+        self._check((Tensor(a, device=self.device) @ Tensor(b, device=self.device)).numpy(), a @ b, "matmul")
+
+    def test_conv2d(self) -> None:
+        from tg_core.tensor import Tensor
+        x, w = self._input((1, 2, 5, 5), "float32", 6), self._input((3, 2, 3, 3), "float32", 7)
+        want = np.zeros((1, 3, 3, 3), np.float32)
+        for o in range(3):
+            for i in range(3):
+                for j in range(3):
+                    want[0, o, i, j] = (x[0, :, i:i + 3, j:j + 3] * w[o]).sum()
+        self._check(Tensor(x, device=self.device).conv2d(Tensor(w, device=self.device)).numpy(), want, "conv2d")
+
+    def test_realized_results_stay_valid(self) -> None:
+        from tg_core.tensor import Tensor
+        a = self._input((3, 4), "float32", 8)
+        t = Tensor(a, device=self.device)
+        r = (t * 2).realize()
+        self._check((r + t).numpy(), a * 3, "a realized tensor reused in a new kernel")
 
 
 class DeviceConformance(BufferConformance, OpConformance):

@@ -33,14 +33,10 @@ _sweep_at = 1 << 16
 
 
 def _sweep_dead() -> None:
-    """Drop entries whose node died. Newest first: a dead parent's key holds its sources alive, and
-    dropping it lets them die before the loop reaches them (children are always older than parents)."""
+    """Drop the entries of dead nodes (keys hold no nodes, so a dead entry costs only its own memory)."""
     global _sweep_at
-    keys = list(_ucache)
-    while keys:
-        key = keys.pop()  # popped, so that the list does not keep a dead node's sources alive
-        if _ucache[key]() is None:
-            del _ucache[key]
+    for key in [k for k, ref in _ucache.items() if ref() is None]:
+        del _ucache[key]
     _sweep_at = max(1 << 16, 2 * len(_ucache))
 
 
@@ -110,7 +106,10 @@ class UOp(TensorOps):
         if type(src) is not tuple:
             src = tuple(src)
         targ = type(arg)
-        key = (op, dtype, src, _arg_key(arg) if targ is float or targ is tuple or targ is bool else arg, tag)
+        # sources by address: a key must not keep them alive (a dead node's entry would otherwise hold its
+        # whole graph, and the device memory of its buffers, until the next sweep). Addresses are unique
+        # while the entry's node lives, since it holds its sources; a dead entry is only ever replaced.
+        key = (op, dtype, tuple(map(id, src)), _arg_key(arg) if targ is float or targ is tuple or targ is bool else arg, tag)
         ref = _ucache.get(key)
         if ref is not None:
             node = ref()
