@@ -93,6 +93,14 @@ def test_cast_gradient_is_cast_back():
     np.testing.assert_allclose(g.numpy(), [2.0, 3.0])
 
 
+def test_copy_gradient_goes_back_to_the_source_device():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    y = x.to("PYTHON:1")
+    g, = (y * y).sum().gradient(x)
+    assert g.device == x.device and g.uop.op is Ops.COPY
+    np.testing.assert_allclose(g.numpy(), [2.0, 4.0])
+
+
 def test_max_tie_rules():
     # binary MAX splits a tie equally; a MAX reduction shares the gradient among the positions holding it
     a, b = Tensor([1.0, 2.0, 3.0], requires_grad=True), Tensor([1.0, 0.0, 3.0], requires_grad=True)

@@ -650,7 +650,7 @@ def _tracked_init(self: Tensor, *args: Any, **kwargs: Any) -> None:
 
 
 def _install() -> None:
-    clash = sorted(n for n in vars(_AutogradMixin) if not n.startswith("__") and n in vars(Tensor))
+    clash = sorted(n for n in vars(_AutogradMixin) if not n.startswith("__") and hasattr(Tensor, n))
     if clash:
         raise TypeError(f"the autograd section of tensor.py and the Tensor class both define {clash}; keep one")
     for name, fn in vars(_AutogradMixin).items():
