@@ -550,3 +550,15 @@ def test_write_through_a_padded_view_is_an_error():
     a = Tensor([1.0, 2.0]).realize()
     with pytest.raises(ValueError, match="view of a buffer"):
         _kernels([_write_node(a.pad(((1, 0),)), Tensor([0.0, 0.0, 0.0]))])
+
+
+def test_gradient_through_realized_clone_and_assigned_value():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    c = x.clone().realize()
+    (c * c).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+    y = x * 2
+    y.assign(x * 3)
+    y.realize()
+    g, = (y * y).sum().gradient(x)
+    np.testing.assert_allclose(g.numpy(), [18.0, 36.0])

@@ -168,6 +168,7 @@ def _toposort(root: UOp, through: dict[UOp, UOp]) -> list[UOp]:
     """Sources before users, over the sources of each node plus its `through` node; not below a node that
     carries no gradient."""
     out: dict[UOp, None] = {}
+    entered: set[UOp] = set()  # being expanded: meeting one again means `through` made a cycle
     stack: list[tuple[UOp, bool]] = [(root, False)]
     while stack:
         u, ready = stack.pop()
@@ -176,6 +177,9 @@ def _toposort(root: UOp, through: dict[UOp, UOp]) -> list[UOp]:
         if ready:
             out[u] = None
             continue
+        if u in entered:
+            raise RuntimeError(f"the graph a realized tensor came from contains that tensor ({u.render()[:80]})")
+        entered.add(u)
         stack.append((u, True))
         if _carries_grad(u):
             stack.extend((s, False) for s in reversed(_sources(u, through)) if s not in out)

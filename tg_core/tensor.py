@@ -436,8 +436,12 @@ def _storage(u: UOp) -> UOp | None:
 
 
 def _note_origin(buf: UOp, graph: UOp) -> None:
+    # a write into buf itself (assigning to a value, clone) computed its value
+    while graph.op is Ops.ASSIGN and _storage(graph.src[0]) is buf:
+        graph = graph.src[1]
     reads = {n: _versions.get(n, 0) for n in graph.toposort() if n.op is Ops.BUFFER}
-    _origins[buf] = (graph, reads)
+    if buf not in reads:  # a graph that reads buf's old contents cannot stand for its new ones
+        _origins[buf] = (graph, reads)
 
 
 def _realized_base(n: UOp) -> UOp | None:
