@@ -262,6 +262,7 @@ class _Net:
         self.l1 = Linear(3, 4)
         self.blocks = [LayerNorm(4), {"proj": Linear(4, 2, bias=False)}]
         self.me = self  # cycles do not recurse forever
+        self.lib = np  # nor do modules
 
 
 def test_get_state_dict_and_parameters():

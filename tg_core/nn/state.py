@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import types
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -46,7 +47,7 @@ def _collect(obj: Any, prefix: str, tensor_type: type, out: dict[str, Tensor], a
         items = obj.items()
     elif isinstance(obj, (list, tuple)):
         items = enumerate(obj)
-    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+    elif hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType)):
         items = vars(obj).items()
     else:
         return
