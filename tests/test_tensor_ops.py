@@ -764,3 +764,9 @@ def test_gather_folds_to_a_load():
     close(emb.gather(0, Tensor([[3, 0, 1]])), [[9, 1, 5]])
     # an index outside the axis reads zero (it cannot be checked before the data exists)
     close(emb[Tensor([1, 7])], [[3, 4, 5], [0, 0, 0]])
+
+
+def test_big_python_ints_widen():
+    assert Tensor(2 ** 40).dtype is dtypes.int64 and Tensor(2 ** 40).item() == 2 ** 40
+    assert Tensor.full((2,), -2 ** 40).dtype is dtypes.int64
+    assert Tensor(7).dtype is dtypes.int32

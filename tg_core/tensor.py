@@ -18,7 +18,7 @@ from tg_core.dtype import (ConstType, DType, dtypes, from_numpy_dtype, least_upp
                            sum_acc_dtype, to_dtype, to_numpy_dtype)
 from tg_core.engine.realize import attach, buffer_of, realize
 from tg_core.helpers import argsort, prod
-from tg_core.tensor_creation import CreationMixin
+from tg_core.tensor_creation import CreationMixin, scalar_dtype
 from tg_core.tensor_elementwise import ElementwiseMixin
 from tg_core.tensor_movement import MovementMixin
 from tg_core.tensor_nn import NNMixin
@@ -66,7 +66,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if isinstance(data, UOp):
             self.uop = data if dt is None else data.cast(dt)
         elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
-            self.uop = UOp.const(dt or _concrete(dtypes.from_py(data)), data)
+            self.uop = UOp.const(dt or scalar_dtype(data), data)
         elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
             arr = np.ascontiguousarray(_to_numpy(data, dt))
             node = UOp.new_buffer(self._device, max(arr.size, 1), from_numpy_dtype(arr.dtype))

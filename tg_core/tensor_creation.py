@@ -61,7 +61,7 @@ class CreationMixin:
              device: str | None = None, **kwargs) -> Tensor:
         """A tensor of `shape` whose elements are all `fill_value` (dtype from the value when not given)."""
         shape = _shape(shape, ())
-        dt = to_dtype(dtype) if dtype is not None else _default_of(fill_value)
+        dt = to_dtype(dtype) if dtype is not None else scalar_dtype(fill_value)
         u = UOp.const(dt, fill_value)
         if shape:
             u = u.reshape((1,) * len(shape)).expand(shape)
@@ -294,8 +294,13 @@ def _hash32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
-def _default_of(v: ConstType) -> DType:
+def scalar_dtype(v: ConstType) -> DType:
+    """The dtype a tensor made from the Python scalar `v` gets: bool, the default int (int64 when `v` does
+    not fit in it) or the default float."""
     if isinstance(v, bool):
         return dtypes.bool
-    return dtypes.default_int if isinstance(v, int) else dtypes.default_float
+    if isinstance(v, int):
+        # a value the default int cannot hold widens instead of wrapping
+        return dtypes.default_int if dtypes.min(dtypes.default_int) <= v <= dtypes.max(dtypes.default_int) else dtypes.int64
+    return dtypes.default_float
 
