@@ -770,3 +770,14 @@ def test_big_python_ints_widen():
     assert Tensor(2 ** 40).dtype is dtypes.int64 and Tensor(2 ** 40).item() == 2 ** 40
     assert Tensor.full((2,), -2 ** 40).dtype is dtypes.int64
     assert Tensor(7).dtype is dtypes.int32
+
+
+def test_numpy_operands():
+    t = Tensor([1.0, 2.0])
+    out = np.float32(2) * t
+    assert isinstance(out, Tensor) and out.dtype is dtypes.float32
+    close(out, [2.0, 4.0])
+    out = np.array([1.0, 2.0], np.float32) + t
+    assert isinstance(out, Tensor)
+    close(out, [2.0, 4.0])
+    close(t - np.float64(0.5), [0.5, 1.5])

@@ -55,6 +55,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     the mixins: tensor_creation, tensor_elementwise, tensor_movement, tensor_reduce and tensor_nn."""
     __slots__ = ("uop", "_device", "requires_grad", "grad", "__weakref__")
     training: bool = False
+    # numpy then leaves `ndarray + tensor` and `np.float32(2) * tensor` to Tensor's reflected operators
+    # instead of treating the tensor as a sequence of elements
+    __array_ufunc__ = None
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):
@@ -483,6 +486,9 @@ def _origin(u: UOp) -> UOp:
 def _fresh_write(value: UOp, device: str) -> UOp:
     """`value` written into new storage of its own."""
     buf = UOp.new_buffer(device, max(prod(value.shape), 1), value.dtype)
+    # its memory now (allocated on first use): a schedule that writes it on the way to something else must
+    # not take it for an intermediate whose memory can be shared, since this tensor keeps it
+    buffer_of(buf)
     return UOp(Ops.ASSIGN, value.dtype, (buf.reshape(value.shape), value))
 
 
