@@ -562,3 +562,78 @@ def test_gradient_through_realized_clone_and_assigned_value():
     y.realize()
     g, = (y * y).sum().gradient(x)
     np.testing.assert_allclose(g.numpy(), [18.0, 36.0])
+
+
+# ---- the storage model against numpy's (PyTorch's) eager semantics ---------------------------------------
+
+@pytest.mark.parametrize("seed", range(12))
+def test_storage_model_matches_eager_numpy(seed):
+    """Random programs of views, detaches, clones, computed values, assigns, realizes and reads. numpy
+    arrays and their views (eager, in place) are the reference for what each tensor must hold."""
+    from tg_core.tensor import _storage
+    rng = np.random.default_rng(seed)
+    pairs: list[tuple[Tensor, np.ndarray]] = []
+
+    def data(shape):
+        return rng.integers(-5, 6, shape).astype(np.float32)
+
+    def pick(pred=lambda t, r: True):
+        cands = [p for p in pairs if pred(*p)]
+        return cands[rng.integers(len(cands))] if cands else None
+
+    for _ in range(3):
+        d = data((2, 3))
+        pairs.append((Tensor(d.copy()), d.copy()))
+    for _ in range(120):
+        op = rng.integers(9)
+        if op == 0:  # a new storage tensor
+            d = data((2, 3))
+            pairs.append((Tensor(d.copy()), d.copy()))
+        elif op == 1:  # a view of storage (numpy views alias just like tensor views)
+            t, r = pick(lambda t, r: _storage(t.uop) is not None and r.ndim == 2)
+            kind = rng.integers(3)
+            if kind == 0:
+                pairs.append((t[:, 1:], r[:, 1:]))
+            elif kind == 1:
+                pairs.append((t.T, r.T))
+            else:
+                pairs.append((t.flip(0), r[::-1]))
+        elif op == 2:  # detach of storage shares it
+            t, r = pick(lambda t, r: _storage(t.uop) is not None)
+            pairs.append((t.detach(), r))
+        elif op == 3:  # clone
+            t, r = pick()
+            pairs.append((t.clone(), r.copy()))
+        elif op == 4:  # a computed value
+            t, r = pick()
+            other = pick(lambda u, s: s.shape == r.shape)
+            pairs.append((t * 2 + other[0], r * 2 + other[1]))
+        elif op == 5:  # assign data
+            t, r = pick()
+            d = data(r.shape)
+            t.assign(Tensor(d.copy()))
+            r[...] = d
+        elif op == 6:  # assign a computed value of existing tensors (may read the destination itself)
+            t, r = pick()
+            src, sr = pick(lambda u, s: s.shape == r.shape)
+            value = sr + 1
+            t.assign(src + 1)
+            r[...] = value
+        elif op == 7:  # realize: never changes what anything holds
+            pick()[0].realize()
+        else:  # read
+            t, r = pick()
+            np.testing.assert_array_equal(t.numpy(), r)
+    for t, r in pairs:
+        np.testing.assert_array_equal(t.numpy(), r)
+
+
+def test_new_storage_is_never_shared_with_a_schedule_intermediate():
+    # both clones are written on the way to s, where they are not targets; their memory must stay theirs
+    a, b = Tensor([1.0, 2.0, 3.0]).realize(), Tensor([7.0, 8.0, 9.0]).realize()
+    c1, c2 = a.clone(), b.clone()
+    s = (c1 * 2).contiguous().sum() + (c2 * 3).contiguous().sum()
+    assert s.item() == 84.0
+    np.testing.assert_allclose(c1.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(c2.numpy(), [7.0, 8.0, 9.0])
+    np.testing.assert_allclose(c1.numpy(), [1.0, 2.0, 3.0])
