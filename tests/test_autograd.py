@@ -568,8 +568,9 @@ def test_gradient_through_realized_clone_and_assigned_value():
 
 @pytest.mark.parametrize("seed", range(12))
 def test_storage_model_matches_eager_numpy(seed):
-    """Random programs of views, detaches, clones, computed values, assigns, realizes and reads. numpy
-    arrays and their views (eager, in place) are the reference for what each tensor must hold."""
+    """Random programs of views, detaches, clones, computed values, assigns (also through setitem and into
+    what they read), realizes and reads. numpy arrays and their views (eager, in place) are the reference for
+    what each tensor must hold."""
     from tg_core.tensor import _storage
     rng = np.random.default_rng(seed)
     pairs: list[tuple[Tensor, np.ndarray]] = []
@@ -585,7 +586,7 @@ def test_storage_model_matches_eager_numpy(seed):
         d = data((2, 3))
         pairs.append((Tensor(d.copy()), d.copy()))
     for _ in range(120):
-        op = rng.integers(9)
+        op = rng.integers(12)
         if op == 0:  # a new storage tensor
             d = data((2, 3))
             pairs.append((Tensor(d.copy()), d.copy()))
@@ -621,6 +622,18 @@ def test_storage_model_matches_eager_numpy(seed):
             r[...] = value
         elif op == 7:  # realize: never changes what anything holds
             pick()[0].realize()
+        elif op == 8:  # setitem of one row
+            t, r = pick(lambda t, r: r.ndim == 2)
+            d, row = data(r.shape[1:]), int(rng.integers(r.shape[0]))
+            t[row] = Tensor(d.copy())
+            r[row] = d
+        elif op == 9:  # an assign that reads what it overwrites
+            t, r = pick(lambda t, r: r.ndim == 2)
+            t.assign(t.flip(0))
+            r[...] = r[::-1].copy()
+        elif op == 10:  # a view of a view
+            t, r = pick(lambda t, r: _storage(t.uop) is not None and r.ndim == 2 and r.shape[1] > 1)
+            pairs.append((t[:, :-1].flip(1), r[:, :-1][:, ::-1]))
         else:  # read
             t, r = pick()
             np.testing.assert_array_equal(t.numpy(), r)
