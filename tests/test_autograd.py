@@ -650,3 +650,29 @@ def test_new_storage_is_never_shared_with_a_schedule_intermediate():
     np.testing.assert_allclose(c1.numpy(), [1.0, 2.0, 3.0])
     np.testing.assert_allclose(c2.numpy(), [7.0, 8.0, 9.0])
     np.testing.assert_allclose(c1.numpy(), [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_realizing_never_changes_gradients(seed):
+    """The same random program with and without realizing some of its intermediates has the same gradients."""
+    rng = np.random.default_rng(seed)
+    steps = [(int(rng.integers(8)), bool(rng.integers(2))) for _ in range(10)]
+    x0, w0 = rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))
+
+    def program(realize: bool) -> list[np.ndarray]:
+        x, w = Tensor(x0, requires_grad=True), Tensor(w0, requires_grad=True)
+        h = x * w
+        for op, r in steps:
+            h = [lambda: h * w, lambda: h + x, lambda: h.sin(), lambda: h.relu() + h * 0.1,
+                 lambda: (h.sum(1, keepdim=True) * 0.3).expand(2, 3) + h, lambda: h.clone() * 1.5,
+                 lambda: (h.T.contiguous() * 0.7).T, lambda: h.reshape(3, 2).flip(0).reshape(2, 3)][op]()
+            if realize and r:
+                h.realize()
+        loss = (h * h).sum()
+        if realize:
+            loss.realize()
+        loss.backward()
+        return [x.grad.numpy(), w.grad.numpy()]
+
+    for lazy, eager in zip(program(False), program(True)):
+        np.testing.assert_allclose(eager, lazy, rtol=1e-12, atol=1e-12)
