@@ -381,3 +381,14 @@ def test_step_without_gradients_changes_nothing():
     assert opt.b1_t.item() == 1.0
     SGD([w], lr=0.1, momentum=0.9).step()
     np.testing.assert_allclose(w.numpy(), [1.0, 2.0])
+
+
+def test_loss_read_after_step_is_the_loss_before_it():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = SGD([w], lr=0.1)
+    loss = (w * w).sum()
+    loss.backward()
+    opt.step()  # loss (still lazy) reads w: it is computed from the old w in the step's schedule
+    assert loss.item() == 5.0
+    np.testing.assert_allclose(w.numpy(), [0.8, 1.6])
+    np.testing.assert_allclose(w.grad.numpy(), [2.0, 4.0])
