@@ -676,3 +676,15 @@ def test_realizing_never_changes_gradients(seed):
 
     for lazy, eager in zip(program(False), program(True)):
         np.testing.assert_allclose(eager, lazy, rtol=1e-12, atol=1e-12)
+
+
+def test_backward_leaves_tensors_behind_detach_or_comparisons_alone():
+    a = Tensor([1.0, 2.0], requires_grad=True)
+    x = (a * 3).detach().requires_grad_()
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [6.0, 12.0])
+    assert a.grad is None
+    b = Tensor([1.0, -2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        (b > 0).cast(dtypes.float32).sum().backward()
+    assert b.grad is None

@@ -584,9 +584,16 @@ class _AutogradMixin:
         """Add this tensor's gradient with respect to every live tensor in its graph that requires grad to
         that tensor's `.grad` (lazily; an optimizer step realizes them)."""
         through, _ = _through_realized([self.uop])
-        in_graph = set(self.uop.toposort())
-        for graph in through.values():
-            in_graph.update(graph.toposort())
+        # the part of the graph gradients flow through: not below DETACH or values that are not floats
+        differentiable = lambda n: n.op is not Ops.DETACH and dtypes.is_float(n.dtype)  # noqa: E731
+        in_graph: set[UOp] = set()
+        stack = [self.uop]
+        while stack:
+            for n in stack.pop().toposort(gate=differentiable):
+                if n not in in_graph:
+                    in_graph.add(n)
+                    if n in through:
+                        stack.append(through[n])
         leaves = [t for t in _live_tensors() if t.requires_grad and (t.uop in in_graph or _origin(t.uop) in in_graph)]
         if not leaves:
             raise RuntimeError(f"backward: no tensor in the graph of this {self.shape} tensor requires grad")
