@@ -5,7 +5,9 @@ targets, from the root down, and asks `pm_gradient` for each node's local deriva
 output gradient as `ctx` and returns the gradients of the node's sources, packed as the sources of a SINK
 (a PatternMatcher rule must return one UOp); `_NO_GRAD` stands for "this source gets nothing". Gradients are
 tensor-level UOps with the shape and dtype of the node they belong to, so they are lazy tensors themselves:
-higher-order gradients and fusing the backward pass with an optimizer step come for free.
+higher-order gradients and fusing the backward pass with an optimizer step come for free. A `through` map
+adds edges the graph does not have: from a realized buffer to the graph that computed it, so gradients reach
+what a tensor was computed from even after it was realized.
 
 Conventions (documented behaviour, tested):
 - Only float values carry gradients: a node of int or bool dtype stops the walk (comparisons, casts to int).
@@ -46,14 +48,10 @@ def _sum_to(g: UOp, axes: tuple[int, ...]) -> UOp:
     return g.cast(acc).reduce_axis(Ops.ADD, axes).cast(g.dtype)
 
 
-def _bool_as(mask: UOp, like: UOp) -> UOp:
-    return mask.cast(like.dtype)
-
-
 def _max_grad(g: UOp, a: UOp, b: UOp) -> UOp:
     # 1 where a wins, 1/2 on a tie, 0 where b wins
-    wins = _bool_as(UOp(Ops.CMPLT, dtypes.bool, (b, a)), a)
-    ties = _bool_as(UOp(Ops.CMPEQ, dtypes.bool, (a, b)), a)
+    wins = UOp(Ops.CMPLT, dtypes.bool, (b, a)).cast(a.dtype)
+    ties = UOp(Ops.CMPEQ, dtypes.bool, (a, b)).cast(a.dtype)
     return g * (wins + ties * _full(a, 0.5))
 
 
