@@ -688,3 +688,11 @@ def test_backward_leaves_tensors_behind_detach_or_comparisons_alone():
     with pytest.raises(RuntimeError, match="requires grad"):
         (b > 0).cast(dtypes.float32).sum().backward()
     assert b.grad is None
+
+
+def test_equal_graphs_realized_together_get_separate_storage():
+    a = Tensor([1.0, 2.0]).realize()
+    y1, y2 = a * 2, a * 2
+    Tensor.realize_all(y1, y2, y1)
+    y1.assign(0.0)
+    np.testing.assert_allclose(y2.numpy(), [2.0, 4.0])

@@ -649,6 +649,13 @@ _core_realize_all = Tensor.realize_all
 
 @_functools.wraps(_core_realize_all)
 def _realize_all_noting_origins(*tensors: Tensor) -> None:
+    tensors = tuple({id(t): t for t in tensors}.values())  # each tensor once
+    seen: dict[UOp, Tensor] = {}
+    for t in tensors:
+        if t.numel() and not t._is_realized() and _storage(t.uop) is None:
+            if seen.setdefault(t.uop, t) is not t:
+                # hash-consing gives equal graphs one node: realized as one, two tensors would share storage
+                t.uop = _fresh_write(t.uop, t.device)
     before = [(t, t.uop) for t in tensors]
     _core_realize_all(*tensors)
     for t, u in before:
