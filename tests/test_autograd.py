@@ -147,6 +147,12 @@ def test_uop_level_rules_cover_sub_neg_mulacc():
     neg = a.uop.alu(Ops.NEG).reduce_axis(Ops.ADD, (0,)).reshape(())
     g = compute_gradient(neg, neg.const_like(1.0), {a.uop})
     np.testing.assert_allclose(Tensor(g[a.uop]).numpy(), [-1.0] * 3)
+    c = Tensor(rnd(3))
+    fma = a.uop.alu(Ops.MULACC, b.uop, c.uop).reduce_axis(Ops.ADD, (0,)).reshape(())
+    g = compute_gradient(fma, fma.const_like(1.0), {a.uop, b.uop, c.uop})
+    np.testing.assert_allclose(Tensor(g[a.uop]).numpy(), b.numpy())
+    np.testing.assert_allclose(Tensor(g[b.uop]).numpy(), a.numpy())
+    np.testing.assert_allclose(Tensor(g[c.uop]).numpy(), [1.0] * 3)
 
 
 def test_no_gradient_through_ints_comparisons_and_casts_to_int():
