@@ -781,3 +781,10 @@ def test_numpy_operands():
     assert isinstance(out, Tensor)
     close(out, [2.0, 4.0])
     close(t - np.float64(0.5), [0.5, 1.5])
+
+
+def test_zero_dim_numpy_inputs_keep_their_shape():
+    assert Tensor(np.array(3.0, dtype=np.float32)).shape == ()
+    t = Tensor(np.float32(2.5))
+    assert t.shape == () and t.dtype is dtypes.float32 and t.item() == 2.5
+    assert Tensor(np.int64(7)).dtype is dtypes.int64

@@ -39,8 +39,8 @@ def _concrete(dt: DType) -> DType:
 
 
 def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
-    if isinstance(data, np.ndarray):
-        arr = data
+    if isinstance(data, (np.ndarray, np.generic)):
+        arr = np.asarray(data)
     else:
         inferred = _concrete(dtypes.from_py(data)) if dtype is None else dtype
         arr = np.array(data, dtype=to_numpy_dtype(inferred))
@@ -71,7 +71,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
             self.uop = UOp.const(dt or scalar_dtype(data), data)
         elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
-            arr = np.ascontiguousarray(_to_numpy(data, dt))
+            arr = np.require(_to_numpy(data, dt), requirements="C")  # ascontiguousarray would make 0-d 1-d
             node = UOp.new_buffer(self._device, max(arr.size, 1), from_numpy_dtype(arr.dtype))
             if arr.size:
                 attach(node, Buffer.from_numpy(arr.reshape(-1), self._device))
@@ -79,6 +79,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         else:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a scalar, list, numpy array "
                             "or UOp")
+        _register_new(self)  # autograd section: no_grad detaching, the registry of live tensors
 
     # ---- properties ----------------------------------------------------------------------------------------
 
@@ -133,6 +134,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
+        tensors = _distinct_values(tensors)  # autograd section: equal graphs must not end up sharing storage
         # a view of storage is never replaced by a copy: it must keep showing the storage's contents
         todo = [t for t in tensors if not t._is_realized() and _storage(t.uop) is None]
         if not todo:
@@ -141,10 +143,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             if dtypes.is_weak(t.dtype):
                 raise TypeError(f"cannot realize a tensor of the weak dtype {t.dtype!r} (shape {t.shape}); "
                                 f"cast it to a concrete dtype")
+        before = [(t, t.uop) for t in todo]
         results = realize([t.uop for t in todo], devices=[t.device for t in todo])
         for t in todo:
             buf = results[t.uop]
             t.uop = buf.reshape(t.shape) if t.numel() else t.uop
+        _note_origins(before)  # autograd section: gradients keep flowing through what was realized
         return None
 
     def _is_realized(self) -> bool:
@@ -405,7 +409,6 @@ __all__ = ["Tensor", "argsort"]
 # graph read has been assigned since, which is an error (PyTorch's "modified by an inplace operation").
 # =========================================================================================================
 import contextlib as _contextlib  # noqa: E402
-import functools as _functools  # noqa: E402
 import weakref as _weakref  # noqa: E402
 
 from tg_core.gradient import compute_gradient as _compute_gradient  # noqa: E402
@@ -643,34 +646,30 @@ class _AutogradMixin:
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), device=self.device)
 
 
-_core_init = Tensor.__init__
-_core_realize_all = Tensor.realize_all
-
-
-@_functools.wraps(_core_realize_all)
-def _realize_all_noting_origins(*tensors: Tensor) -> None:
-    tensors = tuple({id(t): t for t in tensors}.values())  # each tensor once
+def _distinct_values(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Each tensor once; two tensors whose (hash-consed, so identical) graphs are equal get separate writes,
+    or realized as one node they would share storage."""
+    tensors = tuple({id(t): t for t in tensors}.values())
     seen: dict[UOp, Tensor] = {}
     for t in tensors:
         if t.numel() and not t._is_realized() and _storage(t.uop) is None:
             if seen.setdefault(t.uop, t) is not t:
-                # hash-consing gives equal graphs one node: realized as one, two tensors would share storage
                 t.uop = _fresh_write(t.uop, t.device)
-    before = [(t, t.uop) for t in tensors]
-    _core_realize_all(*tensors)
+    return tensors
+
+
+def _note_origins(before: list[tuple[Tensor, UOp]]) -> None:
     for t, u in before:
         if t.uop is not u and (buf := _storage(t.uop)) is not None:
             _note_origin(buf, u)
 
 
-@_functools.wraps(_core_init)
-def _tracked_init(self: Tensor, *args: Any, **kwargs: Any) -> None:
-    _core_init(self, *args, **kwargs)
-    if Tensor.no_grad and dtypes.is_float(self.dtype) and not dtypes.is_weak(self.dtype) \
-            and self.uop.op not in (Ops.DETACH, Ops.CONST) and not self._is_realized():
+def _register_new(t: Tensor) -> None:
+    if Tensor.no_grad and dtypes.is_float(t.dtype) and not dtypes.is_weak(t.dtype) \
+            and t.uop.op not in (Ops.DETACH, Ops.CONST) and not t._is_realized():
         # made under no_grad: no gradient flows back through this tensor into what it was computed from
-        self.uop = UOp(Ops.DETACH, self.dtype, (self.uop,))
-    _track(self)
+        t.uop = UOp(Ops.DETACH, t.dtype, (t.uop,))
+    _track(t)
 
 
 def _install() -> None:
@@ -680,8 +679,6 @@ def _install() -> None:
     for name, fn in vars(_AutogradMixin).items():
         if not name.startswith("__"):
             setattr(Tensor, name, fn)
-    Tensor.__init__ = _tracked_init  # type: ignore[method-assign]
-    Tensor.realize_all = staticmethod(_realize_all_noting_origins)  # type: ignore[method-assign]
     Tensor.no_grad = False
     Tensor.train = _Train
     Tensor.test = _Test
