@@ -33,6 +33,8 @@ def fold_divmod(x: UOp) -> UOp | None:
         return None
     if c < 0:
         # x // -c == -(x // c) and x % -c == x % c under truncation
+        if not _fits(x.dtype, -c):
+            return None  # the dtype's minimum has no positive counterpart (int8: 128 wraps back to -128)
         if x.op is Ops.MOD:
             return UOp(Ops.MOD, x.dtype, (num, d.const_like(-c)))
         return UOp(Ops.MUL, x.dtype, (UOp(Ops.IDIV, x.dtype, (num, d.const_like(-c))), d.const_like(-1)))
@@ -62,12 +64,13 @@ def fold_divmod(x: UOp) -> UOp | None:
 
 
 def _fold_nested(x: UOp, num: UOp, c: int) -> UOp | None:
-    if num.op is Ops.IDIV and num.src[1].op is Ops.CONST and num.src[1].arg > 0 and x.op is Ops.IDIV:
-        # trunc(trunc(a/b)/c) == trunc(a/(b*c)) for positive b, c
+    if num.op is Ops.IDIV and num.src[1].op is Ops.CONST and num.src[1].arg > 0 and x.op is Ops.IDIV \
+            and _fits(x.dtype, num.src[1].arg * c):
+        # trunc(trunc(a/b)/c) == trunc(a/(b*c)) for positive b, c (and b*c must not wrap in a strong dtype)
         return UOp(Ops.IDIV, x.dtype, (num.src[0], num.src[1].const_like(num.src[1].arg * c)))
     if num.op is Ops.MOD and num.src[1].op is Ops.CONST and x.op is Ops.MOD:
         m = abs(num.src[1].arg)
-        if m % c == 0:
+        if m != 0 and m % c == 0:
             # a % (k*c) keeps a's sign and is congruent to a mod c, so (a % (k*c)) % c == a % c
             return UOp(Ops.MOD, x.dtype, (num.src[0], num.src[1].const_like(c)))
     return None
@@ -84,6 +87,8 @@ def _split_by_divisor(x: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp 
         return _split_exact(x, terms, const, c)
     q_const, r_const = const // c, const % c
     r = rebuild(x.dtype, r_terms, r_const)
+    if not no_overflow(r):
+        return None  # r >= 0 in exact arithmetic, but in a strong dtype it may wrap (a negative constant moved into it)
     if r.vmax < c:
         rdiv, rmod = None, r  # the remainder part never reaches c
     else:
@@ -115,6 +120,7 @@ def fold_int_compare(x: UOp) -> UOp | None:
     if lhs.dtype.count != 1 or not dtypes.is_int(lhs.dtype) or not no_overflow(lhs):
         return None
     terms, const = decompose(lhs)
+    terms = {b: k for b, k in terms.items() if k != 0}  # node-first, x - x is still there to read
     if not terms:
         return None
     c = rhs.arg - const
@@ -134,6 +140,8 @@ def fold_int_compare(x: UOp) -> UOp | None:
     if not _fits(lhs.dtype, bound):
         return None
     new_lhs = rebuild(lhs.dtype, new_terms, 0)
+    if not no_overflow(new_lhs):
+        return None  # without the constant the sum may wrap where lhs did not: int8 x+y+100 < 0 is not x+y < -100
     new = UOp(x.op, dtypes.bool, (new_lhs, UOp.const(lhs.dtype, bound)))
     return None if new is x else new
 

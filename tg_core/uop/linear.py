@@ -9,7 +9,7 @@ would make long sums of distinct terms quadratic).
 """
 from __future__ import annotations
 
-from tg_core.dtype import dtypes
+from tg_core.dtype import as_const, dtypes
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -64,10 +64,17 @@ def decompose(u: UOp) -> tuple[dict[UOp, int], int]:
 
 def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
     """The canonical chain for these terms (zero coefficients dropped) and constant. Every ADD it builds
-    is marked canonical, and the top one remembers its terms, so later rules on it cost O(1)."""
+    is marked canonical, and the top one remembers its terms, so later rules on it cost O(1).
+    In a strong dtype the coefficients and constant wrap, as the constants holding them do, so that the
+    remembered terms are the node's own (int8: 300*x is x*44; read back as 300 it would divide wrongly)."""
     out: UOp | None = None
     kept: dict[UOp, int] = {}
+    wrap = dtype.scalar() is not dtypes.weakint
+    if wrap:
+        const = as_const(const, dtype)
     for base, coeff in terms.items():
+        if wrap:
+            coeff = as_const(coeff, dtype)
         if coeff == 0:
             continue
         kept[base] = coeff
@@ -87,22 +94,26 @@ def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
     return out
 
 
-def _merge_divmod_pairs(terms: dict[UOp, int]) -> bool:
-    """(x//c)*(k*c) + (x%c)*k -> x*k: the identity of truncating division, true for every x."""
-    mods = [b for b in terms if b.op is Ops.MOD and b.src[1].op is Ops.CONST]
+def _merge_divmod_pairs(terms: dict[UOp, int]) -> int | None:
+    """(x//c)*(k*c) + (x%c)*k -> x*k: the identity of truncating division, true for every x and c != 0
+    (x%0 and x//0 are both 0). x is read as a linear form, so that a sum x combines with the other terms
+    instead of becoming an opaque base. Returns the constant this adds, or None when no pair merged."""
+    mods = [b for b in terms if b.op is Ops.MOD and b.src[1].op is Ops.CONST and b.src[1].arg != 0]
     if not mods:
-        return False
+        return None
     divs = {(b.src[0], b.src[1].arg): b for b in terms if b.op is Ops.IDIV and b.src[1].op is Ops.CONST}
-    changed = False
+    const = None
     for m in mods:
         x, c = m.src
         div = divs.get((x, c.arg))
         if div is not None and div in terms and m in terms and terms[div] == terms[m] * c.arg:
             k = terms.pop(m)
             del terms[div]
-            terms[x] = terms.get(x, 0) + k
-            changed = True
-    return changed
+            x_terms, x_const = decompose(x)
+            for b, kb in x_terms.items():
+                terms[b] = terms.get(b, 0) + kb * k
+            const = (const or 0) + x_const * k
+    return const
 
 
 def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
@@ -127,7 +138,7 @@ def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
             return None  # x*0, x*1 and (x*a)*b all have shorter forms
         found.append((base, coeff))
     terms = dict(reversed(found))  # first-seen order, as rebuild writes it
-    if len(terms) != len(found) or _merge_divmod_pairs(dict(terms)):
+    if len(terms) != len(found) or _merge_divmod_pairs(dict(terms)) is not None:
         return None
     return terms, const
 
@@ -141,6 +152,7 @@ def fold_linear_sum(x: UOp) -> UOp | None:
         x._lin = lin  # already canonical: remember its terms for the sums it ends up in
         return None
     terms, const = decompose(x)
-    _merge_divmod_pairs(terms)
+    while (extra := _merge_divmod_pairs(terms)) is not None:  # a merged x may bring further pairs
+        const += extra
     new = rebuild(x.dtype, terms, const)
     return None if new is x else new
