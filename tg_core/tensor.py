@@ -528,30 +528,20 @@ def _write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> No
         _origins.pop(b, None)
 
 
-class _Train(_contextlib.ContextDecorator):
-    """`with Tensor.train():` (or as a decorator): Tensor.training is `mode` inside."""
+class _FlagScope(_contextlib.ContextDecorator):
+    """A scope (`with` or decorator) in which the class-level Tensor flag `attr` is `mode`:
+    `Tensor.train()` sets `training`, `Tensor.test()` sets `no_grad`."""
 
-    def __init__(self, mode: bool = True):
-        self.mode = mode
-
-    def __enter__(self) -> None:
-        self.prev, Tensor.training = Tensor.training, self.mode
-
-    def __exit__(self, *exc: object) -> None:
-        Tensor.training = self.prev
-
-
-class _Test(_contextlib.ContextDecorator):
-    """`with Tensor.test():` (or as a decorator): Tensor.no_grad is `mode` inside."""
-
-    def __init__(self, mode: bool = True):
-        self.mode = mode
+    def __init__(self, attr: str, mode: bool = True):
+        self.attr, self.mode = attr, mode
+        self.saved: list[bool] = []  # a stack: one decorated recursive function enters it repeatedly
 
     def __enter__(self) -> None:
-        self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
+        self.saved.append(getattr(Tensor, self.attr))
+        setattr(Tensor, self.attr, self.mode)
 
     def __exit__(self, *exc: object) -> None:
-        Tensor.no_grad = self.prev
+        setattr(Tensor, self.attr, self.saved.pop())
 
 
 class _AutogradMixin:
@@ -680,8 +670,8 @@ def _install() -> None:
         if not name.startswith("__"):
             setattr(Tensor, name, fn)
     Tensor.no_grad = False
-    Tensor.train = _Train
-    Tensor.test = _Test
+    Tensor.train = staticmethod(lambda mode=True: _FlagScope("training", mode))
+    Tensor.test = staticmethod(lambda mode=True: _FlagScope("no_grad", mode))
 
 
 _install()
