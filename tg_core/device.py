@@ -322,6 +322,7 @@ class Compiled:
         return f"<{type(self).__name__} {self.device}>"
 
 
+_canonical_names: dict[str, str] = {}
 _UNUSABLE = (PluginBrokenError, PluginRefusedError, PluginBlockedError, DeviceClashError)
 
 
@@ -341,8 +342,13 @@ class _Devices:
     @staticmethod
     def canonicalize(name: str) -> str:
         """'amd' -> 'AMD', 'AMD:0' -> 'AMD', 'AMD:1' -> 'AMD:1', 'CPU:LLVM' -> 'CPU' (a renderer is not part of it)."""
-        base, _, idx = parse_device_string(name)
-        return base if not idx else f"{base}:{idx}"
+        got = _canonical_names.get(name) if isinstance(name, str) else None
+        if got is None:
+            base, _, idx = parse_device_string(name)
+            got = base if not idx else f"{base}:{idx}"
+            if len(_canonical_names) < 1024:  # every tensor op passes its device through here
+                _canonical_names[name] = got
+        return got
 
     def __getitem__(self, name: str) -> Compiled:
         """The device named `name`, opened on first use. Errors name what to install or how to fix the config."""
