@@ -137,3 +137,26 @@ def test_constant_tensor_realizes_on_its_device():
     t = Tensor(2.5) + 1
     assert t.numpy() == 3.5
     assert kernels(Tensor(randn(3)).sum() * 0 + 1) == 1
+
+
+def test_check_oob_proves_every_kernel_of_a_padded_gather(monkeypatch):
+    import tg_core.uop.validate as validate
+    from tg_core.helpers import Context
+    checked = []
+    real = validate.validate_index
+    monkeypatch.setattr(validate, "validate_index", lambda sink: (checked.append(sink), real(sink)))
+    x = Tensor(randn(6, 8))
+    t = x.pad(((1, 2), (0, 3))).reshape(9, 11).flip(0).sum(1)
+    with Context(CHECK_OOB=1):
+        got = t.numpy()
+    assert checked and all(s.op is Ops.SINK for s in checked)
+    np.testing.assert_allclose(got, np.pad(x.numpy(), ((1, 2), (0, 3)))[::-1].sum(1), rtol=1e-5)
+
+
+def test_debug_prints_each_kernel(capsys):
+    from tg_core.helpers import Context
+    x = Tensor(randn(3, 4))
+    with Context(DEBUG=2):
+        (x * 2).sum(1).realize()
+    err = capsys.readouterr().err
+    assert "kernel k" in err and "3xfloat" in err and "REDUCE" in err

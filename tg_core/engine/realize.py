@@ -5,10 +5,12 @@ last use, so a later intermediate of the same device, size and dtype takes over 
 """
 from __future__ import annotations
 
+import sys
 import weakref
 from collections import defaultdict
 
 from tg_core.device import Buffer, Device
+from tg_core.helpers import DEBUG
 from tg_core.schedule.cache import schedule
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
@@ -69,6 +71,11 @@ def realize(targets: list[UOp], devices: list[str] | None = None) -> dict[UOp, U
             continue
         for b in bufs:
             b.ensure_allocated()
+        if DEBUG >= 1:
+            print(f"tg: {bufs[0].device} kernel {ast.arg.name}: {', '.join(f'{b.size}x{b.dtype.name}' for b in bufs)}",
+                  file=sys.stderr)
+            if DEBUG >= 2:
+                print(ast.render(), file=sys.stderr)
         Device[bufs[0].device].get_runner(ast)(bufs, var_vals)
         stats["kernels"] += 1
     return out

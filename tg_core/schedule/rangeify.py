@@ -27,6 +27,7 @@ from tg_core.dtype import dtypes
 from tg_core.helpers import prod
 from tg_core.uop.ops import AxisType, GroupOp, KernelInfo, Ops
 from tg_core.uop.symbolic import simplify
+from tg_core.uop.validate import check_oob
 from tg_core.uop.uop import UOp
 
 _ZERO = UOp.const(dtypes.weakint, 0)
@@ -118,9 +119,15 @@ class Scheduler:
         value = self._lower(k, src, idxs, None, ())
         store = UOp(Ops.STORE, dtypes.void, (k.param(out).index(flat_index(idxs, shape)), value))
         ast = UOp(Ops.SINK, dtypes.void, (store.end(*k.output_ranges),), KernelInfo(k.name))
-        self.items.append((simplify(ast), list(k.params)))
+        self._emit(ast, k)
         self.realized[u] = out
         return out
+
+    def _emit(self, ast: UOp, k: Kernel) -> None:
+        """Add a finished kernel: its index math simplified and, with CHECK_OOB=1, every access proven in bounds."""
+        ast = simplify(ast)
+        check_oob(ast)
+        self.items.append((ast, list(k.params)))
 
     # ---- writes into existing buffers ------------------------------------------------------------------
 
@@ -156,7 +163,7 @@ class Scheduler:
         k, store_at, value = self._write_kernel(u)
         store = UOp(Ops.STORE, dtypes.void, (store_at, value))
         ast = UOp(Ops.SINK, dtypes.void, (store.end(*k.output_ranges),), KernelInfo(k.name))
-        self.items.append((simplify(ast), list(k.params)))
+        self._emit(ast, k)
         self.realized[u] = out = k.params[0]
         return out
 
