@@ -83,7 +83,7 @@ def _not(x: UOp) -> UOp:
     return UOp(Ops.CMPNE, x.dtype, (x, UOp.const(x.dtype, True)))
 
 
-symbolic_simple = PatternMatcher([
+_simple_rules = PatternMatcher([
     # constants
     (UPat(GroupOp.ALU, src=UPat(Ops.CONST), name="x"), _fold_alu),
     (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="x"), _fold_cast),
@@ -119,9 +119,16 @@ symbolic_simple = PatternMatcher([
     (UPat(Ops.WHERE, src=(UPat(Ops.CONST, name="c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
     (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("a"))), lambda c, a: a),
     (UPat(Ops.WHERE, src=(UPat.var("c").ne(True), UPat.var("a"), UPat.var("b"))), lambda c, a, b: c.where(b, a)),
-    # values fixed by range analysis
+])
+
+# values fixed by range analysis. It goes after every other rule: computing a range walks everything below a
+# node that has no range yet, and the algebra rules usually shrink that first (node-first, the rule on a
+# 10^5-term sum would otherwise range-analyze the whole unsimplified sum before flattening it)
+_by_range = PatternMatcher([
     (UPat(GroupOp.ALU | {Ops.CAST}, dtype=(dtypes.bool, *_INTS), name="x"), _fold_by_range),
 ])
+
+symbolic_simple = _simple_rules + _by_range
 
 
 def _max_by_range(x: UOp) -> UOp | None:
@@ -152,14 +159,14 @@ def _mul_const(x: UOp, c: UOp) -> UOp | None:
     return None
 
 
-symbolic = symbolic_simple + PatternMatcher([
+symbolic = _simple_rules + PatternMatcher([
     (UPat(Ops.ADD, dtype=_INTS, name="x"), fold_linear_sum),
     (UPat(Ops.MUL, dtype=_INTS, src=(UPat((Ops.MUL, Ops.ADD), name="x"), UPat.cvar("c", vec=False))), _mul_const),
     (UPat((Ops.IDIV, Ops.MOD), dtype=_INTS, src=(UPat.var(), UPat.cvar(vec=False)), name="x"), fold_divmod),
     (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), src=(UPat.var(dtype=_INTS), UPat.cvar(vec=False)), name="x"), fold_int_compare),
     (UPat(Ops.MAX, name="x"), _max_by_range),
     (UPat.var("x", _INTS) & UPat.cvar("c", vec=False), _and_mask),
-])
+]) + _by_range
 
 
 def simplify(u: UOp) -> UOp:
