@@ -93,18 +93,13 @@ class _Run:
         self.ranges = sorted((u for u in self.order if u.op is Ops.RANGE), key=lambda r: repr(r.arg[0]))
         self.axis = {r: i for i, r in enumerate(self.ranges)}
 
-    def size_of(self, r: UOp, vals: dict[UOp, np.ndarray]) -> int:
-        return int(vals[r.src[0]]) if r.src[0] in vals else int(r.src[0].evaluate(self._var_env()))
-
-    def _var_env(self) -> dict[UOp, int]:
-        return {u: self.var_vals[u.arg[0]] for u in self.order if u.op is Ops.DEFINE_VAR}
-
     def run(self) -> None:
         first = next((r for r in self.ranges if r.arg[1].name in ("LOOP", "GLOBAL")), None)
         if first is None:
             self._execute(None, 0, 0)
             return
-        sizes = {r: int(r.src[0].evaluate(self._var_env())) for r in self.ranges}
+        env = {u: self.var_vals[u.arg[0]] for u in self.order if u.op is Ops.DEFINE_VAR}
+        sizes = {r: int(r.src[0].evaluate(env)) for r in self.ranges}
         total = math.prod(max(n, 1) for n in sizes.values())
         n = sizes[first]
         chunk = max(1, min(n, n * CHUNK_ELEMENTS // max(total, 1)))

@@ -17,7 +17,7 @@ from tg_core.device import Buffer, Device
 from tg_core.dtype import (ConstType, DType, dtypes, from_numpy_dtype, least_upper_dtype, least_upper_float,
                            sum_acc_dtype, to_dtype, to_numpy_dtype)
 from tg_core.engine.realize import attach, buffer_of, realize
-from tg_core.helpers import argsort, prod
+from tg_core.helpers import prod
 from tg_core.tensor_creation import CreationMixin, scalar_dtype
 from tg_core.tensor_elementwise import ElementwiseMixin
 from tg_core.tensor_movement import MovementMixin
@@ -386,7 +386,7 @@ def _broadcast_shape(a: Shape, b: Shape) -> Shape:
     return tuple(out)
 
 
-__all__ = ["Tensor", "argsort"]
+__all__ = ["Tensor"]
 
 
 # =========================================================================================================

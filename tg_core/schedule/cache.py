@@ -21,7 +21,9 @@ SCACHE = ContextVar("SCACHE", 1)
 CACHE_SIZE = 256
 
 Items = list[tuple[UOp, list[UOp]]]
-_cache: OrderedDict[tuple, tuple[Items, list[UOp], list[UOp]]] = OrderedDict()
+# key -> (items, the targets' buffers); both refer to canonical input buffers, which keeps those nodes alive
+# (and so the same objects that `_canonical_buffer` rebuilds when binding a hit)
+_cache: OrderedDict[tuple, tuple[Items, list[UOp]]] = OrderedDict()
 stats = {"hits": 0, "misses": 0}
 
 
@@ -61,14 +63,13 @@ def schedule(targets: list[UOp], devices: list[str] | None = None) -> tuple[Item
     if hit is None:
         stats["misses"] += 1
         items, out = create_schedule(normalized, devices)
-        canon_inputs = [_canonical_buffer(i, b) for i, b in enumerate(inputs)]
-        _cache[key] = hit = (items, [out[n] for n in normalized], canon_inputs)
+        _cache[key] = hit = (items, [out[n] for n in normalized])
         if len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
     else:
         stats["hits"] += 1
         _cache.move_to_end(key)
-    items, outs, _ = hit
+    items, outs = hit
     return (*_bind(items, outs, inputs, targets, fresh=True), var_vals)
 
 

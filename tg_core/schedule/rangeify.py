@@ -24,7 +24,6 @@ import itertools
 from dataclasses import dataclass, field
 
 from tg_core.dtype import dtypes
-from tg_core.helpers import prod
 from tg_core.uop.ops import AxisType, GroupOp, KernelInfo, Ops
 from tg_core.uop.symbolic import simplify
 from tg_core.uop.validate import check_oob
@@ -378,4 +377,4 @@ def create_schedule(targets: list[UOp], devices: list[str] | None = None) -> tup
     return s.items, out
 
 
-__all__ = ["create_schedule", "flat_index", "strides_for", "unflatten", "prod"]
+__all__ = ["create_schedule", "flat_index", "strides_for", "unflatten"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from tg_core.helpers import REWRITE_STEP_LIMIT
 from tg_core.uop.ops import Ops
-from tg_core.uop.upat import UPat
+from tg_core.uop.upat import UPat, _UPatAny
 from tg_core.uop.uop import UOp
 
 RuleFn = Callable[..., UOp | None]
@@ -40,17 +40,12 @@ class _Rule:
             params = []
         self.wants_ctx = "ctx" in params
         # patterns like UPat(Ops.ADD, name="x") bind the node itself: no matching needed
-        self.trivial_name = pat.name if pat.trivial and not isinstance(pat, _any_type()) else None
+        self.trivial_name = pat.name if pat.trivial and not isinstance(pat, _UPatAny) else None
         # ... and when the function takes just that node, it is called positionally (no kwargs dict)
         self.direct = self.trivial_name is not None and params == [self.trivial_name]
         self.dtypes = pat.dtype if self.trivial_name is not None else None  # checked inline for trivial patterns
         self.early_any, self.early_all, self.early_consts = pat.early_any, pat.early_all, pat.early_consts
         self.early = bool(self.early_any or self.early_all is not None or self.early_consts)
-
-
-def _any_type() -> type:
-    from tg_core.uop.upat import _UPatAny
-    return _UPatAny
 
 
 class PatternMatcher:
