@@ -1,0 +1,32 @@
+"""tg-amd's hooks: the AMD device, its renderer, and the `amd_interfaces` hook spec for interface plugins."""
+from __future__ import annotations
+
+import pluggy
+
+from tg_core.plugins import DeviceSpec, Option, hookimpl
+
+
+@hookimpl
+def tg_addhooks(pluginmanager: pluggy.PluginManager) -> None:
+    from tg_amd import hookspecs
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+@hookimpl
+def tg_devices() -> list[DeviceSpec]:
+    from tg_amd.device import AMDDevice
+    from tg_amd.select import KFD_PATH, auto_choice
+    return [DeviceSpec("AMD", AMDDevice, description=(
+        f"AMD gfx1100 (RDNA3, wave32) through an interface plugin; interface 'auto' is 'kfd' when {KFD_PATH} exists, "
+        f"else 'mock' (tg-mockgpu); here: {auto_choice()}"), options={
+        "interface": Option(str, "auto", "the GPU interface by name: 'mock' (tg-mockgpu's emulator), 'kfd' (the "
+                                         "kernel driver, not written yet) or 'auto'"),
+    })]
+
+
+@hookimpl
+def tg_renderers(device: str) -> list[type]:
+    if device.split(":")[0] != "AMD":
+        return []
+    from tg_amd.renderer import AMDRenderer
+    return [AMDRenderer]

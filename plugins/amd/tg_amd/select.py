@@ -1,0 +1,54 @@
+"""Choosing the GPU interface the AMD device talks to (config key `devices.AMD.interface`)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tg_core.plugins.errors import DeviceUnavailable
+
+KFD_PATH = "/dev/kfd"
+MOCK_DIST = "tg-mockgpu"
+
+
+def auto_choice() -> str:
+    """What `interface: auto` means on this machine: the kernel driver when there is one, else the mock GPU."""
+    return "kfd" if os.path.exists(KFD_PATH) else "mock"
+
+
+def collect_interfaces(device: str) -> dict[str, type]:
+    """Interface classes offered through `amd_interfaces()` by the plugins taking part in `device`, in plugin
+    order (the first class of each name kept)."""
+    from tg_core.plugins.manager import get_registry
+    reg = get_registry()
+    found: dict[str, type] = {}
+    for rec in reg.participants(device):
+        for cls in reg.call(rec, "amd_interfaces") or []:
+            name = getattr(cls, "name", None)
+            if not isinstance(name, str):
+                raise TypeError(f"{rec.label}: amd_interfaces() returned {cls!r}, which has no str attribute `name`")
+            found.setdefault(name, cls)
+    return found
+
+
+def open_interface(device: str, wanted: str) -> tuple[Any, str]:
+    """An opened interface for `device` and why it was chosen. `wanted` is the config value ("auto" or a name)."""
+    offered = collect_interfaces(device)
+    name, why = (auto_choice(), f"auto: {'found' if os.path.exists(KFD_PATH) else 'no'} {KFD_PATH}") \
+        if wanted == "auto" else (wanted, "devices.AMD.interface")
+    if name not in offered:
+        if not offered:
+            raise DeviceUnavailable(
+                f"{device}: no AMD GPU interface is installed (wanted {name!r}); install the mock GPU with "
+                f"`python -m pip install {MOCK_DIST}` (the real KFD interface is not written yet)")
+        if name == "kfd":
+            raise DeviceUnavailable(
+                f"{device}: {KFD_PATH} exists but no plugin offers the 'kfd' interface (not written yet); "
+                f"use the mock GPU with `devices: {{AMD: {{interface: mock}}}}` in ./tg.yaml; offered: "
+                f"{', '.join(offered)}")
+        raise DeviceUnavailable(f"{device}: no AMD interface named {name!r} ({why}); offered: {', '.join(offered)}"
+                                + (f" (the mock comes with {MOCK_DIST})" if name == "mock" else ""))
+    cls = offered[name]
+    reason = cls.available()
+    if reason is not None:
+        raise DeviceUnavailable(f"{device}: interface {name!r} cannot be opened here: {reason}")
+    return cls(), why
