@@ -1,0 +1,172 @@
+"""The CPU device: host memory, kernels compiled for this machine, run on all its cores.
+
+`get_runner(ast)` splits the kernel across cores (tg_core.codegen.threads), linearizes and renders it
+with the device's renderer, loads the result and returns a runner; everything up to the runner is cached
+per AST (and the loaded code per rendered source). A renderer's output says how it is loaded: LLVM IR text
+(str) is JIT-compiled by llvmlite, machine code (bytes, entry at offset 0) is placed in executable memory.
+Both are a C function `void kernel(void *buf0, ..., int/long var0, ...)` called through ctypes, which
+releases the GIL, so the cores of a split kernel run it at once from a persistent thread pool.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tg_core.codegen.threads import CORE_ID, MIN_WORK, core_count, split_cores
+from tg_core.device import Buffer, Compiled
+from tg_core.dtype import dtypes
+from tg_core.renderer import Renderer
+from tg_core.uop.uop import UOp
+from tg_cpu_x86.execmem import ExecMemory
+from tg_cpu_x86.memory import CPUAllocator
+
+_CTYPE = {dtypes.int32: ctypes.c_int32, dtypes.int64: ctypes.c_int64, dtypes.uint32: ctypes.c_uint32,
+          dtypes.uint64: ctypes.c_uint64}
+
+
+def host_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class CorePool:
+    """`cores - 1` persistent worker threads; the calling thread runs core 0 itself."""
+
+    def __init__(self, cores: int):
+        self.cores = cores
+        self._pool = ThreadPoolExecutor(cores - 1, thread_name_prefix="tg-cpu") if cores > 1 else None
+
+    def run(self, fn: Callable[..., Any], args_per_core: list[list[Any]]) -> None:
+        if len(args_per_core) > self.cores:
+            raise ValueError(f"{len(args_per_core)} parts of a kernel for a pool of {self.cores} cores")
+        submit = self._pool.submit if self._pool is not None else None
+        pending = [submit(fn, *a) for a in args_per_core[1:]] if submit else []
+        fn(*args_per_core[0])
+        for p in pending:
+            p.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+class CPURunner:
+    """Calls a loaded kernel: buffer addresses, then the int variables in program order; for a split
+    kernel once per core with its `core_id`. Everything per kernel is prepared here, not per call."""
+    __slots__ = ("fn", "name", "var_names", "core_pos", "cores", "pool", "keep")
+
+    def __init__(self, fn: Any, name: str, variables: list[str], cores: int, pool: CorePool, keep: Any):
+        self.fn, self.name, self.cores, self.pool, self.keep = fn, name, cores, pool, keep
+        self.var_names = tuple(v for v in variables if v != CORE_ID)
+        # core_id's place among the variables (the arguments after the buffers)
+        self.core_pos = variables.index(CORE_ID) if CORE_ID in variables else None
+
+    def __call__(self, bufs: list[Buffer], var_vals: Mapping[str, int]) -> None:
+        args = [b.opaque.addr for b in bufs]
+        if self.var_names:
+            args += [var_vals[n] for n in self.var_names]
+        if self.core_pos is None:
+            self.fn(*args)
+            return
+        pos = len(bufs) + self.core_pos
+        self.pool.run(self.fn, [args[:pos] + [c] + args[pos:] for c in range(self.cores)])
+
+    def __repr__(self) -> str:
+        return f"<CPURunner {self.name} on {self.cores} core(s)>"
+
+
+class CPUDevice(Compiled):
+    """The host CPU. Options: `threads` (0: every core this process may use) and `thread_min_work` (the
+    work estimate below which a kernel runs on one core)."""
+
+    def __init__(self, device: str, options: Mapping[str, Any]):
+        super().__init__(device, CPUAllocator())
+        self._lock = threading.Lock()
+        self._runners: dict[UOp, CPURunner] = {}
+        self._loaded: dict[str | bytes, Any] = {}
+        self._renderer: Renderer | None = None
+        self._llvm: Any = None
+        self.pool: CorePool | None = None
+        self.configure_threads(options.get("threads", 0), options.get("thread_min_work", MIN_WORK))
+
+    def configure_threads(self, threads: int = 0, min_work: int = MIN_WORK) -> None:
+        """Use `threads` cores (0: all) for kernels with at least `min_work` work; forgets compiled runners."""
+        if not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"CPU threads must be an int >= 0 (0: every core), got {threads!r}")
+        if not isinstance(min_work, int) or min_work < 0:
+            raise ValueError(f"CPU thread_min_work must be an int >= 0, got {min_work!r}")
+        with self._lock:
+            if self.pool is not None:
+                self.pool.close()
+            self.threads = threads or host_cores()
+            self.thread_min_work = min_work
+            self.pool = CorePool(self.threads)
+            self._runners.clear()
+
+    @property
+    def render_with(self) -> Renderer:
+        """An instance of the device's renderer class (chosen by the registry right after opening)."""
+        if self._renderer is None or type(self._renderer) is not self.renderer:
+            if self.renderer is None:
+                raise RuntimeError(f"{self.device} has no renderer: no plugin offered one")
+            self._renderer = self.renderer()
+        return self._renderer
+
+    def get_runner(self, ast: UOp) -> CPURunner:
+        runner = self._runners.get(ast)
+        if runner is None:
+            runner = self._runners[ast] = self._build(ast)
+        return runner
+
+    def _build(self, ast: UOp) -> CPURunner:
+        renderer = self.render_with
+        split = split_cores(ast, self.threads, self.thread_min_work)
+        program = renderer.program(split)
+        src = renderer.render(program)
+        fn_name = renderer.function_name(program) if hasattr(renderer, "function_name") else program.name
+        argtypes = [ctypes.c_void_p] * (max((_param_index(p) for p in program.params), default=-1) + 1)
+        for v in program.variables:
+            if v.dtype not in _CTYPE:
+                raise TypeError(f"kernel {program.name}: variable {v.arg[0]} has dtype {v.dtype!r}; the CPU device "
+                                f"passes {', '.join(repr(d) for d in _CTYPE)}")
+            argtypes.append(_CTYPE[v.dtype])
+        fn = ctypes.CFUNCTYPE(None, *argtypes)(self._load(src, fn_name))
+        return CPURunner(fn, program.name, [v.arg[0] for v in program.variables], core_count(split), self.pool,
+                         self._loaded[src])
+
+    def _load(self, src: str | bytes, fn_name: str) -> int:
+        """The address of the kernel in `src`, compiled and loaded once per source."""
+        with self._lock:
+            loaded = self._loaded.get(src)
+            if loaded is None:
+                if isinstance(src, str):
+                    if self._llvm is None:
+                        from tg_cpu_x86.llvm import LLVMCompiler
+                        self._llvm = LLVMCompiler()
+                    loaded = self._llvm.load(src, fn_name)
+                elif isinstance(src, (bytes, bytearray)):
+                    loaded = ExecMemory(src)
+                else:
+                    raise TypeError(f"the {self.render_with.name} renderer returned {type(src).__name__}; the CPU "
+                                    "device loads LLVM IR (str) or x86-64 machine code (bytes)")
+                self._loaded[src] = loaded
+            return loaded.address
+
+    def synchronize(self) -> None:
+        """Kernels run to completion before their runner returns: nothing is ever pending."""
+
+    def close(self) -> None:
+        super().close()
+        if self.pool is not None:
+            self.pool.close()
+
+
+def _param_index(p: UOp) -> int:
+    return p.arg[0] if isinstance(p.arg, tuple) else p.arg

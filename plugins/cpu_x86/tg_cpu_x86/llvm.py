@@ -1,0 +1,105 @@
+"""CPU:LLVM: core's LLVM IR renderer aimed at this host, optimized and JIT-compiled in process by llvmlite.
+
+The target is the host's triple, CPU name and feature set (AVX2/AVX-512/FMA when present), so LLVM
+vectorizes for the machine it runs on. Each module is optimized by the new pass manager at `OPT_LEVEL`
+and loaded by MCJIT, which resolves calls LLVM emits for intrinsics (sinf, exp2f, ...) in the process;
+no C compiler or linker is involved.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import llvmlite.binding as llvm
+
+from tg_core.renderer.llvmir import LLVMRenderer
+
+OPT_LEVEL = 3  # the new pass manager's speed level (-O3): loop and SLP vectorization, unrolling
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def _init_llvm() -> None:
+    global _initialized
+    with _init_lock:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialized = True
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    """What LLVM is told about the machine it compiles for."""
+    triple: str
+    cpu: str
+    features: str
+
+    @staticmethod
+    def detect() -> HostTarget:
+        _init_llvm()
+        return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+
+    def target_machine(self) -> Any:
+        # a fresh one per engine: an MCJIT engine takes ownership of its target machine
+        return llvm.Target.from_triple(self.triple).create_target_machine(cpu=self.cpu, features=self.features,
+                                                                          opt=3, codemodel="jitdefault")
+
+
+HOST = HostTarget.detect()
+
+
+class CPULLVMRenderer(LLVMRenderer):
+    """Core's LLVM IR renderer for the host: its triple and data layout in every module."""
+    name = "LLVM"
+    device = "CPU"
+    target_triple = HOST.triple
+    data_layout = str(HOST.target_machine().target_data)
+
+
+class LLVMKernel:
+    """A loaded kernel: its machine-code address, valid while this object (which owns the engine) lives."""
+    __slots__ = ("address", "_engine", "name")
+
+    def __init__(self, address: int, engine: Any, name: str):
+        self.address, self._engine, self.name = address, engine, name
+
+
+class LLVMCompiler:
+    """Optimizes LLVM IR text for the host and loads it; `assembly(src)` shows what would run."""
+
+    def __init__(self, target: HostTarget = HOST, opt_level: int = OPT_LEVEL):
+        _init_llvm()
+        self.target, self.opt_level = target, opt_level
+        self._lock = threading.Lock()  # LLVM contexts are not safe to use from two threads at once
+
+    def optimize(self, src: str) -> Any:
+        """The verified module of `src`, optimized at `opt_level`."""
+        try:
+            mod = llvm.parse_assembly(src)
+            mod.verify()
+        except RuntimeError as e:
+            raise RuntimeError(f"LLVM rejected the rendered kernel: {e}\n{src}") from e
+        tm = self.target.target_machine()
+        pto = llvm.create_pipeline_tuning_options(speed_level=self.opt_level)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        return mod
+
+    def load(self, src: str, function: str) -> LLVMKernel:
+        """Compile `src` and return the kernel named `function` in it."""
+        with self._lock:
+            mod = self.optimize(src)
+            engine = llvm.create_mcjit_compiler(mod, self.target.target_machine())
+            engine.finalize_object()
+            address = engine.get_function_address(function)
+        if not address:
+            raise RuntimeError(f"the compiled module has no function {function!r}")
+        return LLVMKernel(address, engine, function)
+
+    def assembly(self, src: str) -> str:
+        """The host assembly LLVM generates for `src` (for reading and benchmarks)."""
+        with self._lock:
+            return self.target.target_machine().emit_assembly(self.optimize(src))

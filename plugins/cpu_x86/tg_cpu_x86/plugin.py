@@ -1,0 +1,42 @@
+"""The hooks of tg-cpu-x86: device CPU and its renderers (X86 first on x86-64 hosts, then LLVM)."""
+from __future__ import annotations
+
+import logging
+import platform
+
+from tg_core.plugins import DeviceSpec, Option, hookimpl
+from tg_core.codegen.threads import MIN_WORK
+
+log = logging.getLogger("tg.cpu")
+X86_64 = ("x86_64", "amd64")
+
+
+def native_renderers() -> list[type]:
+    """The renderers generating x86-64 machine code themselves (the host must be x86-64)."""
+    return []  # X86 RENDERER HERE: `from tg_cpu_x86.x86.renderer import X86Renderer` and return [X86Renderer]
+
+
+def host_renderers() -> list[type]:
+    """The renderers for this host, best first; a host that is not x86-64 gets LLVM only, with a message."""
+    from tg_cpu_x86.llvm import CPULLVMRenderer
+    machine = platform.machine()
+    if machine.lower() in X86_64:
+        return [*native_renderers(), CPULLVMRenderer]
+    log.warning("tg CPU: host machine %s is not x86-64; the X86 renderer needs one, using LLVM", machine)
+    return [CPULLVMRenderer]
+
+
+@hookimpl
+def tg_devices() -> list[DeviceSpec]:
+    from tg_cpu_x86.device import CPUDevice
+    return [DeviceSpec("CPU", CPUDevice, description="this machine's CPU: native x86-64 or LLVM-compiled kernels",
+                       options={
+                           "threads": Option(int, 0, "cores a large kernel is split across; 0: every core"),
+                           "thread_min_work": Option(int, MIN_WORK, "a kernel with fewer loop iterations than "
+                                                                    "this runs on one core"),
+                       })]
+
+
+@hookimpl
+def tg_renderers(device: str) -> list[type]:
+    return host_renderers() if device.split(":")[0] == "CPU" else []

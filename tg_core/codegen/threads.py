@@ -1,0 +1,74 @@
+"""Multi-core kernels: the outermost parallel range split across cores by a `core_id` variable.
+
+`split_cores(ast, cores)` rewrites a kernel AST so that core `c` (the int DEFINE_VAR named `core_id`, in
+[0, cores)) runs rows [c*n//cores, (c+1)*n//cores) of the outermost LOOP range of n rows: the range becomes
+one of (c+1)*n//cores - c*n//cores iterations (a constant when cores divides n) offset by c*n//cores. The
+core count is baked in as a constant; a device runs the same compiled function once per core with its
+`core_id`, and renderers see it as an ordinary variable. Only a range that every effect of the kernel is
+inside may be split (otherwise some store would run on every core), and only a kernel with enough work
+(`work_estimate`) is: starting threads costs more than a small kernel.
+"""
+from __future__ import annotations
+
+from tg_core.uop.ops import AxisType, Ops
+from tg_core.uop.uop import UOp
+
+CORE_ID = "core_id"
+# iterations of the innermost loops below which a kernel stays on one core: waking another core and waiting
+# for it costs tens of microseconds, the time of about this many simple iterations
+MIN_WORK = 1 << 17
+
+
+def outer_parallel_range(ast: UOp) -> UOp | None:
+    """The LOOP range every effect of the kernel is inside, outermost; None if there is no such range."""
+    outer: UOp | None = None
+    for effect in ast.src:
+        if effect.op is not Ops.END or len(effect.src) < 2:
+            return None
+        first = effect.src[1]
+        if first.arg[1] is not AxisType.LOOP or (outer is not None and first is not outer):
+            return None
+        outer = first
+    return outer
+
+
+def work_estimate(ast: UOp) -> int:
+    """An upper bound on the iterations of the kernel's innermost loop bodies: the product of the largest
+    trip counts of its ranges (every range counted once; a kernel without ranges is 1)."""
+    work = 1
+    for u in ast.toposort():
+        if u.op is Ops.RANGE:
+            work *= max(int(u.src[0].vmax), 0)
+    return work
+
+
+def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK) -> UOp:
+    """`ast` with its outermost parallel range split across `cores` cores, or `ast` itself when the kernel
+    cannot be split, has fewer rows than cores, or has less work than `min_work` (see the module doc)."""
+    if not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"the core count must be a positive int, got {cores!r}")
+    if cores == 1 or ast.op is not Ops.SINK:
+        return ast
+    if any(u.op is Ops.DEFINE_VAR and u.arg[0] == CORE_ID for u in ast.toposort()):
+        raise ValueError(f"kernel already has a variable named {CORE_ID!r}, which multi-core splitting reserves")
+    rng = outer_parallel_range(ast)
+    if rng is None or rng.src[0].vmax < cores or work_estimate(ast) < min_work:
+        return ast
+    n, core = rng.src[0], UOp.variable(CORE_ID, 0, cores - 1)
+    start = (core * n) // cores
+    rows = (((core + 1) * n) // cores - start).simplify()
+    local = UOp(Ops.RANGE, rng.dtype, (rows,), rng.arg, rng.tag)
+    index = local + start
+    split = ast.substitute({rng: index})
+    # an END lists the loops it closes: there the loop itself belongs, not the row index computed from it
+    ends = {e: UOp(e.op, e.dtype, tuple(local if s is index else s for s in e.src), e.arg, e.tag)
+            for e in split.src if e.op is Ops.END}
+    return split.substitute(ends)
+
+
+def core_count(ast: UOp) -> int:
+    """The number of cores a kernel from `split_cores` was split across (1 if it was not)."""
+    for u in ast.toposort():
+        if u.op is Ops.DEFINE_VAR and u.arg[0] == CORE_ID:
+            return int(u.arg[2]) + 1
+    return 1
