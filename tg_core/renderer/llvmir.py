@@ -307,6 +307,8 @@ class _Function:
         t, signed = ltype(dt), _signed(dt)
         if op in (Ops.SHL, Ops.SHR) and ltype(src_dts[1]) != t:
             vals = [vals[0], self.cast(src_dts[1], dt, vals[1])]  # LLVM shifts need one type
+        if op is Ops.ADD and dt is dtypes.bool:
+            op = Ops.OR  # a bool sum saturates at True (alu.py), where i1 add would wrap
         if op in _INT_BINARY:
             return self.ins(f"{_INT_BINARY[op]} {t} {vals[0]}, {vals[1]}")
         if op in (Ops.IDIV, Ops.MOD) and vals[1].startswith("%"):
