@@ -12,8 +12,11 @@ def __getattr__(name: str):
     if name == "Tensor":
         from tg_core.tensor import Tensor
         return Tensor
+    if name in ("TinyJit", "JitError"):
+        from tg_core.engine import jit
+        return getattr(jit, name)
     raise AttributeError(f"module 'tg_core' has no attribute {name!r}")
 
 
-__all__ = ["Buffer", "Device", "DType", "dtypes", "Context", "ContextVar", "Tensor", "getenv", "GroupOp", "Ops", "PatternMatcher", "UOp", "UPat",
-           "graph_rewrite"]
+__all__ = ["Buffer", "Device", "DType", "dtypes", "Context", "ContextVar", "Tensor", "TinyJit", "JitError", "getenv",
+           "GroupOp", "Ops", "PatternMatcher", "UOp", "UPat", "graph_rewrite"]

@@ -16,7 +16,7 @@ import numpy as np
 from tg_core.device import Buffer, Device
 from tg_core.dtype import (ConstType, DType, dtypes, from_numpy_dtype, least_upper_dtype, least_upper_float,
                            sum_acc_dtype, to_dtype, to_numpy_dtype)
-from tg_core.engine.realize import attach, buffer_of, realize
+from tg_core.engine.realize import attach, buffer_of, capture, realize
 from tg_core.helpers import prod
 from tg_core.tensor_creation import CreationMixin, scalar_dtype
 from tg_core.tensor_elementwise import ElementwiseMixin
@@ -157,6 +157,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     def numpy(self) -> np.ndarray:
         """The value as a new numpy array."""
+        if capture.active is not None:
+            from tg_core.engine.jit import JitError
+            raise JitError(f"reading a {self.shape} tensor on the host (.numpy()/.item()/.tolist()) while "
+                           f"TinyJit({capture.active}) captures: a replay would not read it again; return the tensor")
         if dtypes.is_weak(self.dtype):
             raise TypeError(f"cannot realize the weak dtype {self.dtype!r}")
         if self.numel() == 0:

@@ -171,17 +171,24 @@ class CreationMixin:
         from tg_core.tensor import Tensor
         Tensor._seed, Tensor._rng_counter = int(seed), 0
 
-    @classmethod
-    def _random_bits(cls, shape: tuple[int, ...], device: str | None) -> Tensor:
-        """uint32 random bits of `shape`: hash(hash(index ^ k0) + k1) for this call's key (k0, k1)."""
+    @staticmethod
+    def _next_rng_key() -> np.ndarray:
+        """The key (k0, k1) of the next random op: the seed mixed with the call counter, which advances."""
         from tg_core.tensor import Tensor
         counter = Tensor._rng_counter
         Tensor._rng_counter += 1
         k0 = _hash32_py(_hash32_py(Tensor._seed & _M32) ^ _hash32_py((Tensor._seed >> 32) + 0x9E3779B9) ^ counter)
-        k1 = _hash32_py(k0 ^ 0x85EBCA6B)
+        return np.array([k0, _hash32_py(k0 ^ 0x85EBCA6B)], dtype=np.uint32)
+
+    @classmethod
+    def _random_bits(cls, shape: tuple[int, ...], device: str | None) -> Tensor:
+        """uint32 random bits of `shape`: hash(hash(index ^ k0) + k1) for this call's key (k0, k1)."""
+        from tg_core.engine.realize import buffer_of, capture
         # the key is data, not a constant in the graph: every call then has the same graph, and the
         # schedule cache (keyed by graphs up to input buffers) serves all of them
-        key = cls(np.array([k0, k1], dtype=np.uint32), device=device)
+        key = cls(cls._next_rng_key(), device=device)
+        if capture.active is not None:  # a TinyJit replay uploads the next key into this buffer
+            capture.rng_keys.append(buffer_of(key.uop if key.uop.op is Ops.BUFFER else key.uop.src[0]))
         idx = cls._iota(prod(shape), device).cast(dtypes.uint32)
         x = _hash32(idx ^ key[0])
         x = _hash32(x + key[1])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections import defaultdict
+from collections.abc import Callable
 
 from tg_core.device import Buffer, Device
 from tg_core.helpers import DEBUG
@@ -18,6 +19,26 @@ from tg_core.uop.uop import UOp
 # the device memory behind each BUFFER node; it lives as long as the node does
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 stats = {"kernels": 0, "copies": 0}
+
+
+class CaptureState:
+    """What a TinyJit records while it captures (engine/jit.py): every exec item run, as
+    (runner, buffers, kernel AST or COPY node), the bound variables' values, and the RNG key buffers
+    uploaded meanwhile. `active` is None outside a capture."""
+
+    def __init__(self) -> None:
+        self.active: str | None = None  # the name of the capturing function
+        self.items: list[tuple[Callable[[list[Buffer], dict[str, int]], None], list[Buffer], UOp]] = []
+        self.var_vals: dict[str, int] = {}
+        self.rng_keys: list[Buffer] = []
+
+
+capture = CaptureState()
+
+
+def copy_runner(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
+    """The runner of a COPY item: bufs[0] gets bufs[1]'s bytes."""
+    bufs[0].copy_from(bufs[1])
 
 
 def buffer_of(node: UOp) -> Buffer:
@@ -63,11 +84,19 @@ def realize(targets: list[UOp], devices: list[str] | None = None) -> dict[UOp, U
     each target's BUFFER node."""
     items, out, var_vals = schedule(targets, devices)
     _plan_memory(items, set(out.values()))
+    if capture.active is not None:
+        for name, val in var_vals.items():
+            if capture.var_vals.setdefault(name, val) != val:
+                from tg_core.engine.jit import JitError
+                raise JitError(f"TinyJit({capture.active}): variable {name} is bound to {capture.var_vals[name]} and to "
+                               f"{val} in one call; a replay gives each variable one value")
     for ast, nodes in items:
         bufs = [buffer_of(n) for n in nodes]
         if ast.op is Ops.COPY:
-            bufs[0].copy_from(bufs[1])
+            copy_runner(bufs, var_vals)
             stats["copies"] += 1
+            if capture.active is not None:
+                capture.items.append((copy_runner, bufs, ast))
             continue
         for b in bufs:
             b.ensure_allocated()
@@ -76,6 +105,9 @@ def realize(targets: list[UOp], devices: list[str] | None = None) -> dict[UOp, U
                   file=sys.stderr)
             if DEBUG >= 2:
                 print(ast.render(), file=sys.stderr)
-        Device[bufs[0].device].get_runner(ast)(bufs, var_vals)
+        runner = Device[bufs[0].device].get_runner(ast)
+        runner(bufs, var_vals)
         stats["kernels"] += 1
+        if capture.active is not None:
+            capture.items.append((runner, bufs, ast))
     return out
