@@ -1,12 +1,19 @@
-"""The AMD device: GPU memory through the chosen interface, kernels rendered to LLVM IR, compiled for gfx1100,
-read by tg_amd's ELF reader and dispatched through the interface."""
+"""The AMD device: GPU memory through the chosen interface; kernels rendered to LLVM IR (tg_amd/renderer.py),
+compiled for the interface's gfx target (tg_amd/compiler.py), read by tg-amd's ELF reader (tg_amd/elf.py) and
+dispatched synchronously through the interface with their kernargs (tg_amd/kernargs.py)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from tg_core.device import BufferSpec, Compiled, LRUAllocator
-from tg_amd.interface import GPUBuffer
+from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator
+from tg_core.uop.uop import UOp
+from tg_amd.compiler import AMDCompiler
+from tg_amd.elf import load_code_object
+from tg_amd.interface import CodeObject, GPUBuffer
+from tg_amd.kernargs import pack_kernargs
+from tg_amd.renderer import AMDRenderer, kernarg_layout
 from tg_amd.select import open_interface
 
 
@@ -37,7 +44,47 @@ class AMDAllocator(LRUAllocator):
 class AMDDevice(Compiled):
     def __init__(self, device: str, options: Mapping[str, Any]):
         self.interface, self.interface_reason = open_interface(device, options["interface"])
-        super().__init__(device, AMDAllocator(self.interface))
+        super().__init__(device, AMDAllocator(self.interface), AMDCompiler(self.interface.arch))
+        self._runners: dict[UOp, Callable[[list[Buffer], dict[str, int]], None]] = {}
+        self._objects: dict[bytes, CodeObject] = {}
+        self._lock = threading.Lock()
+
+    def code_object(self, lib: bytes) -> CodeObject:
+        """The code object of a compiled ELF, read once."""
+        if lib not in self._objects:
+            self._objects[lib] = load_code_object(lib)
+        return self._objects[lib]
+
+    def get_runner(self, ast: UOp) -> Callable[[list[Buffer], dict[str, int]], None]:
+        with self._lock:
+            if ast not in self._runners:
+                self._runners[ast] = self._build(ast)
+            return self._runners[ast]
+
+    def _build(self, ast: UOp) -> Callable[[list[Buffer], dict[str, int]], None]:
+        renderer = self.renderer() if self.renderer is not None else AMDRenderer()
+        if not isinstance(renderer, AMDRenderer):
+            raise TypeError(f"{self.device} renders with {type(renderer).__name__}; its runtime needs an AMDRenderer "
+                            "(kernel ids, launch dims and kernarg layout)")
+        prog = renderer.program(ast)
+        code = self.code_object(self.compile(renderer.render(prog)))
+        kernel = code.kernel(renderer.function_name(prog))
+        layout, _ = kernarg_layout(prog)
+        sizes = [size for _, size in layout]
+        names = [v.arg[0] for v in prog.variables]
+        nbufs = len(sizes) - len(names)
+        iface, launch = self.interface, prog.launch
+
+        def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
+            if len(bufs) < nbufs:
+                raise ValueError(f"kernel {kernel.name} takes {nbufs} buffers, got {len(bufs)}")
+            grid, local = launch.evaluate(var_vals)
+            if 0 in grid:
+                return  # an empty range: nothing to run
+            vals = [b.opaque.va for b in bufs[:nbufs]] + [var_vals[n] for n in names]
+            args = pack_kernargs(kernel, list(zip(vals, sizes)), grid, local, layout)
+            iface.dispatch(code, kernel.name, grid, local, args)
+        return run
 
     def close(self) -> None:
         super().close()

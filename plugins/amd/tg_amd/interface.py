@@ -232,6 +232,8 @@ class KernelSymbol:
     code_size: int
     descriptor_offset: int  # image offset of `<name>.kd`
     descriptor: KernelDescriptor
+    # the kernel's entry of the AMDGPU metadata note (".args" with offsets and value kinds, ".sgpr_count", ...)
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

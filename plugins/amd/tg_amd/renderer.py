@@ -1,8 +1,136 @@
-"""The LLVM IR renderer specialized for amdgcn-amd-amdhsa (filled in next)."""
-from tg_core.renderer.llvmir import LLVMRenderer
+"""Core's LLVM IR renderer specialized for amdgcn-amd-amdhsa (gfx1100, RDNA3, wave32).
+
+What changes against the host renderer:
+- the kernel is an `amdgpu_kernel`: its arguments (buffer pointers, then the int variables) arrive in the
+  kernarg segment, laid out by LLVM at their natural alignment (`kernarg_layout` computes the same offsets);
+- buffers live in the global address space (1), LDS (DEFINE_LOCAL) in the local one (3), accumulators in
+  private memory (5, registers after mem2reg);
+- the parallel ranges become workgroup and workitem ids (tg_core/codegen/gpudims.py), read with
+  `llvm.amdgcn.workgroup.id.*` / `llvm.amdgcn.workitem.id.x`; the kernel declares its workgroup size
+  (`amdgpu-flat-work-group-size`), which lets LLVM drop barriers of single-wave workgroups;
+- float32 math uses the hardware's transcendental instructions through the amdgcn intrinsics (v_exp_f32,
+  v_log_f32, v_sqrt_f32, v_rcp_f32, v_sin_f32: about 1 ulp), as AMD's own fast math does; sin gets a
+  Cody-Waite reduction to [-pi, pi] first, since v_sin_f32 takes revolutions and loses accuracy on large
+  ones. float16 math runs in float32; pow is LLVM's own expansion. float64 exp2/log2/sin/pow have no AMD
+  instruction and LLVM would need a library call for them (it aborts the process), so they are refused.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tg_core.codegen.gpudims import LaunchDims, add_gpudims
+from tg_core.codegen.opts import Opt
+from tg_core.codegen.program import Program, linearize_kernel
+from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
+from tg_core.renderer.llvmir import LLVMRenderer, _Function, ltype, render_const
+from tg_core.uop.ops import Ops
+from tg_core.uop.uop import UOp
+
+ARCH = "gfx1100"
+MAX_LOCAL = 256  # work-items per workgroup the renderer asks for (8 waves of 32)
+_SPECIALS = {"gidx0": "llvm.amdgcn.workgroup.id.x", "gidx1": "llvm.amdgcn.workgroup.id.y",
+             "gidx2": "llvm.amdgcn.workgroup.id.z", "lidx0": "llvm.amdgcn.workitem.id.x"}
+# f32 op -> the amdgcn intrinsic computing it directly
+_FAST_F32 = {Ops.EXP2: "llvm.amdgcn.exp2.f32", Ops.LOG2: "llvm.amdgcn.log.f32", Ops.SQRT: "llvm.amdgcn.sqrt.f32",
+             Ops.RECIPROCAL: "llvm.amdgcn.rcp.f32"}
+_NO_F64 = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
+# 2*pi split for Cody-Waite: the high part has 12 significant bits, so k*_TWO_PI_HI is exact for |k| < 2**12
+_TWO_PI_HI = 6.28125
+_TWO_PI_LO = 2 * math.pi - 6.28125
+
+
+@dataclass(frozen=True)
+class AMDProgram(Program):
+    """A program for the AMD device, with how to launch it."""
+    launch: LaunchDims
+
+
+def kernarg_layout(program: Program) -> tuple[list[tuple[int, int]], int]:
+    """(offset, size) of each kernel argument in the kernarg segment, and the explicit arguments' end: buffers
+    (8-byte pointers, by PARAM index) then variables, each at its natural alignment, as LLVM lays them out."""
+    by_index = {(p.arg[0] if isinstance(p.arg, tuple) else p.arg): p for p in program.params}
+    sizes = [8 if isinstance(by_index.get(i, UOp.const(dtypes.int64, 0)).dtype, PtrDType) or i not in by_index
+             else by_index[i].dtype.itemsize for i in range(max(by_index, default=-1) + 1)]
+    sizes += [v.dtype.itemsize for v in program.variables]
+    out, at = [], 0
+    for size in sizes:
+        at = (at + size - 1) // size * size
+        out.append((at, size))
+        at += size
+    return out, at
 
 
 class AMDRenderer(LLVMRenderer):
     name = "LLVM"
     device = "AMD"
+    addrspaces = {AddrSpace.GLOBAL: 1, AddrSpace.LOCAL: 3, AddrSpace.REG: 5}
+    calling_convention = "amdgpu_kernel"
     target_triple = "amdgcn-amd-amdhsa"
+    special_intrinsics = _SPECIALS
+    arch = ARCH
+
+    def __init__(self) -> None:
+        from tg_amd.compiler import data_layout  # llvmlite knows the target's layout
+        self.data_layout = data_layout(self.arch)
+
+    def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> AMDProgram:
+        ast, launch = add_gpudims(ast, MAX_LOCAL)
+        chosen = self.opts_for(ast) if opts is None else opts
+        p = linearize_kernel(ast, self.lower_reduce, chosen, self.extra_matcher)
+        return AMDProgram(p.name, p.uops, p.params, p.variables, launch)
+
+    def render(self, program: Program) -> str:
+        self.check_dtypes(program)
+        local = next((int(u.src[0].arg) for u in program.uops if u.op is Ops.SPECIAL and u.arg == "lidx0"), 1)
+        r = copy.copy(self)  # the workgroup size is per kernel
+        r.function_attributes = f'nounwind "amdgpu-flat-work-group-size"="1,{local}"'
+        return _AMDFunction(r, program).text()
+
+
+class _AMDFunction(_Function):
+    """Rendering one program for amdgcn: LDS buffers, barriers and the hardware's math."""
+
+    def render(self, u: UOp) -> None:
+        if u.op is Ops.DEFINE_LOCAL:
+            self.define_local(u)
+        elif u.op is Ops.BARRIER:
+            self.stmt('fence syncscope("workgroup") release')
+            self.stmt("call void @llvm.amdgcn.s.barrier()")
+            self.declares["declare void @llvm.amdgcn.s.barrier()"] = None
+            self.stmt('fence syncscope("workgroup") acquire')
+        else:
+            super().render(u)
+
+    def define_local(self, u: UOp) -> None:
+        """An LDS array: a module-level global in address space 3 (its size goes into group_segment_fixed_size)."""
+        name = f"@lds.{u.arg}" if isinstance(u.arg, (int, str)) else f"@lds.{len(self.declares)}"
+        name = name.replace(" ", "_")
+        elem = "i8" if u.dtype.base is dtypes.bool else ltype(u.dtype.base)
+        self.declares[f"{name} = internal addrspace(3) global [{u.dtype.size} x {elem}] undef, align 16"] = None
+        self.names[u] = name
+
+    def float_alu(self, op: Ops, dt: DType, vals: list[str], *rest: str) -> str:
+        if dt is dtypes.float16 and (op in _FAST_F32 or op is Ops.SIN):
+            wide = [self.cast(dtypes.float16, dtypes.float32, v) for v in vals]
+            return self.cast(dtypes.float32, dtypes.float16, self.float_alu(op, dtypes.float32, wide, *rest))
+        if dt is dtypes.float32 and op in _FAST_F32:
+            return self.call(_FAST_F32[op], "float", [("float", vals[0])])
+        if dt is dtypes.float32 and op is Ops.SIN:
+            return self.sin_f32(vals[0])
+        if dt is dtypes.float64 and op in _NO_F64:
+            raise NotImplementedError(f"the AMD renderer has no float64 {op.name}: gfx1100 has no such instruction "
+                                      f"and tg-amd links no math library (in kernel {self.prog.name})")
+        return super().float_alu(op, dt, vals, *rest)
+
+    def sin_f32(self, x: str) -> str:
+        """sin(x) = v_sin_f32(y / 2pi) with y = x - k*2pi reduced to [-pi, pi] in two fma steps (Cody-Waite)."""
+        inv = render_const(1 / (2 * math.pi), dtypes.float32)
+        k = self.call("llvm.rint.f32", "float", [("float", self.ins(f"fmul float {x}, {inv}"))])
+        nk = self.ins(f"fneg float {k}")
+        fma = "llvm.fma.f32"
+        y = self.call(fma, "float", [("float", nk), ("float", render_const(_TWO_PI_HI, dtypes.float32)), ("float", x)])
+        y = self.call(fma, "float", [("float", nk), ("float", render_const(_TWO_PI_LO, dtypes.float32)), ("float", y)])
+        return self.call("llvm.amdgcn.sin.f32", "float", [("float", self.ins(f"fmul float {y}, {inv}"))])

@@ -1,0 +1,122 @@
+"""Parallel ranges -> GPU ids: a kernel AST's outermost LOOP ranges become workgroup and workitem ids.
+
+The ranges a GPU kernel runs in parallel are the outermost LOOP ranges every effect of the kernel is inside
+(the longest common prefix of the ENDs' range lists): their iterations write disjoint outputs, so each can
+be a work-item. The innermost of them becomes `gidx0*L + lidx0` (workgroup id x times the local size L plus
+the workitem id x), the next `gidx1` and the one before `gidx2` (workgroup ids y and z, one work-item
+deep). Further outer ranges, and every range only some effects are inside, stay loops in each work-item.
+
+When L does not divide the range's size (or the size is symbolic), the last workgroup has work-items past
+the end; every INDEX of the kernel is then gated by `gidx0*L + lidx0 < size`, so such a work-item stores
+nothing and loads only from a safe address (a gated load reads element 0 and yields 0).
+
+`add_gpudims` returns the rewritten AST and the launch dimensions (workgroup counts as expressions over
+the kernel's DEFINE_VARs, evaluated for each call, and the constant local size).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tg_core.dtype import dtypes
+from tg_core.uop.evaluate import evaluate
+from tg_core.uop.ops import AxisType, Ops
+from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
+from tg_core.uop.upat import UPat
+from tg_core.uop.uop import UOp
+
+GROUP_IDS = ("gidx0", "gidx1", "gidx2")
+LOCAL_ID = "lidx0"
+# local sizes tried for a range larger than the maximum, best first: the largest that divides it needs no guard
+_LOCAL_CANDIDATES = (256, 128, 64)
+
+
+@dataclass(frozen=True)
+class LaunchDims:
+    """How to launch a kernel: workgroups per dimension (weakint expressions over DEFINE_VARs) and work-items
+    per workgroup."""
+    global_size: tuple[UOp, UOp, UOp]
+    local_size: tuple[int, int, int]
+
+    def evaluate(self, var_vals: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(workgroups, local size) for the variable values of one call."""
+        out = []
+        for e in self.global_size:
+            env = {u: var_vals[u.arg[0]] for u in e.toposort() if u.op is Ops.DEFINE_VAR}
+            out.append(int(evaluate(e, env)))
+        return (out[0], out[1], out[2]), self.local_size
+
+
+def parallel_ranges(ast: UOp) -> list[UOp]:
+    """The outermost LOOP ranges every effect of `ast` is inside, outermost first."""
+    lists = [list(e.src[1:]) if e.op is Ops.END else [] for e in ast.src]
+    common: list[UOp] = []
+    for rngs in zip(*lists):
+        if any(r is not rngs[0] for r in rngs) or rngs[0].op is not Ops.RANGE or rngs[0].arg[1] is not AxisType.LOOP:
+            break
+        common.append(rngs[0])
+    return common
+
+
+def _local_size(end: UOp, max_local: int) -> int:
+    if end.op is Ops.CONST and end.arg <= max_local:
+        return max(int(end.arg), 1)
+    if end.op is Ops.CONST:
+        for cand in _LOCAL_CANDIDATES:
+            if cand <= max_local and end.arg % cand == 0:
+                return cand
+    return max_local
+
+
+def _drop_ranges(ctx: set[UOp], x: UOp) -> UOp | None:
+    """An END no longer loops over the ranges that became ids; with none left it is just its effect."""
+    if not any(r in ctx for r in x.src[1:]):
+        return None
+    rest = tuple(r for r in x.src[1:] if r not in ctx)
+    return x.replace(src=(x.src[0], *rest)) if rest else x.src[0]
+
+
+def _gate_all(ast: UOp, valid: UOp) -> UOp:
+    """Every INDEX of `ast` (loads inside the index math of others included) gated by `valid` as well."""
+    done: dict[UOp, UOp] = {}
+    for n in ast.toposort():
+        src = tuple(done[s] for s in n.src)
+        new = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+        if n.op is Ops.INDEX:
+            new = new.replace(src=(*new.src[:2], valid if len(new.src) == 2 else new.src[2] & valid))
+        done[n] = new
+    return done[ast]
+
+
+_pm_drop = PatternMatcher([(UPat(Ops.END, name="x"), _drop_ranges)])
+
+
+def add_gpudims(ast: UOp, max_local: int = 256) -> tuple[UOp, LaunchDims]:
+    """`ast` with its parallel ranges replaced by GPU ids (see the module docstring), and its launch dims."""
+    if ast.op is not Ops.SINK:
+        raise TypeError(f"a kernel AST is a SINK, got {ast.op}")
+    if max_local < 1:
+        raise ValueError(f"the maximum local size must be positive, got {max_local}")
+    rngs = parallel_ranges(ast)[-3:]
+    if not rngs:
+        one = UOp.const(dtypes.weakint, 1)
+        return ast, LaunchDims((one, one, one), (1, 1, 1))
+    subs: dict[UOp, UOp] = {}
+    inner = rngs[-1]
+    end = inner.src[0]
+    local = _local_size(end, max_local)
+    groups = (end + (local - 1)) // local if local > 1 else end
+    groups = groups.simplify()
+    lid = UOp.special(local, LOCAL_ID, inner.dtype)
+    single = groups.op is Ops.CONST and groups.arg == 1
+    expr = lid if single else UOp.special(groups, GROUP_IDS[0], inner.dtype) * local + lid
+    subs[inner] = expr
+    sizes = [groups]
+    for gid, r in zip(GROUP_IDS[1:], reversed(rngs[:-1])):
+        subs[r] = UOp.special(r.src[0], gid, r.dtype)
+        sizes.append(r.src[0])
+    while len(sizes) < 3:
+        sizes.append(UOp.const(end.dtype, 1))
+    ast = substitute(graph_rewrite(ast, _pm_drop, ctx=set(subs)), subs)
+    if not (end.op is Ops.CONST and end.arg % local == 0):
+        ast = _gate_all(ast, expr < end)
+    return ast, LaunchDims((sizes[0], sizes[1], sizes[2]), (local, 1, 1))
