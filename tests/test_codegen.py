@@ -363,8 +363,8 @@ def test_apply_opts_splits_ranges():
 
 
 def test_opt_errors():
-    with pytest.raises(OptError, match="must divide"):
-        apply_opts(ew_2d(8, 6), [Opt(OptOps.UPCAST, 1, 4)])
+    with pytest.raises(OptError, match="must be in 1..6"):
+        apply_opts(ew_2d(8, 6), [Opt(OptOps.UPCAST, 1, 7)])
     with pytest.raises(OptError, match="REDUCE axes"):
         apply_opts(ew_2d(8, 6), [Opt(OptOps.UNROLL, 0, 2)])
     nv = UOp.variable("n", 1, 9)
@@ -372,6 +372,89 @@ def test_opt_errors():
     r = UOp.range(nv, 0)
     with pytest.raises(OptError, match="not a constant"):
         apply_opts(kernel(a.index(r).store(UOp.const(F32, 0.0)).end(r)), [Opt(OptOps.UPCAST, 0, 2)])
+
+
+# ---- tails: amounts that do not divide the axis -----------------------------------------------------------------
+
+def _lane_ranges_left(prog) -> bool:
+    return any(u.op is Ops.RANGE and u.arg[1] in (AxisType.UPCAST, AxisType.UNROLL) for u in prog.uops)
+
+
+@pytest.mark.parametrize("n,m,opts", [
+    (7, 13, [Opt(OptOps.UPCAST, 1, 4)]),                            # 3 columns left: a tail range
+    (7, 13, [Opt(OptOps.UPCAST, 1, 6)]),                            # 1 column left: a constant
+    (7, 13, [Opt(OptOps.UPCAST, 0, 3), Opt(OptOps.UPCAST, 1, 5)]),  # both axes: the row tail copies the column split
+    (7, 13, [Opt(OptOps.UPCAST, 1, 5), Opt(OptOps.UPCAST, 0, 3)]),  # the other order
+    (1, 13, [Opt(OptOps.UPCAST, 1, 8)]),
+], ids=str)
+def test_upcast_with_tail_elementwise(n, m, opts):
+    x, y, out = randn(n, m), randn(n, m), np.full((n, m), np.nan, np.float32)
+    prog = run(ew_2d(n, m), [x, y, out], opts=opts)
+    check_program(prog)
+    np.testing.assert_allclose(out, x * y + 1, rtol=1e-6)  # every element written once, none missed
+    assert not _lane_ranges_left(prog)
+
+
+@pytest.mark.parametrize("op,ref", [(Ops.ADD, np.sum), (Ops.MAX, np.max)])
+@pytest.mark.parametrize("amt", [3, 8, 12])
+def test_unroll_with_tail_reduce(op, ref, amt):
+    n, m = 5, 13
+    x, out = randn(n, m), np.zeros(n, np.float32)
+    prog = run(row_sum(n, m, op), [x, out], opts=[Opt(OptOps.UNROLL, 0, amt)])
+    check_program(prog)
+    np.testing.assert_allclose(out, ref(x, axis=1), rtol=1e-5)
+    loads = [u for u in prog.uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    assert len(loads) == amt + (1 if m % amt else 0)  # the lanes, and the tail's one load in its own loop
+
+
+@pytest.mark.parametrize("n,m,k", [(7, 21, 5), (9, 35, 3), (4, 16, 1)])
+def test_matmul_register_tile_with_tails(n, m, k):
+    x, y = randn(n, k), randn(k, m)
+    out = np.zeros((n, m), np.float32)
+    opts = [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2)]
+    prog = run(matmul(n, m, k), [x, y, out], opts=opts[:2] + (opts[2:] if k >= 2 else []))
+    check_program(prog)
+    np.testing.assert_allclose(out, x @ y, rtol=1e-5, atol=1e-5)
+
+
+def test_tail_keeps_values_that_do_not_depend_on_the_split_range_shared():
+    """Splitting softmax's columns with a tail copies the store, not the row's max and sum: still one
+    reduction loop each per row."""
+    n, m = 3, 11
+    x, out = randn(n, m), np.zeros((n, m), np.float32)
+    prog = run(softmax(n, m), [x, out], opts=[Opt(OptOps.UPCAST, 1, 4)])
+    check_program(prog)
+    np.testing.assert_allclose(out, np_softmax(x), rtol=1e-5, atol=1e-7)
+    assert sum(u.op is Ops.DEFINE_REG for u in prog.uops) == 2
+    # the max and sum reductions over a tail: both in the same row loop, combined after their loops
+    prog = run(softmax(n, m), [x, out], opts=[Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.UNROLL, 1, 8)])
+    check_program(prog)
+    np.testing.assert_allclose(out, np_softmax(x), rtol=1e-5, atol=1e-7)
+
+
+def test_tail_int_reduction_exact():
+    n, m = 3, 29
+    a, out = UOp.param(0, dtypes.int32.ptr(n * m)), UOp.param(1, dtypes.int32.ptr(n))
+    i, k = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE)
+    ast = kernel(out.index(i).store((a.index(i * m + k).load() * 3).reduce(Ops.ADD, k)).end(i), name="isum")
+    x = rng.integers(-2**31, 2**31, (n, m), dtype=np.int64).astype(np.int32)
+    res = np.zeros(n, np.int32)
+    run(ast, [x, res], opts=[Opt(OptOps.UNROLL, 0, 8)])
+    np.testing.assert_array_equal(res, (x * np.int32(3)).sum(1, dtype=np.int32))  # wrapping, as numpy's int32
+
+
+def test_tail_of_a_triangular_loop():
+    """A range whose size depends on the split range (cumsum's k < i+1) is renamed in the tail with its
+    size at the tail's index."""
+    n = 11
+    a, out = UOp.param(0, F32.ptr(n)), UOp.param(1, F32.ptr(n))
+    i = UOp.range(n, 0)
+    k = UOp.range(i + 1, 1, AxisType.REDUCE)
+    ast = kernel(out.index(i).store(a.index(k).load().reduce(Ops.ADD, k)).end(i), name="cumsum")
+    x, res = randn(n), np.zeros(n, np.float32)
+    prog = run(ast, [x, res], opts=[Opt(OptOps.UPCAST, 0, 4)])
+    check_program(prog)
+    np.testing.assert_allclose(res, np.cumsum(x), rtol=1e-5, atol=1e-6)
 
 
 # ---- errors ------------------------------------------------------------------------------------------------

@@ -316,6 +316,28 @@ def test_float_flags_knob():
     np.testing.assert_allclose(res, x.sum(1), rtol=1e-5)
 
 
+def test_reduce_flags_only_on_accumulator_updates():
+    """reduce_flags reach the combine of each reduction's update (ADD, and MAX's intrinsic call), and no other
+    float op: out[i] = max_k(a) + sum_k(a*2+1)."""
+    class Fast(LLVMRenderer):
+        float_flags, reduce_flags = "contract", "reassoc"
+    n, m = 3, 37
+    a, out = UOp.param(0, dtypes.float32.ptr(n * m)), UOp.param(1, dtypes.float32.ptr(n))
+    i, k, k2 = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE), UOp.range(m, 2, AxisType.REDUCE)
+    x = a.index(i * m + k).load()
+    total = (x * 2.0 + 1.0).reduce(Ops.ADD, k) + a.index(i * m + k2).load().reduce(Ops.MAX, k2)
+    ast = kernel(out.index(i).store(total).end(i), name="flags")
+    src = Fast().render(linearize_kernel(ast))
+    flagged = [ln for ln in src.splitlines() if "reassoc" in ln]
+    assert len(flagged) == 2 and any("fadd contract reassoc float" in ln for ln in flagged)
+    assert any("call contract reassoc float @llvm.maximum.f32" in ln for ln in flagged)
+    assert sum("fadd contract float" in ln for ln in src.splitlines()) == 2  # x*2+1 and the final sum
+    assert "reassoc" not in LLVMRenderer().render(linearize_kernel(ast))
+    xs, res = np.random.default_rng(2).standard_normal((n, m)).astype(np.float32), np.zeros(n, np.float32)
+    run(ast, [xs, res], renderer=Fast())
+    np.testing.assert_allclose(res, (xs * 2 + 1).sum(1) + xs.max(1), rtol=1e-5)
+
+
 # ---- random expressions: rendered code against tg's own evaluation ------------------------------------------------
 
 def _random_expr(rnd: np.random.Generator, leaves: list[UOp], dt: DType, depth: int) -> UOp:

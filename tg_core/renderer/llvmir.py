@@ -85,9 +85,13 @@ class LLVMRenderer(Renderer):
     target_triple: str | None = None
     data_layout: str | None = None
     function_attributes: str = "nounwind"
-    # fast-math flags on float arithmetic, e.g. "reassoc contract" to let LLVM vectorize float reductions;
+    # fast-math flags on float arithmetic, e.g. "contract" to let LLVM fuse a multiply and an add into an FMA;
     # empty (strict IEEE, results as the reference device computes them) unless a device opts in
     float_flags: str = ""
+    # extra fast-math flags on the combine of a reduction's accumulator update only, e.g. "reassoc": a
+    # reduction's order is unspecified, so LLVM may split it into vector accumulators (the loop vectorizer
+    # needs reassoc for that) without reassociating any other float arithmetic of the kernel
+    reduce_flags: str = ""
     # SPECIAL name -> the intrinsic (no arguments, i32 result) that reads it, e.g. a GPU's workgroup id
     special_intrinsics: dict[str, str] = {}
 
@@ -114,6 +118,7 @@ class _Function:
         self.count = 0
         self.block = "entry"
         self.loops: dict[UOp, str] = {}
+        self.reduce_ops = _reduction_updates(program.uops) if renderer.reduce_flags else set()
 
     # ---- writing ---------------------------------------------------------------------------------------
 
@@ -138,9 +143,9 @@ class _Function:
         space = self.r.addrspaces[dt.addrspace] if isinstance(dt, PtrDType) else 0
         return "ptr" if space == 0 else f"ptr addrspace({space})"
 
-    def call(self, fn: str, ret: str, args: list[tuple[str, str]]) -> str:
+    def call(self, fn: str, ret: str, args: list[tuple[str, str]], flags: str = "") -> str:
         self.declares[f"declare {ret} @{fn}({', '.join(t for t, _ in args)})"] = None
-        return self.ins(f"call {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
+        return self.ins(f"call{flags} {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
 
     # ---- the function ----------------------------------------------------------------------------------
 
@@ -181,7 +186,8 @@ class _Function:
         elif op in _HANDLERS:
             _HANDLERS[op](self, u)
         elif op in GroupOp.ALU:
-            self.names[u] = self.alu(u.op, u.dtype, [s.dtype for s in u.src], [self.names[s] for s in u.src])
+            flags = self.r.reduce_flags if u in self.reduce_ops else ""
+            self.names[u] = self.alu(u.op, u.dtype, [s.dtype for s in u.src], [self.names[s] for s in u.src], flags)
         else:
             raise NotImplementedError(f"the {self.r.name} renderer cannot render {op.name} "
                                       f"(in kernel {self.prog.name})")
@@ -266,13 +272,14 @@ class _Function:
 
     # ---- values ----------------------------------------------------------------------------------------
 
-    def alu(self, op: Ops, dt: DType, src_dts: list[DType], vals: list[str]) -> str:
-        """`op` on already rendered operands; bfloat16 operands are computed in float32."""
+    def alu(self, op: Ops, dt: DType, src_dts: list[DType], vals: list[str], extra_flags: str = "") -> str:
+        """`op` on already rendered operands (float ops get `extra_flags` besides the renderer's
+        float_flags); bfloat16 operands are computed in float32."""
         if op is not Ops.WHERE and dtypes.bfloat16 in src_dts:
             vals = [self.cast(s, dtypes.float32, v) if s is dtypes.bfloat16 else v for s, v in zip(src_dts, vals)]
             src_dts = [dtypes.float32 if s is dtypes.bfloat16 else s for s in src_dts]
             out = dtypes.float32 if dt is dtypes.bfloat16 else dt
-            res = self.alu(op, out, src_dts, vals)
+            res = self.alu(op, out, src_dts, vals, extra_flags)
             return self.cast(dtypes.float32, dtypes.bfloat16, res) if dt is dtypes.bfloat16 else res
         if op in GroupOp.Comparison:
             a = src_dts[0]
@@ -287,14 +294,17 @@ class _Function:
             prod = self.alu(Ops.MUL, dt, src_dts[:2], vals[:2])
             return self.alu(Ops.ADD, dt, [dt, dt], [prod, vals[2]])
         if dtypes.is_float(dt):
-            return self.float_alu(op, dt, vals)
+            return self.float_alu(op, dt, vals, extra_flags)
         return self.int_alu(op, dt, src_dts, vals)
 
-    def float_alu(self, op: Ops, dt: DType, vals: list[str]) -> str:
+    def float_alu(self, op: Ops, dt: DType, vals: list[str], extra_flags: str = "") -> str:
         t = ltype(dt)
+        flags = " ".join(f for f in (self.r.float_flags, extra_flags) if f)
+        flags = f" {flags}" if flags else ""
         if op in _FLOAT_BINARY:
-            flags = f" {self.r.float_flags}" if self.r.float_flags else ""
             return self.ins(f"{_FLOAT_BINARY[op]}{flags} {t} {vals[0]}, {vals[1]}")
+        if op is Ops.MAX:  # a call takes fast-math flags too (a vectorized max reduction needs them)
+            return self.call(f"llvm.maximum.{_INTRINSIC_SUFFIX[dt]}", t, [(t, v) for v in vals], flags)
         if op is Ops.NEG:
             return self.ins(f"fneg {t} {vals[0]}")
         if op is Ops.RECIPROCAL:
@@ -408,6 +418,22 @@ class _Function:
             self.names[u] = self.ins(f"zext i1 {v} to {td}" if src is dtypes.bool else f"trunc {ts} {v} to i1")
         else:
             self.names[u] = self.ins(f"bitcast {ts} {v} to {td}")
+
+
+def _reduction_updates(uops: tuple[UOp, ...]) -> set[UOp]:
+    """The combines of reductions' accumulator updates: the value of a STORE into a DEFINE_REG that is an op
+    on a LOAD of the same accumulator (`acc = acc op x`, as reduce.py lowers a REDUCE)."""
+    def reg_of(index: UOp) -> UOp | None:
+        base = index.src[0] if index.op is Ops.INDEX else None
+        while base is not None and base.op is Ops.AFTER:
+            base = base.src[0]
+        return base if base is not None and base.op is Ops.DEFINE_REG else None
+    out = set()
+    for u in uops:
+        if u.op is Ops.STORE and (reg := reg_of(u.src[0])) is not None and u.src[1].op in (Ops.ADD, Ops.MUL, Ops.MAX):
+            if any(s.op is Ops.LOAD and reg_of(s.src[0]) is reg for s in u.src[1].src):
+                out.add(u.src[1])
+    return out
 
 
 _HANDLERS = {Ops.SPECIAL: _Function.special, Ops.DEFINE_REG: _Function.define_reg, Ops.INDEX: _Function.index,
