@@ -6,7 +6,6 @@ are resolved by assemble(), which starts every branch short (rel8) and lengthens
 reach until nothing changes (lengthening only grows code, so this reaches a fixed point).
 """
 from __future__ import annotations
-import re
 from dataclasses import dataclass, field
 from .operands import Reg, Mem, Imm, Label, Operand, REGS
 from .forms import Form, FORMS, BRANCHES, CONDITIONS, CONDITION_ALIASES, CMP_PREDICATES
@@ -17,6 +16,7 @@ class EncodeError(ValueError):
 
 
 _PTR = {1: "byte", 2: "word", 4: "dword", 8: "qword", 16: "xmmword", 32: "ymmword"}
+_UNSIGNED_IMM = frozenset({"mov", "movabs", "and", "or", "xor"})
 _IMM_WIDTH = {"i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8}
 # recommended multi-byte NOPs (Intel SDM vol. 2B, NOP) by length, and how capstone prints them
 _NOPS: dict[int, tuple[bytes, str]] = {
@@ -25,8 +25,11 @@ _NOPS: dict[int, tuple[bytes, str]] = {
   6: (b"\x66\x0f\x1f\x44\x00\x00", "nop word ptr [rax + rax]"), 7: (b"\x0f\x1f\x80\x00\x00\x00\x00", "nop dword ptr [rax]"),
   8: (b"\x0f\x1f\x84\x00\x00\x00\x00\x00", "nop dword ptr [rax + rax]"),
   9: (b"\x66\x0f\x1f\x84\x00\x00\x00\x00\x00", "nop word ptr [rax + rax]")}
-_CMP_RE = re.compile(r"^vcmp(" + "|".join(CMP_PREDICATES) + r")(ps|pd|ss|sd)$")
-_CC_RE = re.compile(r"^(j|set|cmov)(" + "|".join(sorted(CONDITION_ALIASES, key=len, reverse=True)) + r")$")
+# spellings emit() accepts besides the table's: condition aliases (jz -> je, cmovnae -> cmovb, setnz -> setne)
+# and vcmp pseudo-ops (vcmpltps a, b, c == vcmpps a, b, c, 1)
+_ALIASES: dict[str, str] = {f"{p}{a}": f"{p}{c}" for p in ("j", "set", "cmov") for a, c in CONDITION_ALIASES.items()}
+_CMP_PSEUDO: dict[str, tuple[str, int]] = {f"vcmp{pred}{t}": (f"vcmp{t}", i) for i, pred in enumerate(CMP_PREDICATES)
+                                           for t in ("ps", "pd", "ss", "sd")}
 
 
 def fmt_int(v: int) -> str:
@@ -42,8 +45,7 @@ def _sext(v: int, bits: int) -> int:
 
 def canonical_mnemonic(mnemonic: str) -> str:
   """Condition aliases to the names capstone prints: jz -> je, cmovnae -> cmovb, setnz -> setne."""
-  m = _CC_RE.match(mnemonic)
-  return m.group(1) + CONDITION_ALIASES[m.group(2)] if m else mnemonic
+  return _ALIASES.get(mnemonic, mnemonic)
 
 
 # ---------------------------------------------------------------------------------------------- matching
@@ -78,13 +80,26 @@ def _describe(op: Operand) -> str:
   return f"label {op}"
 
 
+def _shape(op: Operand) -> object:
+  """What form matching sees of an operand apart from an immediate's value: operands of one shape match the same kinds."""
+  if isinstance(op, Reg): return op.name if op.name == "cl" else (op.cls, op.size)
+  if isinstance(op, Mem): return op.size
+  return type(op)
+
+
+_CANDIDATES: dict[tuple, list[Form]] = {}
+
+
 def select_form(mnemonic: str, ops: tuple[Operand, ...]) -> Form:
   """The first form of mnemonic that takes ops, or an EncodeError listing what the mnemonic takes."""
-  forms = FORMS.get(mnemonic)
-  if forms is None: raise EncodeError(f"unknown instruction {mnemonic!r}")
-  for f in forms:
-    if len(f.kinds) == len(ops) and all(_kind_matches(k, o) for k, o in zip(f.kinds, ops)):
-      if all(_imm_fits(k, o, f.opsize) for k, o in zip(f.kinds, ops) if isinstance(o, Imm)): return f
+  key = (mnemonic, *map(_shape, ops))
+  if (cands := _CANDIDATES.get(key)) is None:
+    forms = FORMS.get(mnemonic)
+    if forms is None: raise EncodeError(f"unknown instruction {mnemonic!r}")
+    cands = _CANDIDATES[key] = [f for f in forms if len(f.kinds) == len(ops) and all(map(_kind_matches, f.kinds, ops))]
+  for f in cands:
+    if all(_imm_fits(k, o, f.opsize) for k, o in zip(f.kinds, ops) if isinstance(o, Imm)): return f
+  forms = FORMS[mnemonic]
   hint = ""
   if any(isinstance(o, Mem) and o.size == 0 for o in ops) and mnemonic != "lea": hint = " (memory operands need their size in bytes)"
   allowed = "; ".join(", ".join(f.kinds) or "no operands" for f in forms)
@@ -156,9 +171,11 @@ def _mem_text(m: Mem, disp: int, sized: bool) -> str:
 
 
 def _imm_text(form: Form, kind: str, imm: Imm) -> str:
+  """Capstone prints an immediate as the unsigned operand-size value when it fills the operand or belongs to
+  mov or a bitwise op, and as a signed number when the encoding sign-extends it to a wider operand."""
   bits = form.opsize * 8
   if kind == "u8": return fmt_int(imm.value)
-  if form.text in ("mov", "movabs") or bits == 8: return fmt_int(imm.value & ((1 << bits) - 1))
+  if form.text in _UNSIGNED_IMM or _IMM_WIDTH[kind] * 8 >= bits: return fmt_int(imm.value & ((1 << bits) - 1))
   return fmt_int(_sext(imm.value, _IMM_WIDTH[kind] * 8))
 
 
@@ -202,9 +219,10 @@ class Assembler:
 
   def emit(self, mnemonic: str, *operands: Operand | str | int) -> Instruction:
     ops = tuple(self._operand(o) for o in operands)
-    mnemonic = canonical_mnemonic(mnemonic.lower())
-    if (m := _CMP_RE.match(mnemonic)) is not None:  # vcmpltps a, b, c == vcmpps a, b, c, 1
-      mnemonic, ops = f"vcmp{m.group(2)}", ops + (Imm(CMP_PREDICATES.index(m.group(1))),)
+    mnemonic = _ALIASES.get(mnemonic, mnemonic)
+    if mnemonic in _CMP_PSEUDO:
+      mnemonic, pred = _CMP_PSEUDO[mnemonic]
+      ops += (Imm(pred),)
     if mnemonic in BRANCHES and len(ops) == 1 and isinstance(ops[0], Label):
       inst = Instruction(mnemonic, ops, target=ops[0], long=BRANCHES[mnemonic][0] is None)
     else:

@@ -48,13 +48,7 @@ class Form:
   has_modrm: bool
   imm_size: int          # bytes of immediate (ib/iw/id/io), is4 counts as 1
   text: str              # the mnemonic as printed (movabs for mov r64, imm64)
-
-  @property
-  def opsize(self) -> int:
-    """Operand size in bytes of the first general-purpose/memory operand (what an immediate extends to)."""
-    for k in self.kinds:
-      if k.startswith(("rm", "r", "m")) and k[-1].isdigit(): return int(k.lstrip("rm")) // 8
-    return 8
+  opsize: int            # bytes of the first general-purpose/memory operand: what an immediate extends to
 
   def __str__(self) -> str:
     return f"{self.mnemonic} {', '.join(self.kinds)}"
@@ -81,7 +75,8 @@ def parse_form(mnemonic: str, kinds: str, encoding: str, roles: str, text: str |
     else: raise ValueError(f"form {mnemonic} {kinds}: bad encoding token {t!r}")
   if ("O" in roles) == has_modrm and ("O" in roles or "M" in roles):
     raise ValueError(f"form {mnemonic} {kinds}: roles {roles!r} do not fit encoding {encoding!r}")
-  return Form(mnemonic, ks, roles, prefixes, rex_w, escape, vex, opcode, digit, has_modrm, imm_size, text or mnemonic)
+  opsize = next((int(k.lstrip("rm")) // 8 for k in ks if k[0] in "rm" and k[-1].isdigit()), 8)
+  return Form(mnemonic, ks, roles, prefixes, rex_w, escape, vex, opcode, digit, has_modrm, imm_size, text or mnemonic, opsize)
 
 
 def _sized(size: int) -> tuple[str, str]:
@@ -228,7 +223,7 @@ def _vex_rows() -> list[tuple[str, ...]]:
     packed(name, "66", mp, op, "V V VM", "RVM")
   for name, op, d in (("vpsrlw", "71", 2), ("vpsraw", "71", 4), ("vpsllw", "71", 6), ("vpsrld", "72", 2), ("vpsrad", "72", 4),
                       ("vpslld", "72", 6), ("vpsrlq", "73", 2), ("vpsllq", "73", 6)):
-    packed(name, "66", "0F", op, "V VM u8", "VMI", tail=f"/{d} ib")
+    packed(name, "66", "0F", op, "V V u8", "VMI", tail=f"/{d} ib")  # register source only (memory needs EVEX)
   packed("vpshufd", "66", "0F", "70", "V VM u8", "RMI", tail="/r ib")
   packed("vmovdqu", "F3", "0F", "6F", "V VM", "RM"); packed("vmovdqu", "F3", "0F", "7F", "VM V", "MR")
   packed("vmovdqa", "66", "0F", "6F", "V VM", "RM"); packed("vmovdqa", "66", "0F", "7F", "VM V", "MR")
