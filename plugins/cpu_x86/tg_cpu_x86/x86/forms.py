@@ -114,6 +114,7 @@ def _integer_rows() -> list[tuple[str, ...]]:
     if sz == 8:
       add(("mov", "r64 i64", "W B8+r io", "OI", "movabs"))
       add(("movabs", "r64 i64", "W B8+r io", "OI"))
+    for name, d in (("inc", 0), ("dec", 1)): add((name, f"rm{s}", f"{p}{0xFE + w:02X} /{d}", "M"))
     for name, d in (("not", 2), ("neg", 3), ("mul", 4), ("imul", 5), ("div", 6), ("idiv", 7)):
       add((name, f"rm{s}", f"{p}{0xF6 + w:02X} /{d}", "M"))
     for name, d in (("rol", 0), ("ror", 1), ("shl", 4), ("shr", 5), ("sar", 7)):
@@ -133,6 +134,12 @@ def _integer_rows() -> list[tuple[str, ...]]:
       add(("movzx", f"r{s} rm16", f"{p}0F B7 /r", "RM"))
       add(("movsx", f"r{s} rm16", f"{p}0F BF /r", "RM"))
   add(("movsxd", "r64 rm32", "W 63 /r", "RM"))
+  # BMI: shifts by any register (not only cl) and and-not, with a separate destination
+  for sz, w in ((4, "W0"), (8, "W1")):
+    s = _SIZE_SUFFIX[sz]
+    for name, pp in (("shlx", "66"), ("sarx", "F3"), ("shrx", "F2")): add((name, f"r{s} rm{s} r{s}", f"V.128.{pp}.0F38.{w} F7 /r", "RMV"))
+    add(("andn", f"r{s} r{s} rm{s}", f"V.128.NP.0F38.{w} F2 /r", "RVM"))
+  for name, d in (("prefetchnta", 0), ("prefetcht0", 1), ("prefetcht1", 2), ("prefetcht2", 3)): add((name, "m8", f"0F 18 /{d}", "M"))
   for cc, name in enumerate(CONDITIONS): add((f"set{name}", "rm8", f"0F {0x90 + cc:02X} /0", "M"))
   add(("cwd", "", "66 99", "")); add(("cdq", "", "99", "")); add(("cqo", "", "W 99", ""))
   add(("cwde", "", "98", "")); add(("cdqe", "", "W 98", ""))
@@ -150,10 +157,10 @@ def _vex_rows() -> list[tuple[str, ...]]:
 
   def packed(name: str, pp: str, mp: str, op: str, kinds: str, roles: str, w: str = "W0", tail: str = "/r",
              widths: tuple[int, ...] = (128, 256)) -> None:
-    """One row per vector width; kinds uses V for the vector register and VM for vector-or-memory."""
+    """One row per vector width; in kinds V is the vector register, VM vector-or-memory, MEM memory only."""
     for bits in widths:
       v = "x" if bits == 128 else "y"
-      k = kinds.replace("VM", f"{v}m{bits}").replace("V", v)
+      k = kinds.replace("MEM", f"m{bits}").replace("VM", f"{v}m{bits}").replace("V", v)
       add((name, k, f"V.{bits}.{pp}.{mp}.{w} {op} {tail}", roles))
 
   # float arithmetic: ps/pd packed, ss/sd scalar
@@ -197,6 +204,14 @@ def _vex_rows() -> list[tuple[str, ...]]:
         op = f"{base + off + (t[0] == 's'):02X}"
         if t[0] == "p": packed(f"{fam}{order}{t}", "66", "0F38", op, "V V VM", "RVM", w=w)
         else: add((f"{fam}{order}{t}", f"x x xm{bits}", f"V.128.66.0F38.{w} {op} /r", "RVM"))
+  for name, op in (("vrsqrt", "52"), ("vrcp", "53")):  # ~12-bit approximations
+    packed(f"{name}ps", "NP", "0F", op, "V VM", "RM")
+    add((f"{name}ss", "x x xm32", f"V.128.F3.0F.W0 {op} /r", "RVM"))
+  packed("vmovsldup", "F3", "0F", "12", "V VM", "RM"); packed("vmovshdup", "F3", "0F", "16", "V VM", "RM")
+  for name, load, store in (("vmaskmovps", "2C", "2E"), ("vmaskmovpd", "2D", "2F")):  # masked loads/stores (tails)
+    packed(name, "66", "0F38", load, "V V MEM", "RVM"); packed(name, "66", "0F38", store, "MEM V V", "MVR")
+  for name, w in (("vpmaskmovd", "W0"), ("vpmaskmovq", "W1")):
+    packed(name, "66", "0F38", "8C", "V V MEM", "RVM", w=w); packed(name, "66", "0F38", "8E", "MEM V V", "MVR", w=w)
   add(("vcvtss2sd", "x x xm32", "V.128.F3.0F.W0 5A /r", "RVM"))
   add(("vcvtsd2ss", "x x xm64", "V.128.F2.0F.W0 5A /r", "RVM"))
   for name, pp, op in (("vcvtdq2ps", "NP", "5B"), ("vcvtps2dq", "66", "5B"), ("vcvttps2dq", "F3", "5B")):
