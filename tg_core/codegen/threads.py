@@ -52,11 +52,16 @@ def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK) -> UOp:
     if any(u.op is Ops.DEFINE_VAR and u.arg[0] == CORE_ID for u in ast.toposort()):
         raise ValueError(f"kernel already has a variable named {CORE_ID!r}, which multi-core splitting reserves")
     rng = outer_parallel_range(ast)
-    if rng is None or rng.src[0].vmax < cores or work_estimate(ast) < min_work:
+    # two rows per core at least: a range of one iteration is folded away by codegen's simplification
+    if rng is None or rng.src[0].vmax < 2 * cores or work_estimate(ast) < min_work:
         return ast
     n, core = rng.src[0], UOp.variable(CORE_ID, 0, cores - 1)
-    start = (core * n) // cores
-    rows = (((core + 1) * n) // cores - start).simplify()
+    if n.op is Ops.CONST and n.arg % cores == 0:
+        # equal parts: a constant trip count and an index without division keep the loop easy to vectorize
+        start, rows = core * (n.arg // cores), UOp.const(n.dtype, n.arg // cores)
+    else:
+        start = (core * n) // cores
+        rows = (((core + 1) * n) // cores - start).simplify()
     local = UOp(Ops.RANGE, rng.dtype, (rows,), rng.arg, rng.tag)
     index = local + start
     split = ast.substitute({rng: index})

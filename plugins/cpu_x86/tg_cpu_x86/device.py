@@ -110,6 +110,17 @@ class CPUDevice(Compiled):
             self.pool = CorePool(self.threads)
             self._runners.clear()
 
+    def select_renderer(self, name: str) -> None:
+        """Render with the offered renderer called `name` from now on (benchmarks and tests compare them);
+        kernels compiled so far are forgotten."""
+        by_name = {c.name.upper(): c for c in self.renderers}
+        if name.upper() not in by_name:
+            raise ValueError(f"no renderer {name!r} for {self.device}; offered: {', '.join(by_name) or 'none'}")
+        with self._lock:
+            self.renderer = by_name[name.upper()]
+            self.renderer_reason = f"{name.upper()}: chosen by select_renderer"
+            self._runners.clear()
+
     @property
     def render_with(self) -> Renderer:
         """An instance of the device's renderer class (chosen by the registry right after opening)."""

@@ -1,0 +1,138 @@
+"""Multi-core kernels (tg_core/codegen/threads.py): which kernels are split, that the cores' rows partition
+the range exactly, and that split kernels compute what numpy does when run on the CPU device's pool."""
+import threading
+
+import numpy as np
+import pytest
+
+from tg_core.codegen.threads import CORE_ID, core_count, outer_parallel_range, split_cores, work_estimate
+from tg_core.device import Buffer, Device
+from tg_core.dtype import dtypes
+from tg_core.uop import AxisType, KernelInfo, Ops, UOp
+
+pytest.importorskip("llvmlite.binding")
+from tg_cpu_x86.device import CorePool  # noqa: E402
+
+
+def sink(*effects):
+    return UOp(Ops.SINK, dtypes.void, effects, KernelInfo("k"))
+
+
+def rows_kernel(n: UOp | int, m: int = 3):
+    """out[i*m + j] = i*m + j + sum_k in[k] for i < n, j < m: a 2-D output with a reduction inside."""
+    size = 64 * m
+    inp, out = UOp.param(0, dtypes.int32.ptr(16)), UOp.param(1, dtypes.int32.ptr(size))
+    i, j = UOp.range(n, 0), UOp.range(m, 1)
+    k = UOp.range(16, 2, AxisType.REDUCE)
+    total = inp.index(k).load().reduce(Ops.ADD, k)
+    value = (i * m + j).cast(dtypes.int32) + total
+    return sink(out.index(i * m + j).store(value).end(i, j))
+
+
+def test_split_structure():
+    ast = rows_kernel(12)
+    assert outer_parallel_range(ast).arg == (0, AxisType.LOOP)
+    assert work_estimate(ast) == 12 * 3 * 16
+    split = split_cores(ast, 3, min_work=0)
+    assert core_count(split) == 3 and core_count(ast) == 1
+    core = [u for u in split.toposort() if u.op is Ops.DEFINE_VAR]
+    assert [(v.arg[0], v.arg[1], v.arg[2]) for v in core] == [(CORE_ID, 0, 2)]
+    outer = split.src[0].src[1]
+    assert outer.op is Ops.RANGE and outer.src[0].op is Ops.CONST and outer.src[0].arg == 4  # 12 rows / 3 cores
+
+
+@pytest.mark.parametrize("n, cores", [(12, 2), (13, 2), (7, 3), (100, 7)])
+def test_rows_partition_the_range(n, cores):
+    """Core c's rows are [start, start + trip count): together exactly 0..n-1, each once."""
+    split = split_cores(rows_kernel(n), cores, min_work=0)
+    outer = split.src[0].src[1]
+    core = next(u for u in split.toposort() if u.op is Ops.DEFINE_VAR)
+    store_index = split.src[0].src[0].src[0].src[1]  # STORE(INDEX(out, i*m + j), ...)
+    j = next(u for u in split.toposort() if u.op is Ops.RANGE and u.arg[0] == 1)
+    seen = []
+    for c in range(cores):
+        trips = outer.src[0].evaluate({core: c})
+        seen += [store_index.evaluate({core: c, outer: r, j: 0}) // 3 for r in range(trips)]
+    assert sorted(seen) == list(range(n))
+
+
+def test_what_is_not_split():
+    small = rows_kernel(12)
+    assert split_cores(small, 2) is small  # too little work for the default threshold
+    assert split_cores(small, 1, min_work=0) is small
+    assert split_cores(rows_kernel(3), 2, min_work=0) is rows_kernel(3)  # fewer than two rows per core
+    # a reduction to one value has no parallel range
+    inp, out = UOp.param(0, dtypes.float32.ptr(1 << 20)), UOp.param(1, dtypes.float32.ptr(1))
+    k = UOp.range(1 << 20, 0, AxisType.REDUCE)
+    total = inp.index(k).load().reduce(Ops.ADD, k)
+    scalar = sink(out.index(UOp.const(dtypes.weakint, 0)).store(total))
+    assert outer_parallel_range(scalar) is None and split_cores(scalar, 2, min_work=0) is scalar
+    # two effects not inside one outer range
+    a, b = UOp.param(0, dtypes.int32.ptr(8)), UOp.param(1, dtypes.int32.ptr(8))
+    r0, r1 = UOp.range(8, 0), UOp.range(8, 1)
+    two = sink(a.index(r0).store(r0.cast(dtypes.int32)).end(r0), b.index(r1).store(r1.cast(dtypes.int32)).end(r1))
+    assert split_cores(two, 2, min_work=0) is two
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="positive int"):
+        split_cores(rows_kernel(8), 0)
+    v = UOp.variable(CORE_ID, 0, 3)
+    with pytest.raises(ValueError, match="reserves"):
+        split_cores(rows_kernel(v + 8), 2, min_work=0)
+
+
+@pytest.fixture
+def cpu():
+    dev = Device["CPU"]
+    before = dev.renderer.name
+    dev.select_renderer("LLVM")
+    yield dev
+    dev.configure_threads(0)
+    dev.select_renderer(before)
+
+
+@pytest.mark.parametrize("cores", [2, 3])
+@pytest.mark.parametrize("n", [4, 13, 64])
+def test_split_kernels_run_on_the_pool(cpu, cores, n):
+    cpu.configure_threads(cores, 0)
+    inp = Buffer.from_numpy(np.arange(16, dtype=np.int32), "CPU")
+    out = Buffer.from_numpy(np.full(64 * 3, -7, np.int32), "CPU")
+    runner = cpu.get_runner(rows_kernel(n))
+    assert runner.cores == (cores if n >= 2 * cores else 1)  # two rows per core at least
+    runner([inp, out], {})
+    want = np.full(64 * 3, -7, np.int32)
+    want[:n * 3] = np.arange(n * 3) + np.arange(16).sum()
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_split_kernel_with_variable_rows(cpu):
+    cpu.configure_threads(2, 0)
+    n = UOp.variable("n", 0, 64)
+    inp = Buffer.from_numpy(np.ones(16, dtype=np.int32), "CPU")
+    for rows in (0, 1, 5, 64):
+        out = Buffer.from_numpy(np.full(64 * 3, -1, np.int32), "CPU")
+        runner = cpu.get_runner(rows_kernel(n))
+        assert runner.cores == 2
+        runner([inp, out], {"n": rows})
+        want = np.full(64 * 3, -1, np.int32)
+        want[:rows * 3] = np.arange(rows * 3) + 16
+        np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_pool_runs_parts_concurrently():
+    """Each part on its own thread, the first on the caller's: all parts wait for each other at a barrier."""
+    pool = CorePool(3)
+    barrier = threading.Barrier(3, timeout=5)
+    seen = []
+
+    def part(i):
+        barrier.wait()
+        seen.append((i, threading.current_thread() is threading.main_thread()))
+    try:
+        pool.run(part, [[0], [1], [2]])
+        assert sorted(seen) == [(0, True), (1, False), (2, False)]
+        with pytest.raises(ValueError, match="4 parts of a kernel for a pool of 3 cores"):
+            pool.run(part, [[0]] * 4)
+    finally:
+        pool.close()
