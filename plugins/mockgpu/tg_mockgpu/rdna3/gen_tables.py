@@ -1,0 +1,270 @@
+"""Development aid: regenerate tables.py from llvm-mc-19 (`python -m tg_mockgpu.rdna3.gen_tables > tables.py`).
+
+Not imported at run time. For every encoding it builds instruction words for every opcode number with distinct, known register
+numbers in each field, lets llvm-mc-19 disassemble them, and reads back
+  - the mnemonic LLVM prints (the opcode table),
+  - the operand template: which field each printed operand comes from and how many registers it spans, plus fixed text
+    operands such as the implicit `vcc_lo` of v_add_co_ci_u32_e32,
+  - for every 9-bit source field, how LLVM prints constants in it (32-bit, f16, i16 or 64-bit operand), found by putting the
+    inline constant 1/(2pi) and a literal in it.
+The resulting tables are committed as data; tests then check the decoder against llvm-mc independently.
+"""
+from __future__ import annotations
+
+import pprint
+import re
+import struct
+import subprocess
+import sys
+
+LLVM_MC = ["llvm-mc-19", "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-disassemble", "-show-encoding"]
+SENTINELS = {"s_code_end": 0xBF9F0000, "v_nop": 0x7E000000}
+LIT = 0x12345678                      # a literal no inline constant can stand for
+V = 256                               # 9-bit source code of v0
+
+
+def words(*ws: int) -> bytes:
+    return struct.pack("<" + "I" * len(ws), *ws)
+
+
+def llvm_mc(cases: list[bytes], sentinel: str = "s_code_end") -> list[str | None]:
+    """Disassemble every case; the text of each, or None when llvm-mc does not read it as exactly one valid instruction.
+    llvm-mc reads its input as one byte stream, so four copies of a sentinel instruction follow each case to keep them apart."""
+    sent = words(SENTINELS[sentinel]) * 4
+    text = "\n".join(" ".join(f"0x{b:02x}" for b in c + sent) for c in cases) + "\n"
+    p = subprocess.run(LLVM_MC, input=text, capture_output=True, text=True, check=False)
+    bad = {int(m.group(1)) - 1 for m in re.finditer(r"<stdin>:(\d+):\d+: warning", p.stderr)}
+    insts = [m.group(1) for m in re.finditer(r"^\s*(.*?)\s*; encoding: \[.*\]", p.stdout, re.M)]
+    out: list[str | None] = []
+    k = 0
+    for i in range(len(cases)):
+        got = []
+        while k < len(insts) and insts[k] != sentinel:
+            got.append(insts[k])
+            k += 1
+        n = 0
+        while k < len(insts) and insts[k] == sentinel and n < 4:
+            k += 1
+            n += 1
+        out.append(got[0] if i not in bad and len(got) == 1 and n == 4 else None)
+    assert k == len(insts), "lost track of llvm-mc's output"
+    return out
+
+
+VOP3SD_OPS = {288, 289, 290, 764, 765, 766, 767, 768, 769, 770}
+
+# Register numbers put in each field, so a printed register tells which field it came from: (kind, number) -> field.
+REGS = {
+    "SOP2": {("s", 4): "sdst", ("s", 8): "ssrc0", ("s", 12): "ssrc1"},
+    "SOP1": {("s", 4): "sdst", ("s", 8): "ssrc0"},
+    "SOPK": {("s", 4): "sdst"},
+    "SOPC": {("s", 8): "ssrc0", ("s", 12): "ssrc1"},
+    "SOPP": {},
+    "SMEM": {("s", 16): "sdata", ("s", 8): "sbase", ("s", 12): "soffset"},
+    "VOP1": {("v", 4): "vdst", ("s", 4): "vdst", ("v", 8): "src0", ("s", 8): "src0"},
+    "VOP2": {("v", 4): "vdst", ("v", 8): "src0", ("v", 12): "vsrc1"},
+    "VOPC": {("v", 8): "src0", ("v", 12): "vsrc1"},
+    "VOP3": {("v", 4): "vdst", ("s", 4): "vdst", ("s", 20): "sdst", ("v", 8): "src0", ("s", 8): "src0", ("v", 12): "src1", ("s", 12): "src1",
+             ("v", 16): "src2", ("s", 16): "src2"},
+    "VOP3P": {("v", 4): "vdst", ("v", 8): "src0", ("v", 12): "src1", ("v", 16): "src2"},
+    "VOPD": {("v", 0): "vdstx", ("v", 1): "srcx0", ("v", 2): "vsrcx1", ("v", 3): "vdsty", ("v", 4): "srcy0", ("v", 5): "vsrcy1"},
+    "DS": {("v", 1): "addr", ("v", 2): "data0", ("v", 4): "data1", ("v", 8): "vdst"},
+    "FLAT": {("v", 2): "addr", ("v", 4): "data", ("s", 10): "saddr", ("v", 8): "vdst"},
+    "MUBUF": {("v", 2): "vaddr", ("v", 4): "vdata", ("s", 8): "srsrc", ("v", 8): "vdata"},
+}
+
+
+def variants(enc: str, op: int) -> list[bytes]:
+    """Candidate encodings of one opcode, most operands first; the first one llvm-mc accepts cleanly defines the template."""
+    lit = words(LIT)
+    if enc == "SOP2":
+        b = lambda s0: words((2 << 30) | (op << 23) | (4 << 16) | (12 << 8) | s0)
+        return [b(8), b(255) + lit]
+    if enc == "SOP1":
+        b = lambda s0: words((0x17D << 23) | (4 << 16) | (op << 8) | s0)
+        return [b(8), b(255) + lit]
+    if enc == "SOPK":
+        b = words((0xB << 28) | (op << 23) | (4 << 16) | 0x10)
+        return [b, b + lit]
+    if enc == "SOPC":
+        b = lambda s0: words((0x17E << 23) | (op << 16) | (12 << 8) | s0)
+        return [b(8), b(255) + lit]
+    if enc == "SOPP":
+        return [words((0x17F << 23) | (op << 16) | imm) for imm in (0, 3)]
+    if enc == "SMEM":
+        b = lambda soff: words((0x3D << 26) | (op << 18) | (16 << 6) | 4, (soff << 25) | 0x10)
+        return [b(124), b(12)]
+    if enc == "VOP1":
+        b = lambda s0: words((0x3F << 25) | (4 << 17) | (op << 9) | s0)
+        return [b(V + 8), b(8), b(255) + lit]
+    if enc == "VOP2":
+        b = lambda s0: words((op << 25) | (4 << 17) | (12 << 9) | s0)
+        return [b(V + 8), b(V + 8) + lit, b(255) + lit]
+    if enc == "VOPC":
+        b = lambda s0: words((0x3E << 25) | (op << 17) | (12 << 9) | s0)
+        return [b(V + 8), b(255) + lit]
+    if enc in ("VOP3", "VOP3P"):
+        if enc == "VOP3":
+            sd = (20 << 8) if op in VOP3SD_OPS else 0
+            b = lambda s0, s1, s2: words((0x35 << 26) | (op << 16) | sd | 4, s0 | (s1 << 9) | (s2 << 18))
+        else:   # op_sel_hi defaults to all ones, which LLVM does not print
+            b = lambda s0, s1, s2: words((0xCC << 24) | (op << 16) | (1 << 14) | 4, s0 | (s1 << 9) | (s2 << 18) | (3 << 27))
+        return [b(V + 8, V + 12, V + 16), b(V + 8, V + 12, 16), b(V + 8, 12, 16), b(V + 8, V + 12, 0), b(V + 8, 12, 0),
+                b(V + 8, 0, 0), b(8, 12, 0), b(8, 0, 0), b(0, 0, 0), b(255, V + 12, V + 16) + lit, b(255, V + 12, 0) + lit]
+    if enc in ("VOPDX", "VOPDY"):
+        opx, opy = (op, 4) if enc == "VOPDX" else (3, op)
+        lo = lambda x1: (0x32 << 26) | (opx << 22) | (opy << 17) | (x1 << 9) | (V + 1)
+        hi = lambda y1: (V + 4) | (y1 << 9) | (1 << 17)
+        return [words(lo(2), hi(5)), words(lo(2), hi(5)) + lit, words(lo(0), hi(5)), words(lo(2), hi(0)), words(lo(0), hi(0)),
+                words(lo(0), hi(5)) + lit, words(lo(2), hi(0)) + lit]
+    if enc == "DS":
+        b = lambda a, d0, d1, vd: words((0x36 << 26) | (op << 18), a | (d0 << 8) | (d1 << 16) | (vd << 24))
+        return [b(1, 2, 4, 8), b(1, 2, 0, 8), b(1, 2, 4, 0), b(1, 2, 0, 0), b(1, 0, 0, 8), b(0, 2, 0, 0), b(0, 0, 0, 8),
+                b(1, 0, 0, 0), b(0, 0, 0, 0)]
+    if enc in ("FLAT", "SCRATCH", "GLOBAL"):
+        seg = ("FLAT", "SCRATCH", "GLOBAL").index(enc)
+        b = lambda saddr, sve: words((0x37 << 26) | (op << 18) | (seg << 16), 2 | (4 << 8) | (saddr << 16) | (sve << 23) | (8 << 24))
+        return [b(124, 1), b(124, 0), b(10, 0)] if enc == "SCRATCH" else [b(124, 0), b(10, 0), b(124, 1)]
+    if enc == "MUBUF":
+        return [words((0x38 << 26) | (op << 18), 2 | (4 << 8) | (2 << 16) | (128 << 24))]
+    raise KeyError(enc)
+
+
+OPCODE_SPACE = {"SOP2": 96, "SOP1": 256, "SOPK": 28, "SOPC": 128, "SOPP": 128, "SMEM": 256, "VOP1": 256, "VOP2": 62,
+                "VOPC": 256, "VOP3": 1024, "VOP3P": 128, "VOPDX": 16, "VOPDY": 32, "DS": 256, "FLAT": 128, "SCRATCH": 128,
+                "GLOBAL": 128, "MUBUF": 256}
+
+REG_RE = re.compile(r"^([sv])(\d+)$|^([sv])\[(\d+):(\d+)\]$")
+OPERAND_RE = re.compile(r"[^,\[\s]+(?:\[[^\]]*\])?(?:\([^)]*\))?")
+MODIFIERS = ("offset:", "offset0:", "offset1:", "op_sel:", "op_sel_hi:", "neg_lo:", "neg_hi:", "mul:", "div:")
+FLAGS = ("glc", "slc", "dlc", "clamp", "gds", "offen", "idxen", "tfe")
+# Source fields hold 9-bit (or, for scalar fields, 8-bit) operand codes: SGPRs, specials, constants or VGPRs.
+SRC_CODE_FIELDS = {"ssrc0", "ssrc1", "src0", "src1", "src2", "srcx0", "srcy0", "soffset"}
+# Immediates the disassembler formats itself (waitcnt fields, hwreg(), sendmsg(), offsets).
+IMM_FIELD = {"SOPP": "simm16", "SOPK": "simm16", "SMEM": "offset"}
+
+
+def template(enc: str, text: str) -> tuple[str, tuple]:
+    """Split LLVM's text into the printed mnemonic and an operand template. Each operand is (field, register count, kind) with
+    kind "v" (VGPR field), "s" (scalar operand code), "src" (9-bit source code: register or constant) or "imm" (an immediate
+    the disassembler formats), or a fixed string such as "vcc_lo" or "off". Modifiers (offset:, glc, clamp, ...) are dropped."""
+    regs = REGS["VOPD" if enc.startswith("VOPD") else "FLAT" if enc in ("SCRATCH", "GLOBAL") else enc]
+    mnem, _, rest = text.partition(" ")
+    ops: list = []
+    for tok in OPERAND_RE.findall(rest):
+        m = REG_RE.match(tok)
+        if tok.startswith(MODIFIERS) or tok in FLAGS:
+            continue
+        if m:
+            kind, lo, hi = (m.group(1), int(m.group(2)), int(m.group(2))) if m.group(1) else (m.group(3), int(m.group(4)), int(m.group(5)))
+            if (kind, lo) not in regs:
+                raise ValueError(f"{enc}: cannot place register {tok} of {text!r}")
+            field = regs[(kind, lo)]
+            ops.append((field, hi - lo + 1, "src" if field in SRC_CODE_FIELDS else kind))
+        elif tok == f"0x{LIT:x}":
+            ops.append(("literal", 1, "imm"))
+        elif enc in IMM_FIELD and not (enc == "SMEM" and tok == "16"):
+            if not any(o == (IMM_FIELD[enc], 0, "imm") for o in ops):
+                ops.append((IMM_FIELD[enc], 0, "imm"))
+        elif enc == "SMEM":
+            ops.append(("sdata", 0, "imm"))        # s_atc_probe's first operand is a number in the sdata field
+        elif re.match(r"^v\d+\.[lh]$", tok):
+            raise ValueError(f"{enc}: true16 operand {tok} of {text!r}")
+        else:
+            ops.append(tok)
+    return mnem, tuple(ops)
+
+
+def vopd_halves(text: str) -> tuple[str, str]:
+    x, _, y = text.partition(" :: ")
+    return x.strip(), y.strip()
+
+
+def scan() -> dict[str, dict[int, str]]:
+    """Opcode number -> LLVM's text of the best variant, per encoding."""
+    found: dict[str, dict[int, str]] = {}
+    for enc, n in OPCODE_SPACE.items():
+        cases = [(op, v) for op in range(n) for v in variants(enc, op)]
+        outs = llvm_mc([v for _, v in cases], "v_nop" if enc == "SOPP" else "s_code_end")
+        got: dict[int, str] = {}
+        for (op, _), text in zip(cases, outs):
+            if text and (op not in got or ("Invalid" in got[op] and "Invalid" not in text)):
+                got[op] = text
+        found[enc] = got
+    return found
+
+
+SRC_FIELDS = {"VOP1": ("src0",), "VOP2": ("src0",), "VOPC": ("src0",), "VOP3": ("src0", "src1", "src2"),
+              "VOP3P": ("src0", "src1", "src2")}
+CONST_CLASS = {("0.15915494", "0x12345678"): "b32", ("0.15915494", "0x5678"): "f16", ("0x3118", "0x5678"): "i16",
+               ("0.15915494309189532", "0x12345678"): "b64"}
+
+
+def const_classes(enc: str, base: dict[int, bytes], texts: dict[int, tuple]) -> dict[int, dict[str, str]]:
+    """How LLVM prints constants in each source field of each opcode (see CONST_CLASS)."""
+    shift = {"src0": 0, "src1": 9, "src2": 18}
+    cases, keys = [], []
+    for op, word in base.items():
+        _, ops = texts[op]
+        for f in SRC_FIELDS[enc]:
+            if not any(o[0] == f for o in ops if isinstance(o, tuple)):
+                continue
+            for code in (248, 255):
+                if enc in ("VOP3", "VOP3P"):
+                    lo, hi = struct.unpack("<II", word[:8])
+                    hi = (hi & ~(0x1FF << shift[f])) | (code << shift[f])
+                    w = words(lo, hi)
+                else:
+                    w = words((struct.unpack("<I", word[:4])[0] & ~0x1FF) | code)
+                cases.append(w + words(LIT) if code == 255 else w)
+                keys.append((op, f))
+    outs = llvm_mc(cases)
+    seen: dict[tuple, list] = {}
+    for key, text in zip(keys, outs):
+        seen.setdefault(key, []).append(text)
+    res: dict[int, dict[str, str]] = {}
+    for (op, f), (inl, lit) in seen.items():
+        if inl is None or lit is None or "Invalid" in inl + lit:   # the field takes no constants
+            continue
+        _, ops = texts[op]
+        pos = [i for i, o in enumerate(ops) if o[0] == f][0]
+        tok = lambda t: OPERAND_RE.findall(t.partition(" ")[2])[pos]
+        cls = CONST_CLASS.get((tok(inl).strip("|-"), tok(lit).strip("|-")))
+        if cls is None:
+            raise ValueError(f"{enc} op {op} {f}: unknown constant printing {inl!r} / {lit!r}")
+        res.setdefault(op, {})[f] = cls
+    return res
+
+
+def main() -> None:
+    found = scan()
+    tables: dict[str, dict[int, tuple]] = {}
+    for enc, got in found.items():
+        rows = {}
+        for op, text in sorted(got.items()):
+            if enc.startswith("VOPD"):
+                text = vopd_halves(text)[0 if enc == "VOPDX" else 1]
+            text = re.sub(r"/\*.*?\*/", "", text)
+            try:
+                rows[op] = template(enc, text)
+            except ValueError as e:     # forms we do not support (true16 v_mov_b16) stay out of the tables
+                print(f"skipped: {e}", file=sys.stderr)
+        tables[enc] = rows
+    consts = {}
+    for enc in SRC_FIELDS:
+        base = {}
+        for op in tables[enc]:
+            for v in variants(enc, op):
+                if llvm_mc([v])[0] is not None:
+                    base[op] = v
+                    break
+        consts[enc] = const_classes(enc, base, tables[enc])
+    print('"""RDNA3 (gfx1100) opcode tables, generated from llvm-mc-19 by gen_tables.py; data, do not edit by hand.\n')
+    print("OPS[enc][opcode] = (LLVM's printed mnemonic, operand template); a template entry is (field, register count) or fixed")
+    print("text. CONSTS[enc][opcode][field] says how constants print in a source field: b32, f16, i16 or b64.\n\"\"\"")
+    print("OPS = " + pprint.pformat(tables, width=130, compact=True))
+    print("CONSTS = " + pprint.pformat(consts, width=130, compact=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
