@@ -43,6 +43,7 @@ from typing import Any, Generic, TypeVar
 
 from tg_core.device import Buffer
 from tg_core.engine.realize import _buffers, buffer_of, capture
+from tg_core.tensor import Tensor, _origins
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -80,6 +81,7 @@ class CapturedJit:
     """Everything a replay needs. `structure` and `input_keys` are what a call must match."""
     items: list[JitItem]
     structure: tuple
+    labels: list[str]                # the arguments as errors name them
     input_keys: tuple
     input_desc: list[str]            # the inputs as errors describe them
     input_nodes: list[UOp]           # the capture call's input BUFFER nodes (outputs that view an input)
@@ -135,49 +137,52 @@ class TinyJit(Generic[R]):
 
     # ---- arguments ------------------------------------------------------------------------------------
 
-    def _read_args(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[tuple[str, Any]], dict[str, UOp], tuple]:
-        """(the Tensor arguments with their labels, the variables bound by arguments, the structure)."""
-        from tg_core.tensor import Tensor
-        tensors: list[tuple[str, Any]] = []
-        binds: dict[str, UOp] = {}
-        structure = []
-        labeled = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"keyword argument {k!r}", kwargs[k])
-                                                                       for k in sorted(kwargs)]
-        for label, a in labeled:
+    def _read_args(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, UOp] | None, tuple]:
+        """(the Tensor arguments, the variables bound by arguments, the structure: one entry per argument,
+        positional then keywords by name, and the keywords' names)."""
+        tensors: list[Any] = []
+        binds: dict[str, UOp] | None = None
+        structure: list[Any] = []
+        for a in (args if not kwargs else (*args, *(kwargs[k] for k in sorted(kwargs)))):
             if isinstance(a, Tensor):
-                tensors.append((label, a))
-                structure.append((label, "Tensor"))
+                tensors.append(a)
+                structure.append("Tensor")
             elif isinstance(a, UOp):
                 if a.op is not Ops.BIND:
+                    label = _labels(args, kwargs)[len(structure)]
                     raise JitError(f"TinyJit({self.name}): {label} is an unbound {a.op.name} UOp; pass a bound variable "
                                    "(UOp.variable(name, lo, hi).bind(value)) or a Tensor")
+                binds = binds or {}
                 binds[a.src[0].arg[0]] = a
-                structure.append((label, "variable", a.src[0]))
+                structure.append(("variable", a.src[0]))
             elif isinstance(a, _FROZEN_TYPES):
-                structure.append((label, "value", type(a), a))
+                structure.append(("value", type(a), a))
             else:
-                structure.append((label, "object", type(a)))
-        return tensors, binds, tuple(structure)
+                structure.append(("object", type(a)))
+        return tensors, binds, (tuple(structure), tuple(sorted(kwargs)) if kwargs else ())
 
-    def _prepare_inputs(self, tensors: list[tuple[str, Any]]) -> tuple[tuple, list[UOp]]:
+    def _prepare_inputs(self, tensors: list[Any], args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, list[UOp]]:
         """Realize the input tensors; their view keys and BUFFER nodes."""
-        from tg_core.tensor import Tensor, _storage
-        pending = [t for _, t in tensors if _storage(t.uop) is None]
-        if pending:
-            Tensor.realize_all(*pending)
         keys, nodes = [], []
-        for label, t in tensors:
+        for t in tensors:
             got = _view_key(t.uop)
             if got is None:
-                raise JitError(f"TinyJit({self.name}): {label} ({t.dtype.name} {t.shape}) is not a view of a buffer after "
-                               "realizing it")
+                t.realize()
+                if (got := _view_key(t.uop)) is None:
+                    raise JitError(f"TinyJit({self.name}): {self._tensor_labels(args, kwargs)[len(keys)]} "
+                                   f"({t.dtype.name} {t.shape}) is not a view of a buffer after realizing it")
             keys.append(got[0])
             nodes.append(got[1])
-        if len(set(nodes)) != len(nodes):
-            dup = [label for (label, _), n in zip(tensors, nodes) if nodes.count(n) > 1]
+        if len(nodes) > 1 and len(set(nodes)) != len(nodes):
+            dup = [label for label, n in zip(self._tensor_labels(args, kwargs), nodes) if nodes.count(n) > 1]
             raise JitError(f"TinyJit({self.name}): {' and '.join(dup)} share one buffer; a TinyJit needs distinct "
                            "input buffers (pass a .clone() of one)")
         return tuple(keys), nodes
+
+    @staticmethod
+    def _tensor_labels(args: tuple, kwargs: dict[str, Any]) -> list[str]:
+        values = (*args, *(kwargs[k] for k in sorted(kwargs)))
+        return [label for label, a in zip(_labels(args, kwargs), values) if isinstance(a, Tensor)]
 
     # ---- calls --------------------------------------------------------------------------------------------
 
@@ -186,27 +191,28 @@ class TinyJit(Generic[R]):
             raise JitError(f"TinyJit({self.name}) called while TinyJit({capture.active}) is capturing; "
                            "nested JITs are not supported (call the inner function undecorated)")
         tensors, binds, structure = self._read_args(args, kwargs)
-        keys, nodes = self._prepare_inputs(tensors)
+        keys, nodes = self._prepare_inputs(tensors, args, kwargs)
         if self.captured is not None:
-            return self._replay(tensors, binds, structure, keys, nodes)
+            cap = self.captured
+            if structure != cap.structure or keys != cap.input_keys:
+                raise JitError(self._mismatch(args, kwargs, tensors, structure, keys))
+            return self._replay(cap, binds, nodes)
         if self.cnt == 0:
             ret = self.fxn(*args, **kwargs)
             self._realize_outputs(ret)
             self.cnt = 1
             return ret
         return self._capture(args, kwargs, structure, keys, nodes,
-                             [_describe(t, k) for (_, t), k in zip(tensors, keys)])
+                             [_describe(t, k) for t, k in zip(tensors, keys)])
 
     def _realize_outputs(self, ret: Any) -> list[Any]:
         outs = _tensors_in(ret, self.name)
         if outs:
-            from tg_core.tensor import Tensor
             Tensor.realize_all(*outs)
         return outs
 
     def _capture(self, args: tuple, kwargs: dict[str, Any], structure: tuple, keys: tuple, nodes: list[UOp],
                  desc: list[str]) -> R:
-        from tg_core.tensor import _origins
         capture.active, capture.items, capture.var_vals, capture.rng_keys = self.name, [], {}, []
         try:
             ret = self.fxn(*args, **kwargs)
@@ -224,22 +230,17 @@ class TinyJit(Generic[R]):
             if base is not None:
                 _origins.pop(base, None)
         items = _plan(_make_items(recorded, [buffer_of(n) for n in nodes]), {id(b) for b in rng_keys})
-        self.captured = CapturedJit(items, structure, keys, desc, nodes, dict(var_vals), _template(ret, out_of), rng_keys)
+        self.captured = CapturedJit(items, structure, _labels(args, kwargs), keys, desc, nodes, dict(var_vals), _template(ret, out_of), rng_keys)
         self.cnt = 2
         return ret
 
-    def _replay(self, tensors: list[tuple[str, Any]], binds: dict[str, UOp], structure: tuple, keys: tuple,
-                nodes: list[UOp]) -> R:
-        cap = self.captured
-        if structure != cap.structure or keys != cap.input_keys:
-            raise JitError(self._mismatch(tensors, structure, keys))
+    def _replay(self, cap: CapturedJit, binds: dict[str, UOp] | None, nodes: list[UOp]) -> R:
         var_vals = cap.var_vals
         if binds:
             var_vals = dict(var_vals)
             for name, b in binds.items():
                 var_vals[name] = b.src[1].arg
         if cap.rng_keys:
-            from tg_core.tensor import Tensor
             for buf in cap.rng_keys:
                 buf.copyin(Tensor._next_rng_key())
         in_bufs = [buffer_of(n) for n in nodes]
@@ -253,36 +254,43 @@ class TinyJit(Generic[R]):
                 it.runner(it.bufs, var_vals)
         return _rebuild(cap.ret, cap.input_nodes, nodes)
 
-    def _mismatch(self, tensors: list[tuple[str, Any]], structure: tuple, keys: tuple) -> str:
+    def _mismatch(self, args: tuple, kwargs: dict[str, Any], tensors: list[Any], structure: tuple, keys: tuple) -> str:
         cap = self.captured
         head = f"TinyJit({self.name}) cannot replay this call: "
         tail = "; a TinyJit replays the kernels captured for one signature (call reset() to capture again)"
+        labels = _labels(args, kwargs)
         if structure != cap.structure:
-            if len(structure) != len(cap.structure) or [s[0] for s in structure] != [s[0] for s in cap.structure]:
-                return (head + f"it was captured with {', '.join(s[0] for s in cap.structure) or 'no arguments'} and is "
-                        f"called with {', '.join(s[0] for s in structure) or 'no arguments'}" + tail)
-            for old, new in zip(cap.structure, structure):
+            old_labels = cap.labels
+            if labels != old_labels:
+                return (head + f"it was captured with {', '.join(old_labels) or 'no arguments'} and is "
+                        f"called with {', '.join(labels) or 'no arguments'}" + tail)
+            for label, old, new in zip(labels, cap.structure[0], structure[0]):
                 if old != new:
-                    if old[1] == new[1] == "value":
-                        return (head + f"{new[0]} was {old[3]!r} at capture and is {new[3]!r} now; Python values are "
+                    if old[0] == new[0] == "value":
+                        return (head + f"{label} was {old[2]!r} at capture and is {new[2]!r} now; Python values are "
                                 "frozen into the captured kernels, pass a Tensor or a bound variable instead" + tail)
-                    if old[1] == new[1] == "variable":
-                        return head + f"{new[0]} binds variable {new[2].arg} instead of {old[2].arg}" + tail
-                    return head + f"{new[0]} is a {_kind(new)} but was a {_kind(old)} at capture" + tail
-        for (label, t), old, new, desc in zip(tensors, cap.input_keys, keys, cap.input_desc):
+                    if old[0] == new[0] == "variable":
+                        return head + f"{label} binds variable {new[1].arg} instead of {old[1].arg}" + tail
+                    return head + f"{label} is a {_kind(new)} but was a {_kind(old)} at capture" + tail
+        for label, t, old, new, desc in zip(self._tensor_labels(args, kwargs), tensors, cap.input_keys, keys,
+                                            cap.input_desc):
             if old != new:
                 return head + f"input {label} is {_describe(t, new)}, captured as {desc}" + tail
         raise AssertionError("a mismatch was found but not located")
 
 
-def _kind(s: tuple) -> str:
-    names = {"Tensor": "Tensor", "variable": "bound variable", "value": "Python value"}
-    return names[s[1]] if s[1] in names else s[2].__name__
+def _labels(args: tuple, kwargs: dict[str, Any]) -> list[str]:
+    return [f"argument {i}" for i in range(len(args))] + [f"keyword argument {k!r}" for k in sorted(kwargs)]
+
+
+def _kind(s: Any) -> str:
+    if s == "Tensor":
+        return "Tensor"
+    return {"variable": "bound variable", "value": "Python value"}.get(s[0]) or s[1].__name__
 
 
 def _tensors_in(ret: Any, name: str) -> list[Any]:
     """The tensors in a return value (a Tensor, None, or tuples/lists/dicts of those)."""
-    from tg_core.tensor import Tensor
     if isinstance(ret, Tensor):
         return [ret]
     if ret is None:
@@ -304,7 +312,6 @@ def _template(ret: Any, out_of: dict[int, _Out]) -> Any:
 
 
 def _rebuild(tpl: Any, old_inputs: list[UOp], new_inputs: list[UOp]) -> Any:
-    from tg_core.tensor import Tensor
     if isinstance(tpl, _Out):
         if tpl.input_index is None:
             return Tensor(tpl.node, device=tpl.device)
