@@ -1,0 +1,102 @@
+"""gpudims: parallel ranges -> workgroup/workitem ids. The rewritten kernel is checked by turning every id back
+into a loop over all its values (what a GPU launch does) and running it on the reference interpreter."""
+import numpy as np
+import pytest
+
+from tg_core.codegen.gpudims import add_gpudims, parallel_ranges
+from tg_core.dtype import dtypes
+from tg_core.interpreter import run_kernel
+from tg_core.uop import AxisType, KernelInfo, Ops, UOp
+from tg_core.uop.rewrite import substitute
+
+
+def kernel(*effects: UOp, name: str = "k") -> UOp:
+    return UOp(Ops.SINK, dtypes.void, effects, KernelInfo(name))
+
+
+def as_loops(ast: UOp) -> UOp:
+    """Every SPECIAL id as a LOOP range over its size, enclosing every effect: the launch as a loop nest."""
+    specials = sorted((u for u in ast.toposort() if u.op is Ops.SPECIAL), key=lambda u: u.arg)
+    rngs = {s: UOp.range(s.src[0], 100 + i) for i, s in enumerate(specials)}
+    ast = substitute(ast, rngs)
+    loops = tuple(rngs.values())
+    effects = [e.replace(src=(e.src[0], *loops, *e.src[1:])) if e.op is Ops.END else
+               UOp(Ops.END, dtypes.void, (e, *loops)) if loops else e for e in ast.src]
+    return ast.replace(src=tuple(effects))
+
+
+def saxpy(n) -> UOp:
+    out, a = UOp.param(0, dtypes.float32.ptr(4096)), UOp.param(1, dtypes.float32.ptr(4096))
+    i = UOp.range(n, 0)
+    return kernel(out.index(i).store(a.index(i).load() * 2.0 + 1.0).end(i))
+
+
+@pytest.mark.parametrize("n, local, groups, gated", [(1000, 256, 4, True), (1024, 256, 4, False), (384, 128, 3, False),
+                                                     (40, 40, 1, False), (257, 256, 2, True)])
+def test_one_range(n, local, groups, gated):
+    ast, launch = add_gpudims(saxpy(n))
+    (g, _, _), loc = launch.evaluate({})
+    assert loc == (local, 1, 1) and g == groups
+    assert any(u.op is Ops.INDEX and len(u.src) == 3 for u in ast.toposort()) == gated
+    assert not any(u.op is Ops.RANGE for u in ast.toposort())
+    a = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    out = np.full(4096, -7, np.float32)
+    run_kernel(as_loops(ast), [out, a])
+    np.testing.assert_array_equal(out[:n], a[:n] * 2 + 1)
+    assert (out[n:] == -7).all(), "work-items past the end must not store"
+
+
+def test_symbolic_size():
+    n = UOp.variable("n", 1, 4096)
+    ast, launch = add_gpudims(saxpy(n))
+    for nv in (1, 255, 256, 3000):
+        (g, gy, gz), loc = launch.evaluate({"n": nv})
+        assert (g * loc[0] >= nv > (g - 1) * loc[0]) and (gy, gz) == (1, 1)
+
+
+def test_three_parallel_ranges_and_a_reduction():
+    """(b, r, c) with a reduction over j: c -> x, r -> workgroup y, b -> workgroup z; the loop stays a loop."""
+    B, R, C, J = 3, 5, 300, 4
+    a, out = UOp.param(0, dtypes.int32.ptr(B * R * C * J)), UOp.param(1, dtypes.int32.ptr(B * R * C))
+    b, r, c = UOp.range(B, 0), UOp.range(R, 1), UOp.range(C, 2)
+    j = UOp.range(J, 3, AxisType.REDUCE)
+    flat = (b * R + r) * C + c
+    ast = kernel(out.index(flat).store(a.index(flat * J + j).load().reduce(Ops.ADD, j)).end(b, r, c))
+    assert parallel_ranges(ast) == [b, r, c]
+    new, launch = add_gpudims(ast)
+    assert launch.evaluate({}) == ((2, R, B), (256, 1, 1))
+    src = np.arange(B * R * C * J, dtype=np.int32)
+    got = np.zeros(B * R * C, np.int32)
+    run_kernel(as_loops(new), [src, got])
+    np.testing.assert_array_equal(got, src.reshape(-1, J).sum(1))
+
+
+def test_only_ranges_shared_by_every_effect():
+    """Two stores: one inside (i, k), one inside i only. Only i is parallel; k stays a loop."""
+    a, o1, o2 = (UOp.param(p, dtypes.int32.ptr(64)) for p in range(3))
+    i, k = UOp.range(8, 0), UOp.range(8, 1)
+    ast = kernel(o1.index(i * 8 + k).store(a.index(i * 8 + k).load() + 1).end(i, k),
+                 o2.index(i).store(a.index(i).load() * 3).end(i))
+    assert parallel_ranges(ast) == [i]
+    new, launch = add_gpudims(ast)
+    assert launch.evaluate({}) == ((1, 1, 1), (8, 1, 1))
+    assert [u for u in new.toposort() if u.op is Ops.RANGE] == [k]
+    src = np.arange(64, dtype=np.int32)
+    g1, g2 = np.zeros(64, np.int32), np.zeros(64, np.int32)
+    run_kernel(as_loops(new), [src, g1, g2])
+    np.testing.assert_array_equal(g1, src + 1)
+    np.testing.assert_array_equal(g2[:8], src[:8] * 3)
+
+
+def test_scalar_kernel_runs_once():
+    out = UOp.param(0, dtypes.int32.ptr(1))
+    ast = kernel(out.index(UOp.const(dtypes.weakint, 0)).store(UOp.const(dtypes.int32, 5)))
+    new, launch = add_gpudims(ast)
+    assert new is ast and launch.evaluate({}) == ((1, 1, 1), (1, 1, 1))
+
+
+def test_bad_input():
+    with pytest.raises(TypeError, match="SINK"):
+        add_gpudims(UOp.const(dtypes.int32, 1))
+    with pytest.raises(ValueError, match="positive"):
+        add_gpudims(saxpy(10), max_local=0)
