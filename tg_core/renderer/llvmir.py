@@ -119,6 +119,9 @@ class _Function:
         self.block = "entry"
         self.loops: dict[UOp, str] = {}
         self.reduce_ops = _reduction_updates(program.uops) if renderer.reduce_flags else set()
+        self.open: list[UOp] = []  # the loops open where rendering is
+        self.updates: dict[UOp, int] = {}  # loop -> accumulator updates directly inside it
+        self.metadata: list[str] = []
 
     # ---- writing ---------------------------------------------------------------------------------------
 
@@ -173,7 +176,8 @@ class _Function:
         cc = f"{self.r.calling_convention} " if self.r.calling_convention else ""
         fn = self.r.function_name(self.prog)
         head.append(f"define {cc}void @{fn}({', '.join(args)}) {self.r.function_attributes} {{")
-        return "\n".join(head + ["entry:"] + self.allocas + self.lines + ["  ret void", "}", *self.declares]) + "\n"
+        return "\n".join(head + ["entry:"] + self.allocas + self.lines + ["  ret void", "}", *self.declares,
+                                                                          *self.metadata]) + "\n"
 
     def render(self, u: UOp) -> None:
         op = u.op
@@ -236,6 +240,8 @@ class _Function:
         if value.dtype is dtypes.bool:
             v = self.ins(f"zext i1 {v} to i8")
         text = f"store {_memtype(value.dtype)} {v}, {self.ptr(index.dtype)} {self.names[index]}"
+        if value in self.reduce_ops and self.open:
+            self.updates[self.open[-1]] = self.updates.get(self.open[-1], 0) + 1
         if index not in self.gates:
             self.stmt(text)
             return
@@ -257,6 +263,7 @@ class _Function:
         r = f"%{loop}.i"
         self.stmt(f"{r} = phi {it} [0, %{pre}], [%{loop}.next, %{loop}.latch]")
         self.names[u] = r
+        self.open.append(u)
         go = self.ins(f"icmp slt {it} {r}, {self.names[u.src[0]]}")
         self.stmt(f"br i1 {go}, label %{loop}.body, label %{loop}.exit")
         self.label(f"{loop}.body")
@@ -264,10 +271,20 @@ class _Function:
     def end(self, u: UOp) -> None:
         rng = u.src[-1]
         loop, it = self.loops[rng], ltype(rng.dtype)
+        self.open.pop()
         self.stmt(f"br label %{loop}.latch")
         self.label(f"{loop}.latch")
-        self.stmt(f"%{loop}.next = add {it} {self.names[rng]}, 1")
-        self.stmt(f"br label %{loop}")
+        # i < end <= the type's maximum, so i + 1 cannot wrap: nsw lets LLVM widen the index to 64 bits
+        self.stmt(f"%{loop}.next = add nsw {it} {self.names[rng]}, 1")
+        # several accumulators updated in one loop are lanes codegen made (a register tile, an unrolled
+        # reduction): the SLP vectorizer packs them into vectors. With reassoc the loop vectorizer would
+        # instead widen each lane across iterations (strided loads, spills), so it is turned off there.
+        md = ""
+        if self.updates.get(rng, 0) > 1:
+            n = len(self.metadata)
+            self.metadata += [f"!{n} = distinct !{{!{n}, !{n + 1}}}", f'!{n + 1} = !{{!"llvm.loop.vectorize.enable", i1 false}}']
+            md = f", !llvm.loop !{n}"
+        self.stmt(f"br label %{loop}{md}")
         self.label(f"{loop}.exit")
 
     # ---- values ----------------------------------------------------------------------------------------

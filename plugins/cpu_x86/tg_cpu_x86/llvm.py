@@ -13,7 +13,10 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
+from tg_core.codegen.heuristic import CPUTarget, cpu_opts
+from tg_core.codegen.opts import Opt
 from tg_core.renderer.llvmir import LLVMRenderer
+from tg_core.uop.uop import UOp
 
 OPT_LEVEL = 3  # the new pass manager's speed level (-O3): loop and SLP vectorization, unrolling
 
@@ -52,11 +55,17 @@ HOST = HostTarget.detect()
 
 
 class CPULLVMRenderer(LLVMRenderer):
-    """Core's LLVM IR renderer for the host: its triple and data layout in every module."""
+    """Core's LLVM IR renderer for the host: its triple and data layout in every module; the CPU opts
+    heuristic (register tiles), FMA contraction and reassociable reductions (see docs/architecture.md)."""
     name = "LLVM"
     device = "CPU"
     target_triple = HOST.triple
     data_layout = str(HOST.target_machine().target_data)
+    float_flags = "contract"
+    reduce_flags = "reassoc"
+
+    def opts_for(self, ast: UOp) -> list[Opt]:
+        return cpu_opts(ast, CPUTarget(vector_bytes=64 if "+avx512f" in HOST.features else 32))
 
 
 class LLVMKernel:

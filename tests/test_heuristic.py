@@ -1,0 +1,105 @@
+"""The CPU opts heuristic: which opts it picks for the kernel shapes that matter, and that the kernels it
+shapes (register tiles, tails, vector-width lanes) compute what numpy computes when compiled through LLVM
+with the CPU's fast-math flags."""
+import numpy as np
+import pytest
+
+from tg_core.codegen import Opt, OptOps, linearize_kernel
+from tg_core.codegen.heuristic import CPUTarget, cpu_opts
+from tg_core.dtype import dtypes
+from tg_core.renderer.llvmir import LLVMRenderer
+from tg_core.uop import AxisType, Ops, UOp
+
+pytest.importorskip("llvmlite.binding")
+from test_codegen import ew_2d, matmul, np_softmax, randn, row_sum, softmax  # noqa: E402
+from test_llvmir import kernel, run  # noqa: E402
+
+NO_AUTOVEC = CPUTarget(auto_vectorize=False)
+
+
+class FastCPU(LLVMRenderer):
+    float_flags, reduce_flags = "contract", "reassoc"
+
+
+def test_matmul_gets_a_register_tile():
+    assert cpu_opts(matmul(64, 64, 32)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4)]
+    # AVX-512: two vectors of 16 columns
+    assert cpu_opts(matmul(64, 64, 32), CPUTarget(vector_bytes=64))[0] == Opt(OptOps.UPCAST, 1, 32)
+    # few columns: all of them; few rows: all of them (the full split leaves no LOOP axis, so the count stays)
+    assert cpu_opts(matmul(3, 10, 8)) == [Opt(OptOps.UPCAST, 1, 10), Opt(OptOps.UPCAST, 0, 3)]
+
+
+def test_elementwise_and_row_reductions_left_to_the_loop_vectorizer():
+    assert cpu_opts(ew_2d(64, 64)) == []
+    assert cpu_opts(row_sum(64, 64)) == []
+    assert cpu_opts(softmax(64, 64)) == []
+
+
+def test_without_a_loop_vectorizer_lanes_are_vector_width():
+    assert cpu_opts(ew_2d(64, 64), NO_AUTOVEC) == [Opt(OptOps.UPCAST, 1, 8)]
+    assert cpu_opts(row_sum(64, 64), NO_AUTOVEC) == [Opt(OptOps.UNROLL, 0, 8)]
+    # softmax: its columns, and both of its reductions over them
+    assert cpu_opts(softmax(64, 64), NO_AUTOVEC) == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UNROLL, 0, 8),
+                                                     Opt(OptOps.UNROLL, 1, 8)]
+    # float64: 4 lanes of 32 bytes
+    a, out = UOp.param(0, dtypes.float64.ptr(64)), UOp.param(1, dtypes.float64.ptr(64))
+    r = UOp.range(64, 0)
+    assert cpu_opts(kernel(out.index(r).store(a.index(r).load() * 2.0).end(r)), NO_AUTOVEC) == [Opt(OptOps.UPCAST, 0, 4)]
+
+
+def test_strided_axes_are_not_upcast():
+    """A transpose's contiguous output axis reads with stride n: lanes there would be gathers."""
+    n = 16
+    a, out = UOp.param(0, dtypes.float32.ptr(n * n)), UOp.param(1, dtypes.float32.ptr(n * n))
+    i, j = UOp.range(n, 0), UOp.range(n, 1)
+    ast = kernel(out.index(i * n + j).store(a.index(j * n + i).load()).end(i, j))
+    assert cpu_opts(ast, NO_AUTOVEC) == []
+
+
+@pytest.mark.parametrize("n,m,k", [(64, 64, 32), (13, 37, 19), (5, 10, 784), (3, 9, 2)])
+def test_tiled_matmul_values(n, m, k):
+    x, y, out = randn(n, k), randn(k, m), np.zeros((n, m), np.float32)
+    prog = run(matmul(n, m, k), [x, y, out], opts=cpu_opts(matmul(n, m, k)), renderer=FastCPU())
+    np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)
+    assert sum(u.op is Ops.DEFINE_REG for u in prog.uops) >= min(n, 4) * min(m, 16)
+
+
+@pytest.mark.parametrize("shape", [(7, 13), (3, 64), (1, 5)])
+def test_vector_width_lanes_values(shape):
+    n, m = shape
+    x, y, out = randn(n, m), randn(n, m), np.zeros((n, m), np.float32)
+    run(ew_2d(n, m), [x, y, out], opts=cpu_opts(ew_2d(n, m), NO_AUTOVEC), renderer=FastCPU())
+    np.testing.assert_allclose(out, x * y + 1, rtol=1e-6, atol=1e-6)  # an FMA rounds once
+    s = np.zeros(n, np.float32)
+    run(row_sum(n, m), [x, s], opts=cpu_opts(row_sum(n, m), NO_AUTOVEC), renderer=FastCPU())
+    np.testing.assert_allclose(s, x.sum(1), rtol=1e-5, atol=1e-6)
+    sm = np.zeros((n, m), np.float32)
+    run(softmax(n, m), [x, sm], opts=cpu_opts(softmax(n, m), NO_AUTOVEC), renderer=FastCPU())
+    np.testing.assert_allclose(sm, np_softmax(x), rtol=1e-5, atol=1e-7)
+
+
+def test_int_matmul_tile_is_exact():
+    """Integer kernels get the same tiles; their arithmetic stays exact (wrapping int32, no float flags)."""
+    n, m, k = 6, 20, 7
+    a, b, out = UOp.param(0, dtypes.int32.ptr(n * k)), UOp.param(1, dtypes.int32.ptr(k * m)), UOp.param(2, dtypes.int32.ptr(n * m))
+    i, j, r = UOp.range(n, 0), UOp.range(m, 1), UOp.range(k, 2, AxisType.REDUCE)
+    ast = kernel(out.index(i * m + j).store((a.index(i * k + r).load() * b.index(r * m + j).load()).reduce(Ops.ADD, r))
+                 .end(i, j), name="imatmul")
+    opts = cpu_opts(ast)
+    assert opts and opts[0].op is OptOps.UPCAST
+    rng = np.random.default_rng(3)
+    x = rng.integers(-2**31, 2**31, (n, k), dtype=np.int64).astype(np.int32)
+    y = rng.integers(-2**31, 2**31, (k, m), dtype=np.int64).astype(np.int32)
+    res = np.zeros((n, m), np.int32)
+    run(ast, [x, y, res], opts=opts, renderer=FastCPU())
+    want = ((x.astype(np.int64)[:, :, None] * y.astype(np.int64)[None]).sum(1) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    np.testing.assert_array_equal(res, want)
+
+
+def test_tiled_loops_are_not_loop_vectorized():
+    """A loop updating several accumulators (a register tile) carries metadata turning off LLVM's loop
+    vectorizer (the SLP vectorizer packs the lanes); a plain reduction loop does not."""
+    tiled = FastCPU().render(linearize_kernel(matmul(8, 32, 16), opts=cpu_opts(matmul(8, 32, 16))))
+    assert '!"llvm.loop.vectorize.enable", i1 false' in tiled and ", !llvm.loop !0" in tiled
+    plain = FastCPU().render(linearize_kernel(row_sum(8, 32)))
+    assert "llvm.loop" not in plain

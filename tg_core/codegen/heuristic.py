@@ -1,0 +1,113 @@
+"""The default opts for a CPU: which axes of a kernel become straight-line lanes.
+
+A CPU kernel is fast when its inner loop keeps independent work in vector registers. Two shapes matter:
+
+- **Register tiles** for matmul-like reductions (`REDUCE(ADD)` over products where one operand does not
+  depend on the contiguous output axis `j` and another does not depend on a second output axis `i`):
+  UPCAST `j` by two vectors and `i` by `tile_rows`, so the reduce loop updates `tile_rows x 2` vector
+  accumulators from two vector loads of B and one broadcast of A per row: the GEMM micro-kernel shape
+  (4x16 for fp32 on AVX2: 8 accumulators cover the FMA latency x ports, 11 of 16 registers).
+- **Vector width** on the contiguous axis of everything else, and UNROLL of contiguous reduce axes into
+  that many separate accumulators. Only for targets that do not vectorize loops themselves: LLVM's loop
+  vectorizer already widens a contiguous innermost loop (and, with `reassoc` on the accumulator update,
+  splits a reduction into interleaved vector accumulators); lanes made by opts there turn the loop's
+  unit-stride loads into strided ones across iterations, which it then vectorizes with gathers (measured
+  2x slower for a 16M sum).
+
+A split needs a constant axis size; sizes the amount does not divide get a peeled tail (see opts.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tg_core.codegen.opts import Opt, OptOps, apply_opts, kernel_ranges
+from tg_core.uop.linear import decompose
+from tg_core.uop.ops import AxisType, Ops
+from tg_core.uop.uop import UOp
+
+
+@dataclass(frozen=True)
+class CPUTarget:
+    """What the heuristic needs to know about a CPU and its code generator."""
+    vector_bytes: int = 32          # AVX2; 64 with AVX-512, 16 with SSE/NEON
+    tile_rows: int = 4              # rows of a matmul register tile (times two vectors of columns)
+    auto_vectorize: bool = True     # the backend vectorizes contiguous loops itself (LLVM)
+
+
+def _stride(idx: UOp, r: UOp) -> int | None:
+    """The coefficient of `r` in the index `idx` when `idx` is linear in it (0 if it does not use `r`);
+    None when `r` appears inside a non-linear term (div, mod, ...)."""
+    if r not in idx.ranges:
+        return 0
+    terms, _ = decompose(idx)
+    coeff = terms.get(r)
+    if coeff is None or any(r in b.ranges for b in terms if b is not r):
+        return None
+    return coeff
+
+
+def _const_size(r: UOp) -> int:
+    return r.src[0].arg if r.src[0].op is Ops.CONST else 0
+
+
+def _loads(x: UOp) -> list[UOp]:
+    """The INDEXes of the buffer loads in `x`."""
+    return [u.src[0] for u in x.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+
+
+def _matmul_rows(red: UOp, j: UOp, loops: list[UOp]) -> UOp | None:
+    """For a REDUCE(ADD) of products over loads, an output axis `i` other than `j` that one load of the
+    reduction does not use while another does not use `j`: upcasting both reuses every load across lanes."""
+    if red.arg is not Ops.ADD:
+        return None
+    loads = _loads(red.src[0])
+    if not any(_stride(ld.src[1], j) == 1 for ld in loads):
+        return None
+    without_j = [ld for ld in loads if j not in ld.src[1].ranges]
+    for i in reversed(loops):
+        if i is not j and any(i in ld.src[1].ranges for ld in without_j) and any(
+                i not in ld.src[1].ranges for ld in loads):
+            return i
+    return None
+
+
+def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
+    """The opts for `ast` on `target` (see the module docstring); [] when nothing applies."""
+    stores = [u.src[0] for u in ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
+    if not stores:
+        return []
+    out = stores[0]
+    lanes = max(1, target.vector_bytes // out.dtype.base.itemsize)
+    loops = [r for r in kernel_ranges(ast, AxisType.LOOP) if _const_size(r) > 1]
+    # the contiguous output axis: stride 1 in the (first) store
+    j = next((r for r in reversed(loops) if _stride(out.src[1], r) == 1), None)
+    plan: list[tuple[OptOps, UOp, int]] = []
+    if j is not None:
+        reduces = [u for u in ast.toposort() if u.op is Ops.REDUCE]
+        i = next((m for red in reduces if (m := _matmul_rows(red, j, loops)) is not None), None)
+        if i is not None and _const_size(j) >= lanes:
+            plan += [(OptOps.UPCAST, j, min(2 * lanes, _const_size(j))),
+                     (OptOps.UPCAST, i, min(target.tile_rows, _const_size(i)))]
+            return _resolve(ast, plan)
+        if not target.auto_vectorize and _const_size(j) >= lanes and all(
+                _stride(ld.src[1], j) in (0, 1) for ld in _loads(ast)):
+            plan.append((OptOps.UPCAST, j, lanes))
+    if not target.auto_vectorize:
+        for r in kernel_ranges(ast, AxisType.REDUCE):
+            uses = [ld for ld in _loads(ast) if r in ld.src[1].ranges]
+            if _const_size(r) >= lanes and uses and all(_stride(ld.src[1], r) == 1 for ld in uses):
+                plan.append((OptOps.UNROLL, r, lanes))
+    return _resolve(ast, plan)
+
+
+def _resolve(ast: UOp, plan: list[tuple[OptOps, UOp, int]]) -> list[Opt]:
+    """Opts for (op, range, amount) steps: an opt's axis is counted on the AST the earlier opts leave (a
+    split range keeps its axis id; an axis split into one full group of lanes leaves the count)."""
+    opts: list[Opt] = []
+    for op, rng, amt in plan:
+        kind = AxisType.LOOP if op is OptOps.UPCAST else AxisType.REDUCE
+        axes = [r.arg[0] for r in kernel_ranges(ast, kind)]
+        opt = Opt(op, axes.index(rng.arg[0]), amt)
+        ast = apply_opts(ast, [opt])
+        opts.append(opt)
+    return opts
