@@ -31,7 +31,7 @@ class Command:
 
 COMMANDS: dict[str, Command] = {}
 # modules that register more subcommands when imported
-_COMMAND_MODULES: tuple[str, ...] = ("tg_core.demo",)
+_COMMAND_MODULES: tuple[str, ...] = ("tg_core.demo", "tg_core.bench")
 
 
 def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] | None = None
@@ -130,6 +130,8 @@ def _print_plugin(info: dict[str, Any]) -> None:
         if d["clash_with"]:
             line += f", ALSO PROVIDED BY {', '.join(d['clash_with'])}"
         print(line)
+        if d["description"]:
+            print(f"    about:     {d['description']}")
         if "probe" in d:
             p = d["probe"]
             detail = p["error"] or ", ".join(p["steps"])
