@@ -9,7 +9,8 @@ The device does everything that is the same for every interface: rendering, comp
 does what a GPU and its runtime do: owns GPU memory (virtual addresses, copies to and from the host), loads a
 code object into GPU memory, and runs a dispatch: it writes the kernargs to GPU memory, builds each wave's
 initial state as the descriptor asks (user SGPRs, workgroup ids, packed workitem ids in v0, EXEC, LDS, scratch;
-amd.md 2.5) and waits for the dispatch to finish.
+amd.md 2.5) and waits for the dispatch to finish. The LDS size is `group_segment_fixed_size`: LLVM leaves RSRC2's
+LDS field 0, so a hardware interface ORs ceil(size / 512) << 15 into RSRC2 itself.
 """
 from __future__ import annotations
 
