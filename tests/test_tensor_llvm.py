@@ -60,6 +60,9 @@ CASES = {
     "tril_eye": lambda: Tensor(f32(4, 4)).tril() + Tensor.eye(4),
     "matmul_chain": lambda: (Tensor(f32(3, 4)) @ Tensor(f32(4, 5))) @ Tensor(f32(5, 2)),
     "gelu_sigmoid": lambda: Tensor(f32(16)).gelu() + Tensor(f32(16)).sigmoid(),
+    # one kernel: the hidden layer's matmul is recomputed inside the reductions over logit columns
+    "mlp_loss": lambda: (Tensor(f32(5, 8)) @ Tensor(f32(8, 16))).relu().dot(Tensor(f32(16, 4)))
+    .sparse_categorical_crossentropy(Tensor([0, 1, 2, 3, 0])),
 }
 
 

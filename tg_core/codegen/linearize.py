@@ -69,6 +69,15 @@ def _loop_tree(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]]) -> tuple[dict
         if r not in ends:
             raise LinearizeError(f"{_name(r)} is never closed: no END (or REDUCE) lists it")
     encl = {r: (scope[ends[r]] | frozenset(r.ranges)) - {r} for r in rngs}
+    # a loop inside r is inside every loop r is inside: a value shared by two reductions (a matmul row used
+    # inside a reduction that runs per output column) names only the ranges it uses, not those around them
+    changed = True
+    while changed:
+        changed = False
+        for r in rngs:
+            closed = encl[r].union(*(encl[p] for p in encl[r])) - {r}
+            if closed != encl[r]:
+                encl[r], changed = closed, True
     parent: dict[UOp, UOp | None] = {}
     for r in rngs:
         chain = sorted(encl[r], key=lambda p: len(encl[p]))
