@@ -1,0 +1,66 @@
+"""`tg bench`: the JSON report of a quick run on PYTHON (every case present and verified against numpy),
+and that a wrong result is reported instead of timed. No timing is asserted."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tg_core import bench
+
+ROOT = Path(__file__).resolve().parents[1]
+FIELDS = {"name", "size", "verified", "tg_s", "numpy_s", "ratio", "throughput", "unit", "max_error", "error", "extra"}
+
+
+def _tg(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tg_core", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_quick_json_report_on_python():
+    proc = _tg("bench", "--quick", "--json", "--device", "PYTHON", "--repeat", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["device"] == "PYTHON" and report["quick"] is True and report["repeat"] == 1
+    names = [c["name"] for c in report["cases"]]
+    assert names == ["elementwise", "sum", "matmul", "matmul", "softmax", "mlp", "launch", "launch_jit", "first_mlp"]
+    for c in report["cases"]:
+        assert set(c) == FIELDS
+        assert c["verified"] is True and c["error"] is None and c["max_error"] is None, c
+        assert c["tg_s"] > 0 and c["numpy_s"] > 0
+        assert abs(c["ratio"] - c["numpy_s"] / c["tg_s"]) <= 1e-9 * c["ratio"]
+    units = {c["name"]: c["unit"] for c in report["cases"]}
+    assert units == {"elementwise": "GB/s", "sum": "GB/s", "matmul": "GFLOP/s", "softmax": "GB/s", "mlp": "GFLOP/s",
+                     "launch": "us/kernel", "launch_jit": "us/kernel", "first_mlp": ""}
+    jit = report["cases"][names.index("launch_jit")]
+    assert jit["extra"]["captured_kernels"] == 1
+
+
+def test_table_and_case_selection():
+    proc = _tg("bench", "--quick", "--device", "PYTHON", "--cases", "sum,launch", "--repeat", "1")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("tg bench on PYTHON") and "ratio = numpy time / tg time" in lines[0]
+    assert [ln.split()[0] for ln in lines[2:]] == ["sum", "launch", "launch_jit"]
+
+
+def test_unknown_case_and_bad_repeat():
+    proc = _tg("bench", "--cases", "sum,nope")
+    assert proc.returncode == 2 and "unknown bench case(s) nope; the cases are elementwise, sum" in proc.stderr
+    proc = _tg("bench", "--repeat", "0")
+    assert proc.returncode == 2 and "--repeat must be at least 1" in proc.stderr
+
+
+def test_a_wrong_result_is_reported_not_timed():
+    from tg_core.tensor import Tensor
+    b = bench._Bench("PYTHON", bench.QUICK, 1)
+    x = Tensor(np.arange(4, dtype=np.float32), device="PYTHON").realize()
+    res = b.measure("bad", "4", lambda: (x + 1).realize(), lambda: np.arange(4, dtype=np.float32) + 2, 1e-6, 1e-6,
+                    16, "GB/s")
+    assert not res.verified and res.tg_s is None and res.numpy_s is None and res.ratio is None
+    assert res.max_error == 1.0 and "differs from numpy (max abs error 1)" in res.error
+    report = {"device": "PYTHON", "renderer": None, "quick": True, "repeat": 1, "cases": [bench.asdict(res)]}
+    assert "WRONG/FAILED: result differs from numpy" in bench.format_report(report)
