@@ -22,7 +22,11 @@ def collect_interfaces(device: str) -> dict[str, type]:
     reg = get_registry()
     found: dict[str, type] = {}
     for rec in reg.participants(device):
-        for cls in reg.call(rec, "amd_interfaces") or []:
+        try:
+            classes = reg.call(rec, "amd_interfaces") or []
+        except Exception as e:
+            raise RuntimeError(f"{rec.label}: amd_interfaces() raised {type(e).__name__}: {e}") from e
+        for cls in classes:
             name = getattr(cls, "name", None)
             if not isinstance(name, str):
                 raise TypeError(f"{rec.label}: amd_interfaces() returned {cls!r}, which has no str attribute `name`")
