@@ -1,0 +1,199 @@
+"""Floating-point semantics numpy lacks: fused multiply-add, the division macro's scale/fmas/fixup steps,
+conversions that saturate, and the hardware's flushing transcendental units.
+
+All functions are elementwise over numpy arrays (or scalars) of the operand's float type and return that type.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+f16, f32, f64 = np.float16, np.float32, np.float64
+EXP_BITS = {f16: (10, 0x1F), f32: (23, 0xFF), f64: (52, 0x7FF)}
+UINT = {f16: np.uint16, f32: np.uint32, f64: np.uint64}
+
+
+def exponent(x: np.ndarray) -> np.ndarray:
+    """The biased exponent field of x, as int64."""
+    t = np.asarray(x).dtype.type
+    shift, mask = EXP_BITS[t]
+    return ((np.asarray(x).view(UINT[t]) >> UINT[t](shift)) & UINT[t](mask)).astype(np.int64)
+
+
+def _round_to_odd_f64(p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """p + c in f64 rounded to odd (exact sticky bit), so that a later rounding to a narrower type is correct.
+    p and c are f64 and p + c's exact value needs at most one rounding (p is an exact product of narrower values)."""
+    s = p + c
+    bb = s - p
+    err = (p - (s - bb)) + (c - bb)          # exact error of the f64 sum (TwoSum)
+    bits = s.view(np.int64)
+    inexact = (err != 0) & np.isfinite(s) & ((bits & 1) == 0)
+    step = np.where((err > 0) == (s > 0), 1, -1)
+    return np.where(inexact, bits + step, bits).view(np.float64)
+
+
+def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a * b + c with one rounding, in the type of a."""
+    t = np.result_type(a, b, c).type
+    if t in (f32, f16):
+        p = np.asarray(a, f64) * np.asarray(b, f64)       # exact: 2 x 24 bits < 53
+        return _round_to_odd_f64(np.asarray(p, f64), np.broadcast_to(np.asarray(c, f64), np.shape(p))).astype(t)
+    # f64: the product is split exactly (Dekker) and the three terms are summed with one final rounding in most cases
+    a, b, c = np.asarray(a, f64), np.asarray(b, f64), np.asarray(c, f64)
+    p = a * b
+    e = np.asarray(_two_prod_err(a, b, p))
+    s = p + c
+    bb = s - p
+    err = (p - (s - bb)) + (c - bb)
+    out = s + (err + e)
+    # inf/nan inputs: the error terms are meaningless there
+    return np.where(np.isfinite(p) & np.isfinite(c), out, a * b + c)
+
+
+def _two_prod_err(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> np.ndarray:
+    split = 134217729.0   # 2**27 + 1
+    ah = a * split
+    ah = ah - (ah - a)
+    al = a - ah
+    bh = b * split
+    bh = bh - (bh - b)
+    bl = b - bh
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def ldexp(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    t = np.asarray(x).dtype.type
+    return np.ldexp(x, np.clip(np.asarray(e, np.int64), -2000, 2000).astype(np.int32)).astype(t)
+
+
+def is_denorm(x: np.ndarray) -> np.ndarray:
+    return (exponent(x) == 0) & (x != 0)
+
+
+def flush(x: np.ndarray) -> np.ndarray:
+    """Denormals to zero of the same sign (what the transcendental units do to inputs and results)."""
+    return np.where(is_denorm(x), np.copysign(np.zeros_like(x), x), x)
+
+
+def div_scale(s0: np.ndarray, den: np.ndarray, num: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """V_DIV_SCALE: (scaled value, VCC bit) following the ISA's pseudocode; 64 is the f32 scale, 128 the f64 one."""
+    t = np.asarray(s0).dtype.type
+    scale = 128 if t == f64 else 64
+    mant = 52 if t == f64 else 23
+    big = 768 if t == f64 else 96
+    ed, en = exponent(den), exponent(num)
+    with np.errstate(all="ignore"):
+        inv_den = np.asarray(1.0, f64) / np.asarray(den, f64)
+        quot = (num / den).astype(t)
+    inv_den_tiny = is_denorm(inv_den.astype(t)) if t != f64 else is_denorm(inv_den)
+    quot_tiny = is_denorm(quot)
+    s0_is_den, s0_is_num = s0 == den, s0 == num
+    up, down = ldexp(s0, np.int64(scale)), ldexp(s0, np.int64(-scale))
+    zero = (num == 0) | (den == 0)
+    c1 = ~zero & (en - ed >= big)
+    c2 = ~zero & ~c1 & is_denorm(den)
+    c3 = ~zero & ~c1 & ~c2 & inv_den_tiny & quot_tiny
+    c4 = ~zero & ~c1 & ~c2 & ~c3 & inv_den_tiny
+    c5 = ~zero & ~c1 & ~c2 & ~c3 & ~c4 & quot_tiny
+    c6 = ~zero & ~c1 & ~c2 & ~c3 & ~c4 & ~c5 & (en <= mant)
+    out = np.where(zero, t(np.nan), s0)
+    out = np.where((c1 | c3) & s0_is_den, up, out)
+    out = np.where(c2 | c6, up, out)
+    out = np.where(c4, down, out)
+    out = np.where(c5 & s0_is_num, up, out)
+    vcc = c1 | c3 | c5
+    return out.astype(t), vcc
+
+
+def div_fmas(a: np.ndarray, b: np.ndarray, c: np.ndarray, vcc: np.ndarray) -> np.ndarray:
+    """V_DIV_FMAS: fma, then undo V_DIV_SCALE's scaling where VCC is set (up or down by the scale, told apart by
+    the quotient's exponent; the ISA text's fixed 2**32 does not match what the scale step did)."""
+    t = np.asarray(a).dtype.type
+    scale, bias = (128, 1023) if t == f64 else (64, 127)
+    r = fma(a, b, c)
+    k = np.where(exponent(c) > bias, scale, -scale)
+    return np.where(vcc, ldexp(r, k), r).astype(t)
+
+
+def div_fixup(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
+    """V_DIV_FIXUP: the special cases of num / den, else q with the quotient's sign."""
+    t = np.asarray(q).dtype.type
+    neg = np.signbit(den) ^ np.signbit(num)
+    inf = np.where(neg, t(-np.inf), t(np.inf))
+    zero = np.where(neg, t(-0.0), t(0.0))
+    under = {f16: 2.0 ** -24, f32: 2.0 ** -149, f64: 2.0 ** -1074}[t]
+    over = np.finfo(t).max
+    emax = {f16: 31, f32: 255, f64: 2047}[t]
+    lim = {f16: -25, f32: -150, f64: -1075}[t]
+    out = np.where(neg, -np.abs(q), np.abs(q))
+    out = np.where(exponent(den) == emax, np.where(neg, t(-over), t(over)), out)
+    out = np.where(exponent(num) - exponent(den) < lim, np.where(neg, t(-under), t(under)), out)
+    out = np.where((np.abs(den) == np.inf) | (num == 0), zero, out)
+    out = np.where((den == 0) | (np.abs(num) == np.inf), inf, out)
+    out = np.where((np.abs(den) == np.inf) & (np.abs(num) == np.inf), t(np.nan), out)
+    out = np.where((den == 0) & (num == 0), t(np.nan), out)
+    out = np.where(np.isnan(den), den, out)
+    out = np.where(np.isnan(num), num, out)
+    return out.astype(t)
+
+
+def to_int(x: np.ndarray, dtype: type) -> np.ndarray:
+    """Float to integer: truncate, saturate out-of-range values, NaN to 0."""
+    info = np.iinfo(dtype)
+    with np.errstate(invalid="ignore"):
+        y = np.clip(np.trunc(np.asarray(x, f64)), info.min, info.max)
+    return np.where(np.isnan(y), 0, y).astype(dtype)
+
+
+def fract(x: np.ndarray) -> np.ndarray:
+    t = np.asarray(x).dtype.type
+    r = x - np.floor(x)
+    return np.where(np.isinf(x), t(np.nan), np.minimum(r, np.nextafter(t(1), t(0)))).astype(t)
+
+
+def sin_rev(x: np.ndarray) -> np.ndarray:
+    """V_SIN: the sine of x revolutions (x * 2 pi radians)."""
+    t = np.asarray(x).dtype.type
+    xd = np.asarray(x, f64)
+    return np.sin(2 * np.pi * (xd - np.round(xd))).astype(t)
+
+
+def cos_rev(x: np.ndarray) -> np.ndarray:
+    t = np.asarray(x).dtype.type
+    xd = np.asarray(x, f64)
+    return np.cos(2 * np.pi * (xd - np.round(xd))).astype(t)
+
+
+def trans(fn, x: np.ndarray) -> np.ndarray:
+    """A transcendental unit op: denormal inputs and results flushed, computed exactly rounded from f64."""
+    t = np.asarray(x).dtype.type
+    return flush(fn(np.asarray(flush(x), f64)).astype(t))
+
+
+def fmax(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE maxNum: a NaN operand gives the other one."""
+    return np.fmax(a, b)
+
+
+def fmin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.fmin(a, b)
+
+
+CLASS_BITS = ("snan", "qnan", "-inf", "-norm", "-denorm", "-0", "+0", "+denorm", "+norm", "+inf")
+
+
+def fp_class(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """V_CMP_CLASS: whether x's class is one of the bits set in mask (bit i = CLASS_BITS[i])."""
+    t = np.asarray(x).dtype.type
+    mant_bits = EXP_BITS[t][0]
+    bits = np.asarray(x).view(UINT[t])
+    quiet = ((bits >> UINT[t](mant_bits - 1)) & UINT[t](1)).astype(bool)
+    neg = np.signbit(x)
+    nan, inf, zero, den = np.isnan(x), np.isinf(x), x == 0, is_denorm(x)
+    norm = ~nan & ~inf & ~zero & ~den
+    classes = (nan & ~quiet, nan & quiet, inf & neg, norm & neg, den & neg, zero & neg, zero & ~neg, den & ~neg,
+               norm & ~neg, inf & ~neg)
+    mask = np.asarray(mask).astype(np.uint32)
+    out = np.zeros(np.broadcast_shapes(np.shape(x), np.shape(mask)), bool)
+    for i, c in enumerate(classes):
+        out |= c & ((mask >> np.uint32(i)) & np.uint32(1)).astype(bool)
+    return out
