@@ -134,5 +134,17 @@ def test_pool_runs_parts_concurrently():
         assert sorted(seen) == [(0, True), (1, False), (2, False)]
         with pytest.raises(ValueError, match="4 parts of a kernel for a pool of 3 cores"):
             pool.run(part, [[0]] * 4)
+
+        def fails_on_a_worker(i):
+            if i == 2:
+                raise ZeroDivisionError("part 2")
+        with pytest.raises(ZeroDivisionError, match="part 2"):
+            pool.run(fails_on_a_worker, [[0], [1], [2]])
+        seen.clear()
+        barrier.reset()
+        pool.run(part, [[0], [1], [2]])  # still usable afterwards
+        assert len(seen) == 3
     finally:
         pool.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.run(part, [[0]])

@@ -13,7 +13,6 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tg_core.codegen.threads import CORE_ID, MIN_WORK, core_count, split_cores
@@ -37,24 +36,69 @@ def host_cores() -> int:
 
 
 class CorePool:
-    """`cores - 1` persistent worker threads; the calling thread runs core 0 itself."""
+    """`cores - 1` persistent worker threads; the calling thread runs part 0 itself.
+
+    Each worker waits on a lock of its own and signals another when done: two lock operations per part, no
+    queue or future objects, since this is on the path of every split kernel."""
 
     def __init__(self, cores: int):
         self.cores = cores
-        self._pool = ThreadPoolExecutor(cores - 1, thread_name_prefix="tg-cpu") if cores > 1 else None
+        self._parts: list[tuple[Callable[..., Any], Any] | None] = [None] * cores
+        self._go = [threading.Lock() for _ in range(cores - 1)]
+        self._done = [threading.Lock() for _ in range(cores - 1)]
+        self._errors: list[BaseException] = []
+        self._closed = False
+        self._run_lock = threading.Lock()  # one split kernel at a time uses the workers
+        for go, done in zip(self._go, self._done):
+            go.acquire()
+            done.acquire()
+        self._threads = [threading.Thread(target=self._worker, args=(i,), name=f"tg-cpu-{i + 1}", daemon=True)
+                         for i in range(cores - 1)]
+        for t in self._threads:
+            t.start()
+
+    def _worker(self, i: int) -> None:
+        go, done = self._go[i], self._done[i]
+        while True:
+            go.acquire()
+            if self._closed:
+                return
+            fn, args = self._parts[i + 1]
+            try:
+                fn(*args)
+            except BaseException as e:  # handed to the caller, which re-raises it
+                self._errors.append(e)
+            done.release()
 
     def run(self, fn: Callable[..., Any], args_per_core: list[list[Any]]) -> None:
-        if len(args_per_core) > self.cores:
-            raise ValueError(f"{len(args_per_core)} parts of a kernel for a pool of {self.cores} cores")
-        submit = self._pool.submit if self._pool is not None else None
-        pending = [submit(fn, *a) for a in args_per_core[1:]] if submit else []
-        fn(*args_per_core[0])
-        for p in pending:
-            p.result()
+        """Call `fn(*args)` for each entry of `args_per_core` at once, one per core; return when all have."""
+        n = len(args_per_core)
+        if n > self.cores:
+            raise ValueError(f"{n} parts of a kernel for a pool of {self.cores} cores")
+        if self._closed:
+            raise RuntimeError("this core pool has been closed")
+        with self._run_lock:
+            for i in range(1, n):
+                self._parts[i] = (fn, args_per_core[i])
+                self._go[i - 1].release()
+            try:
+                fn(*args_per_core[0])
+            finally:
+                for i in range(1, n):
+                    self._done[i - 1].acquire()
+            if self._errors:
+                err, self._errors[:] = self._errors[0], []
+                raise err
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        """Stop the workers (they finish the part they run)."""
+        with self._run_lock:
+            if not self._closed:
+                self._closed = True
+                for go in self._go:
+                    go.release()
+                for t in self._threads:
+                    t.join()
 
 
 class CPURunner:
@@ -93,6 +137,7 @@ class CPUDevice(Compiled):
         self._loaded: dict[str | bytes, Any] = {}
         self._renderer: Renderer | None = None
         self._llvm: Any = None
+        self._pools: dict[int, CorePool] = {}
         self.pool: CorePool | None = None
         self.configure_threads(options.get("threads", 0), options.get("thread_min_work", MIN_WORK))
 
@@ -103,11 +148,12 @@ class CPUDevice(Compiled):
         if not isinstance(min_work, int) or min_work < 0:
             raise ValueError(f"CPU thread_min_work must be an int >= 0, got {min_work!r}")
         with self._lock:
-            if self.pool is not None:
-                self.pool.close()
             self.threads = threads or host_cores()
             self.thread_min_work = min_work
-            self.pool = CorePool(self.threads)
+            # pools are kept per size: runners compiled earlier (a JIT may hold some) still use theirs
+            if self.threads not in self._pools:
+                self._pools[self.threads] = CorePool(self.threads)
+            self.pool = self._pools[self.threads]
             self._runners.clear()
 
     def select_renderer(self, name: str) -> None:
@@ -175,8 +221,8 @@ class CPUDevice(Compiled):
 
     def close(self) -> None:
         super().close()
-        if self.pool is not None:
-            self.pool.close()
+        for pool in self._pools.values():
+            pool.close()
 
 
 def _param_index(p: UOp) -> int:
