@@ -116,12 +116,12 @@ class MInst:
     comment: str = field(default="", compare=False)
 
     def used_regs(self) -> list[Reg]:
-        """Registers read, in operand order (implicit ones last)."""
+        """Registers read, in operand order (implicit ones last); a read position may hold an immediate."""
         out: list[Reg] = []
         for i, o in enumerate(self.operands):
             if isinstance(o, Mem):
                 out.extend(o.regs())
-            elif i in self.reads:
+            elif i in self.reads and not isinstance(o, (Imm, Label)):
                 out.append(base_reg(o))
         out.extend(self.implicit_reads)
         return out

@@ -1,0 +1,81 @@
+"""The System V x86-64 ABI as the register allocator's target description: registers, the callee-saved set,
+spill slots and the frame.
+
+Frame: callee-saved registers the function uses are pushed at entry, then one `sub rsp, N` reserves the
+spill area (N keeps rsp 16-byte aligned); before each return `add rsp, N` and the pops undo it. There is
+no frame pointer: rbp is an ordinary callee-saved register, and frame places are addressed from rsp.
+Incoming stack arguments (the seventh integer argument on) sit above the return address.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tg_core.renderer.isa import MOVE, ArchContext, Frame, Imm, MInst, Mem, PReg, View
+
+_GPR_NAMES = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi") + tuple(f"r{n}" for n in range(8, 16))
+GPR = {name: PReg(name, "gpr", num) for num, name in enumerate(_GPR_NAMES)}
+VEC = tuple(PReg(f"xmm{n}", "vec", n) for n in range(16))
+RSP = GPR["rsp"]
+ARG_REGS = tuple(GPR[n] for n in ("rdi", "rsi", "rdx", "rcx", "r8", "r9"))
+CALLEE_SAVED = frozenset(GPR[n] for n in ("rbx", "rbp", "r12", "r13", "r14", "r15"))
+# caller-saved first: a callee-saved register costs a push and a pop, so it is taken only under pressure
+_GPR_ORDER = tuple(GPR[n] for n in ("rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11",
+                                    "rbx", "rbp", "r12", "r13", "r14", "r15"))
+
+
+def gpr_move(dst: PReg | View, src: PReg | View) -> MInst:
+    return MInst("mov", (dst, src), writes=(0,), reads=(1,), kind=MOVE)
+
+
+def vec_move(dst: PReg | View, src: PReg | View) -> MInst:
+    return MInst("vmovaps", (dst, src), writes=(0,), reads=(1,), kind=MOVE)
+
+
+_VEC_STORE = {4: "vmovss", 8: "vmovsd", 16: "vmovups", 32: "vmovups"}
+
+
+class X86Frame(Frame):
+    def __init__(self, saved: Sequence[PReg], spill_bytes: int):
+        pushed = 8 * len(saved)
+        # at entry rsp is 8 past a 16-byte boundary (the return address); keep rsp aligned inside
+        size = -(-spill_bytes // 16) * 16
+        if size and (8 + pushed + size) % 16:
+            size += 8
+        self.arg_base = size + pushed + 8  # the first stack argument, above the pushes and the return address
+        pro = [MInst("push", (r,), reads=(0,)) for r in saved]
+        epi = []
+        if size:
+            pro.append(MInst("sub", (RSP, Imm(size)), writes=(0,), reads=(0,)))
+            epi.append(MInst("add", (RSP, Imm(size)), writes=(0,), reads=(0,)))
+        epi += [MInst("pop", (r,), writes=(0,)) for r in reversed(saved)]
+        super().__init__(pro, epi, size)
+
+    def resolve(self, mem: Mem) -> Mem:
+        ref = mem.frame
+        assert ref is not None
+        disp = ref.index if ref.kind == "slot" else self.arg_base + 8 * ref.index
+        return Mem(base=RSP, disp=disp + mem.disp, size=mem.size)
+
+
+class X86Arch(ArchContext):
+    reg_classes = {"gpr": _GPR_ORDER, "vec": VEC}
+    callee_saved = CALLEE_SAVED
+
+    def slot_size(self, cls: str, width: int) -> int:
+        return width
+
+    def move(self, dst: PReg, src: PReg, width: int) -> MInst:
+        return gpr_move(dst, src) if dst.cls == "gpr" else vec_move(dst, src)
+
+    def spill(self, src: PReg, slot: Mem, width: int) -> MInst:
+        if src.cls == "gpr":
+            return MInst("mov", (slot, View(src, width)), reads=(1,))
+        return MInst(_VEC_STORE[width], (slot, View(src, max(width, 16))), reads=(1,))
+
+    def fill(self, dst: PReg, slot: Mem, width: int) -> MInst:
+        if dst.cls == "gpr":
+            return MInst("mov", (View(dst, width), slot), writes=(0,))
+        return MInst(_VEC_STORE[width], (View(dst, max(width, 16)), slot), writes=(0,))
+
+    def frame(self, saved: Sequence[PReg], spill_bytes: int) -> X86Frame:
+        return X86Frame(saved, spill_bytes)

@@ -1,0 +1,825 @@
+"""Instruction selection: a linear program (tg_core.codegen.Program) -> x86-64 machine instructions on
+virtual registers (tg_core.renderer.isa), by rewrite rules over the program's uops.
+
+Each uop of the program, in order, is matched against `isel_rules` (a PatternMatcher); the matching rule
+emits the instructions for it into the selector (`ctx`). Value representation:
+
+- floats (float32, float64) are scalars in xmm registers (class "vec"), computed with VEX instructions;
+- ints and bools live in general registers (class "gpr"): 64-bit ints use the whole register, everything
+  else 32 bits, with int8/int16 sign-extended and uint8/uint16/bool zero-extended to 32 bits (bool is 0/1),
+  re-extended after each op that could leave the range; nothing reads the upper half of a 32-bit value;
+- an accumulator (DEFINE_REG, always indexed by a constant) is a virtual register: its loads read the
+  register, its stores write it, and an update `acc = acc op x` computes straight into it;
+- loops are bottom-tested (`i = 0`, a guard when the trip count may be zero, body, `i += 1; cmp; jl`);
+- gated loads and stores branch around the access; a gated load's result starts as its alternative;
+- integer division by a value follows alu.py: x/0 and x%0 are 0, MIN/-1 wraps, instead of trapping.
+
+Arguments follow the System V ABI: the buffers (by PARAM index), then the int variables, in rdi, rsi, rdx,
+rcx, r8, r9, then on the stack.
+"""
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Callable
+
+from tg_core.codegen.program import Program
+from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
+from tg_core.renderer.isa import (CJUMP, JUMP, MOVE, RET, FrameRef, Imm, Label, MFunction, MInst, Mem, Operand, View,
+                                  VReg, label)
+from tg_core.uop.ops import GroupOp, Ops
+from tg_core.uop.rewrite import PatternMatcher
+from tg_core.uop.upat import UPat
+from tg_core.uop.uop import UOp
+from tg_cpu_x86.x86.abi import ARG_REGS, GPR
+
+DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
+FLOATS = (dtypes.float32, dtypes.float64)
+INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+        dtypes.uint64)
+SUPPORTED = frozenset((dtypes.bool, *INTS, *FLOATS))
+
+_SFX = {dtypes.float32: "ss", dtypes.float64: "sd"}
+_PK = {dtypes.float32: "ps", dtypes.float64: "pd"}
+_INT_BIN = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "imul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
+_FLOAT_BIN = {Ops.ADD: "vadd", Ops.SUB: "vsub", Ops.MUL: "vmul", Ops.FDIV: "vdiv"}
+# ops that write their result only after reading every source, so an accumulator update may target the
+# accumulator itself (the rules for them take care of two-address forms)
+_IN_PLACE = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.MAX, Ops.MULACC})
+# vcmp predicates with C semantics: < and == are false on NaN, != is true
+_VCMP = {Ops.CMPLT: 1, Ops.CMPEQ: 0, Ops.CMPNE: 4}
+_BOOL_OP = {Ops.ADD: Ops.OR, Ops.MUL: Ops.AND, Ops.MAX: Ops.OR}
+
+
+def _signed(dt: DType) -> bool:
+    return dtypes.is_int(dt) and not dtypes.is_unsigned(dt)
+
+
+def gsize(dt: DType) -> int:
+    """Bytes of the general register view a value of `dt` is computed in."""
+    return 8 if dt.itemsize == 8 else 4
+
+
+def _fits_imm(u: UOp, size: int) -> bool:
+    if u.op is not Ops.CONST or dtypes.is_float(u.dtype):
+        return False
+    v = int(u.arg)
+    return -2**31 <= v < 2**31 or (size == 4 and 0 <= v < 2**32)
+
+
+def _float_bits(value: float, dt: DType) -> bytes:
+    return struct.pack("<f" if dt is dtypes.float32 else "<d", value)
+
+
+class Selector:
+    """The state of selecting one program: instructions per uop, the register of each value, constants."""
+
+    def __init__(self, program: Program):
+        self.prog = program
+        self.uops = program.uops
+        self.pos = {u: i for i, u in enumerate(self.uops)}
+        self.buckets: list[list[MInst]] = [[] for _ in range(len(self.uops) + 1)]  # the last is the preamble
+        self.cur = self.buckets[-1]
+        self.vals: dict[UOp, VReg] = {}
+        self.addrs: dict[UOp, Mem] = {}
+        self.gates: dict[UOp, VReg] = {}
+        self.accs: dict[UOp, VReg] = {}
+        self.wides: dict[UOp, VReg] = {}
+        self.data: dict[bytes, str] = {}
+        self.loops: dict[UOp, tuple[str, str]] = {}
+        self._labels = itertools.count()
+        self.users: dict[UOp, list[UOp]] = {}
+        for u in self.uops:
+            for s in u.src:
+                self.users.setdefault(s, []).append(u)
+        self.fold_into = self._accumulator_updates()
+        self.folded_adds = {u.src[1] for u in self.uops if u.op is Ops.INDEX and self._disp_fold(u) is not None}
+
+    # ---- analysis --------------------------------------------------------------------------------------
+
+    def _acc_of(self, idx: UOp) -> UOp | None:
+        """The DEFINE_REG an INDEX addresses (through AFTERs), if it is an accumulator."""
+        buf = idx.src[0]
+        while buf.op is Ops.AFTER:
+            buf = buf.src[0]
+        return buf if buf.op is Ops.DEFINE_REG else None
+
+    def _accumulator_updates(self) -> dict[UOp, UOp]:
+        """ALU results computed straight into their accumulator: the value of a STORE to an accumulator whose
+        only user is that store, when no load of the accumulator is used between the ALU and the store."""
+        out: dict[UOp, UOp] = {}
+        for u in self.uops:
+            if u.op is not Ops.STORE or u.src[0].op is not Ops.INDEX or self._acc_of(u.src[0]) is None:
+                continue
+            v = u.src[1]
+            if v.op not in _IN_PLACE or self.users.get(v) != [u] or v not in self.pos:
+                continue
+            acc = self._acc_of(u.src[0])
+            lo, hi = self.pos[v], self.pos[u]
+            reads_between = any(w.op is Ops.LOAD and w.src[0].op is Ops.INDEX and self._acc_of(w.src[0]) is acc and
+                                any(lo < self.pos[x] < hi for x in self.users.get(w, ())) for w in self.uops[:hi])
+            if not reads_between:
+                out[v] = acc
+        return out
+
+    def _disp_fold(self, idx: UOp) -> int | None:
+        """`buf[x + c]` addresses buf[x] + c*size: the constant c, when the ADD has no other user."""
+        if len(idx.src) < 2 or self._acc_of(idx) is not None:
+            return None
+        i = idx.src[1]
+        if i.op is Ops.ADD and i.src[1].op is Ops.CONST and self.users.get(i) == [idx]:
+            disp = int(i.src[1].arg) * idx.dtype.base.itemsize
+            if -2**31 <= disp < 2**31:
+                return int(i.src[1].arg)
+        return None
+
+    # ---- emitting --------------------------------------------------------------------------------------
+
+    def ins(self, op: str, *operands: Operand, w: tuple[int, ...] = (), r: tuple[int, ...] = (),
+            kind: str = "normal", target: str | None = None, iw: tuple = (), ir: tuple = ()) -> MInst:
+        inst = MInst(op, operands, writes=w, reads=r, kind=kind, target=target, implicit_writes=iw, implicit_reads=ir)
+        self.cur.append(inst)
+        return inst
+
+    def label(self) -> str:
+        return f".L{next(self._labels)}"
+
+    def place(self, name: str) -> None:
+        self.cur.append(label(name))
+
+    def jump(self, cc: str, target: str) -> None:
+        self.ins(cc, Label(target), kind=JUMP if cc == "jmp" else CJUMP, target=target)
+
+    def move(self, d: VReg, s: VReg, size: int | None = None) -> None:
+        """A copy the allocator may coalesce away."""
+        if d is s:
+            return
+        if d.cls == "gpr":
+            sz = size or d.width
+            self.ins("mov", View(d, sz), View(s, sz), w=(0,), r=(1,), kind=MOVE)
+        else:
+            self.ins("vmovaps", d, s, w=(0,), r=(1,), kind=MOVE)
+
+    def const_data(self, blob: bytes) -> str:
+        if blob not in self.data:
+            self.data[blob] = f"c{len(self.data)}"
+        return self.data[blob]
+
+    def new(self, dt: DType) -> VReg:
+        return VReg("vec", dt.itemsize) if dtypes.is_float(dt) else VReg("gpr", gsize(dt))
+
+    def out(self, u: UOp, in_place: bool = False) -> VReg:
+        """The register u's result goes to: its accumulator for in-place updates (only rules that read all
+        sources before writing ask for it), else a new one."""
+        d = self.accumulator(self.fold_into[u]) if in_place and u in self.fold_into else self.new(u.dtype)
+        self.vals[u] = d
+        return d
+
+    def accumulator(self, acc: UOp) -> VReg:
+        if acc not in self.accs:
+            self.accs[acc] = self.new(acc.dtype.base)
+        return self.accs[acc]
+
+    def reg(self, u: UOp) -> VReg:
+        """The register holding u's value; a constant is materialized where the program defines it."""
+        if u in self.vals:
+            return self.vals[u]
+        if u.op is not Ops.CONST:
+            raise RuntimeError(f"X86 isel: {u.op.name} is used before it was selected")
+        d = self.new(u.dtype)
+        saved, self.cur = self.cur, self.buckets[self.pos.get(u, len(self.uops))]
+        if dtypes.is_float(u.dtype):
+            if _float_bits(u.arg, u.dtype) == bytes(u.dtype.itemsize):
+                inst = self.ins("vxorps", d, d, d, w=(0,))  # the zero idiom: no source is read
+            else:
+                name = self.const_data(_float_bits(u.arg, u.dtype))
+                inst = self.ins("vmov" + _SFX[u.dtype], d, Mem(data=name, size=u.dtype.itemsize), w=(0,))
+        else:
+            inst = self.ins("mov", View(d, d.width), Imm(int(u.arg)), w=(0,))
+        d.remat = inst
+        self.cur = saved
+        self.vals[u] = d
+        return d
+
+    def wide(self, u: UOp) -> VReg:
+        """A 32-bit index sign-extended for addressing, computed once where the index is defined (so it
+        dominates every address using it)."""
+        if u not in self.wides:
+            i = self.reg(u)
+            saved, self.cur = self.cur, self.buckets[self.pos.get(u, len(self.uops))]
+            self.wides[u] = w = VReg("gpr", 8)
+            self.ins("movsxd", w, View(i, 4), w=(0,), r=(1,))
+            self.cur = saved
+        return self.wides[u]
+
+    def src(self, u: UOp, size: int) -> Operand:
+        """An int operand: an immediate where the constant fits, else the register at `size` bytes."""
+        return Imm(int(u.arg)) if _fits_imm(u, size) else View(self.reg(u), size)
+
+    def extend(self, d: VReg, dt: DType) -> None:
+        """Restore the 32-bit form of a narrow int after an op that may have left its range."""
+        if dt.itemsize < 4 and dt is not dtypes.bool:
+            op = "movsx" if _signed(dt) else "movzx"
+            self.ins(op, View(d, 4), View(d, dt.itemsize), w=(0,), r=(1,))
+
+    def bool_from_flags(self, d: VReg, cc: str) -> None:
+        self.ins("set" + cc, View(d, 1), w=(0,))
+        self.ins("movzx", View(d, 4), View(d, 1), w=(0,), r=(1,))
+
+    def two_address(self, op: str, d: VReg, a: VReg, b: Operand, size: int, commutative: bool) -> None:
+        """d = a op b with x86's `op d, b` (d is read and written), whatever registers d, a, b are."""
+        if isinstance(b, View) and b.reg is d and a is not d:
+            if commutative:
+                a, b = b.reg, View(a, size)
+            else:
+                t = VReg("gpr", d.width)
+                self.two_address(op, t, a, b, size, commutative)
+                self.move(d, t, size)
+                return
+        self.move(d, a, size)
+        self.ins(op, View(d, size), b, w=(0,), r=(0, 1))
+
+
+# ---- rules ---------------------------------------------------------------------------------------------
+
+def _arg_position(ctx: Selector, u: UOp) -> int:
+    if u.op is Ops.PARAM:
+        return u.arg[0] if isinstance(u.arg, tuple) else u.arg
+    nparams = max(((p.arg[0] if isinstance(p.arg, tuple) else p.arg) for p in ctx.prog.params), default=-1) + 1
+    names = [v.arg[0] for v in ctx.prog.variables]
+    return nparams + names.index(u.arg[0])
+
+
+def sel_argument(ctx: Selector, u: UOp) -> None:
+    """Arguments are copied out of their ABI places at entry (the preamble), so the argument registers are
+    free after the first instructions."""
+    k = _arg_position(ctx, u)
+    size = 8 if isinstance(u.dtype, PtrDType) else gsize(u.dtype)
+    d = VReg("gpr", size)
+    saved, ctx.cur = ctx.cur, ctx.buckets[-1]
+    if k < len(ARG_REGS):
+        ctx.move(d, VReg("gpr", 8, fixed=ARG_REGS[k]), size)
+    else:
+        ctx.ins("mov", View(d, size), Mem(frame=FrameRef("arg", k - len(ARG_REGS)), size=size), w=(0,))
+    ctx.cur = saved
+    ctx.vals[u] = d
+
+
+def sel_const(ctx: Selector, u: UOp) -> None:
+    return None  # materialized by the first use that needs a register (ctx.reg), where the program has it
+
+
+def sel_alias(ctx: Selector, u: UOp) -> None:
+    if u.src[0] in ctx.vals:
+        ctx.vals[u] = ctx.vals[u.src[0]]
+
+
+def sel_nothing(ctx: Selector, u: UOp) -> None:
+    return None
+
+
+def sel_index(ctx: Selector, u: UOp) -> None:
+    if ctx._acc_of(u) is not None:
+        if u.src[1].op is not Ops.CONST:
+            raise NotImplementedError(f"X86: accumulator {u.src[0]} indexed by a non-constant")
+        return
+    buf, idx = ctx.reg(u.src[0]), u.src[1]
+    size = u.dtype.base.itemsize
+    c = ctx._disp_fold(u)
+    if c is not None:
+        idx, disp = idx.src[0], c * size
+    else:
+        disp = 0
+    if idx.op is Ops.CONST and -2**31 <= (disp + int(idx.arg) * size) < 2**31:
+        ctx.addrs[u] = Mem(base=buf, disp=disp + int(idx.arg) * size, size=size)
+    else:
+        i = ctx.reg(idx) if idx.dtype.itemsize == 8 else ctx.wide(idx)
+        ctx.addrs[u] = Mem(base=buf, index=i, scale=size, disp=disp, size=size)
+    if len(u.src) == 3:
+        ctx.gates[u] = ctx.reg(u.src[2])
+
+
+def _load_inst(ctx: Selector, d: VReg, dt: DType, mem: Mem) -> None:
+    if dtypes.is_float(dt):
+        ctx.ins("vmov" + _SFX[dt], d, mem, w=(0,))
+    elif dt.itemsize >= 4:
+        ctx.ins("mov", View(d, dt.itemsize), mem, w=(0,))
+    else:
+        ctx.ins("movsx" if _signed(dt) else "movzx", View(d, 4), mem, w=(0,))
+
+
+def sel_load(ctx: Selector, u: UOp) -> None:
+    idx = u.src[0]
+    acc = ctx._acc_of(idx)
+    if acc is not None:
+        ctx.vals[u] = _acc_load(ctx, u, acc)
+        return
+    mem = ctx.addrs[idx]
+    if idx not in ctx.gates:
+        _load_inst(ctx, ctx.out(u), u.dtype, mem)
+        return
+    d = ctx.out(u)
+    if len(u.src) > 1:
+        ctx.move(d, ctx.reg(u.src[1]))
+    elif dtypes.is_float(u.dtype):
+        ctx.ins("vxorps", d, d, d, w=(0,))
+    else:
+        ctx.ins("mov", View(d, 4), Imm(0), w=(0,))
+    skip = ctx.label()
+    g = ctx.gates[idx]
+    ctx.ins("test", View(g, 4), View(g, 4), r=(0, 1))
+    ctx.jump("je", skip)
+    _load_inst(ctx, d, u.dtype, mem)
+    ctx.place(skip)
+
+
+def _acc_load(ctx: Selector, u: UOp, acc: UOp) -> VReg:
+    """A load of an accumulator reads its register, unless the accumulator is written again before the
+    loaded value's last use: then it is copied."""
+    reg = ctx.accumulator(acc)
+    at = ctx.pos[u]
+    last_use = max((ctx.pos[x] for x in ctx.users.get(u, ()) if x in ctx.pos), default=at)
+    for w in ctx.uops[at + 1:last_use + 1]:
+        if w.op is Ops.STORE and ctx._acc_of(w.src[0]) is acc:
+            write_at = ctx.pos[w.src[1]] if ctx.fold_into.get(w.src[1]) is acc else ctx.pos[w]
+            if any(ctx.pos[x] > write_at for x in ctx.users.get(u, ()) if x in ctx.pos):
+                copy = ctx.new(u.dtype)
+                ctx.move(copy, reg)
+                return copy
+    return reg
+
+
+def sel_store(ctx: Selector, u: UOp) -> None:
+    idx, v = u.src
+    acc = ctx._acc_of(idx)
+    if acc is not None:
+        d = ctx.accumulator(acc)
+        if ctx.vals.get(v) is not d:
+            if v.op is Ops.CONST and v not in ctx.vals:
+                _const_into(ctx, d, v)
+            else:
+                ctx.move(d, ctx.reg(v))
+        return
+    mem = ctx.addrs[idx]
+    skip = None
+    if idx in ctx.gates:
+        skip = ctx.label()
+        g = ctx.gates[idx]
+        ctx.ins("test", View(g, 4), View(g, 4), r=(0, 1))
+        ctx.jump("je", skip)
+    dt = v.dtype
+    if dtypes.is_float(dt):
+        ctx.ins("vmov" + _SFX[dt], mem, ctx.reg(v), r=(1,))
+    elif v.op is Ops.CONST and (dt.itemsize < 8 or -2**31 <= int(v.arg) < 2**31):
+        ctx.ins("mov", mem, Imm(int(v.arg) & ((1 << (8 * dt.itemsize)) - 1) if dt.itemsize < 8 else int(v.arg)))
+    else:
+        ctx.ins("mov", mem, View(ctx.reg(v), dt.itemsize), r=(1,))
+    if skip is not None:
+        ctx.place(skip)
+
+
+def _const_into(ctx: Selector, d: VReg, c: UOp) -> None:
+    """d = constant c, written in place (an accumulator's initial value)."""
+    if dtypes.is_float(c.dtype):
+        ctx.move(d, ctx.reg(c))
+    else:
+        ctx.ins("mov", View(d, d.width), Imm(int(c.arg)), w=(0,))
+
+
+def sel_range(ctx: Selector, u: UOp) -> None:
+    i = ctx.out(u)
+    top, exit_ = ctx.label(), ctx.label()
+    ctx.loops[u] = (top, exit_)
+    size = gsize(u.dtype)
+    ctx.ins("mov", View(i, size), Imm(0), w=(0,))
+    end = u.src[0]
+    if not (end.op is Ops.CONST and int(end.arg) > 0):  # the trip count may be zero: guard the loop
+        ctx.ins("cmp", View(i, size), ctx.src(end, size), r=(0, 1))
+        ctx.jump("jge", exit_)
+    ctx.place(top)
+
+
+def sel_end(ctx: Selector, u: UOp) -> None:
+    rng = u.src[-1]
+    top, exit_ = ctx.loops[rng]
+    i, size = ctx.vals[rng], gsize(rng.dtype)
+    ctx.ins("add", View(i, size), Imm(1), w=(0,), r=(0,))
+    ctx.ins("cmp", View(i, size), ctx.src(rng.src[0], size), r=(0, 1))
+    ctx.jump("jl", top)
+    ctx.place(exit_)
+
+
+# ---- ALU: floats ---------------------------------------------------------------------------------------
+
+def sel_float_binary(ctx: Selector, u: UOp) -> None:
+    a, b = (ctx.reg(s) for s in u.src)
+    d = ctx.out(u, in_place=True)
+    ctx.ins(_FLOAT_BIN[u.op] + _SFX[u.dtype], d, a, b, w=(0,), r=(1, 2))
+
+
+def sel_float_max(ctx: Selector, u: UOp) -> None:
+    """max propagating NaN from either side: vmax gives b when either is NaN; a NaN a is then blended in."""
+    a, b = (ctx.reg(s) for s in u.src)
+    dt = u.dtype
+    t, m = ctx.new(dt), VReg("vec", 16)
+    ctx.ins("vmax" + _SFX[dt], t, a, b, w=(0,), r=(1, 2))
+    ctx.ins("vcmp" + _SFX[dt], m, a, a, Imm(3), w=(0,), r=(1, 2))  # unordered: a is NaN
+    d = ctx.out(u, in_place=True)
+    ctx.ins("vblendv" + _PK[dt], d, t, a, m, w=(0,), r=(1, 2, 3))
+
+
+def sel_mulacc(ctx: Selector, u: UOp) -> None:
+    a, b, c = (ctx.reg(s) for s in u.src)
+    d = ctx.out(u, in_place=True)
+    if dtypes.is_float(u.dtype):
+        if d is a or d is b and d is not c:
+            t = ctx.new(u.dtype)
+            ctx.move(t, c)
+            ctx.ins("vfmadd231" + _SFX[u.dtype], t, a, b, w=(0,), r=(0, 1, 2))
+            ctx.move(d, t)
+            return
+        ctx.move(d, c)
+        ctx.ins("vfmadd231" + _SFX[u.dtype], d, a, b, w=(0,), r=(0, 1, 2))
+        return
+    size = gsize(u.dtype)
+    t = VReg("gpr", size)
+    ctx.two_address("imul", t, a, View(b, size), size, True)
+    ctx.two_address("add", d, t, View(c, size), size, True)
+    ctx.extend(d, u.dtype)
+
+
+def sel_float_unary(ctx: Selector, u: UOp) -> None:
+    a, dt = ctx.reg(u.src[0]), u.dtype
+    d = ctx.out(u)
+    if u.op is Ops.SQRT:
+        ctx.ins("vsqrt" + _SFX[dt], d, a, a, w=(0,), r=(1, 2))
+    elif u.op is Ops.TRUNC:
+        ctx.ins("vround" + _SFX[dt], d, a, a, Imm(11), w=(0,), r=(1, 2))  # toward zero, no precision exception
+    elif u.op is Ops.NEG:
+        sign = (1 << (8 * dt.itemsize - 1)).to_bytes(dt.itemsize, "little") * (16 // dt.itemsize)
+        ctx.ins("vxor" + _PK[dt], d, a, Mem(data=ctx.const_data(sign), size=16), w=(0,), r=(1,))
+    elif u.op is Ops.RECIPROCAL:
+        one = ctx.reg(UOp.const(dt, 1.0))
+        ctx.ins("vdiv" + _SFX[dt], d, one, a, w=(0,), r=(1, 2))
+    else:
+        raise NotImplementedError(f"the X86 renderer has no {u.op.name} for {dt!r}: it needs a decomposition "
+                                  f"into arithmetic (the renderer's extra_matcher)")
+
+
+def sel_float_compare(ctx: Selector, u: UOp, a: UOp, b: UOp) -> None:
+    sfx = _SFX[a.dtype]
+    a, b = ctx.reg(a), ctx.reg(b)
+    d = ctx.out(u)
+    if u.op is Ops.CMPLT:  # a < b  <=>  b > a: "above" is false when unordered
+        ctx.ins("vucomi" + sfx, b, a, r=(0, 1))
+        ctx.bool_from_flags(d, "a")
+        return
+    ctx.ins("vucomi" + sfx, a, b, r=(0, 1))
+    t = VReg("gpr", 4)
+    if u.op is Ops.CMPEQ:  # equal and ordered
+        ctx.ins("sete", View(d, 1), w=(0,))
+        ctx.ins("setnp", View(t, 1), w=(0,))
+        ctx.ins("and", View(d, 1), View(t, 1), w=(0,), r=(0, 1))
+    else:  # not equal, or unordered
+        ctx.ins("setne", View(d, 1), w=(0,))
+        ctx.ins("setp", View(t, 1), w=(0,))
+        ctx.ins("or", View(d, 1), View(t, 1), w=(0,), r=(0, 1))
+    ctx.ins("movzx", View(d, 4), View(d, 1), w=(0,), r=(1,))
+
+
+def _blend(ctx: Selector, u: UOp, mask: VReg, x: UOp, y: UOp) -> None:
+    d = ctx.out(u)
+    ctx.ins("vblendv" + _PK[u.dtype], d, ctx.reg(y), ctx.reg(x), mask, w=(0,), r=(1, 2, 3))
+
+
+def sel_where_float_compare(ctx: Selector, u: UOp, c: UOp, x: UOp, y: UOp) -> UOp | None:
+    """where(a cmp b, x, y) on floats of one width: the compare's lane mask selects directly."""
+    a, b = c.src
+    if not dtypes.is_float(a.dtype) or a.dtype is not u.dtype:
+        return None
+    m = VReg("vec", 16)
+    ctx.ins("vcmp" + _SFX[a.dtype], m, ctx.reg(a), ctx.reg(b), Imm(_VCMP[c.op]), w=(0,), r=(1, 2))
+    _blend(ctx, u, m, x, y)
+    return DONE
+
+
+def sel_where(ctx: Selector, u: UOp) -> None:
+    c, x, y = u.src
+    cond = ctx.reg(c)
+    if dtypes.is_float(u.dtype):  # the bool becomes a lane mask: 0 -> 0, 1 -> all ones
+        t, m = VReg("gpr", 8), VReg("vec", 16)
+        size = u.dtype.itemsize
+        ctx.ins("mov", View(t, 4), View(cond, 4), w=(0,), r=(1,))
+        ctx.ins("neg", View(t, size), w=(0,), r=(0,))
+        ctx.ins("vmovd" if size == 4 else "vmovq", m, View(t, size), w=(0,), r=(1,))
+        _blend(ctx, u, m, x, y)
+        return
+    size = gsize(u.dtype)
+    d = ctx.out(u)
+    xv = ctx.reg(x)
+    ctx.move(d, ctx.reg(y), size)
+    ctx.ins("test", View(cond, 4), View(cond, 4), r=(0, 1))
+    ctx.ins("cmovne", View(d, size), View(xv, size), w=(0,), r=(0, 1))
+
+
+# ---- ALU: integers -------------------------------------------------------------------------------------
+
+def sel_int_binary(ctx: Selector, u: UOp) -> None:
+    a, b = u.src
+    size = gsize(u.dtype)
+    op = _BOOL_OP.get(u.op, u.op) if u.dtype is dtypes.bool else u.op  # bools: + is or, * is and, max is or
+    if op is Ops.MUL and _fits_imm(b, size) and -2**31 <= int(b.arg) < 2**31:
+        av = ctx.reg(a)
+        d = ctx.out(u, in_place=True)
+        ctx.ins("imul", View(d, size), View(av, size), Imm(int(b.arg)), w=(0,), r=(1,))
+    else:
+        av, bv = ctx.reg(a), ctx.src(b, size)
+        d = ctx.out(u, in_place=True)
+        ctx.two_address(_INT_BIN[op], d, av, bv, size, op in GroupOp.Commutative)
+    if op in (Ops.ADD, Ops.SUB, Ops.MUL):
+        ctx.extend(d, u.dtype)
+
+
+def sel_int_neg(ctx: Selector, u: UOp) -> None:
+    a, size = ctx.reg(u.src[0]), gsize(u.dtype)
+    d = ctx.out(u)
+    ctx.move(d, a, size)
+    if u.dtype is dtypes.bool:
+        ctx.ins("xor", View(d, 4), Imm(1), w=(0,), r=(0,))
+        return
+    ctx.ins("neg", View(d, size), w=(0,), r=(0,))
+    ctx.extend(d, u.dtype)
+
+
+def sel_shift(ctx: Selector, u: UOp) -> None:
+    a, b = u.src
+    size = gsize(u.dtype)
+    op = "shl" if u.op is Ops.SHL else ("sar" if _signed(u.dtype) else "shr")
+    av = ctx.reg(a)
+    if b.op is Ops.CONST:
+        d = ctx.out(u)
+        ctx.move(d, av, size)
+        ctx.ins(op, View(d, size), Imm(int(b.arg) & (8 * size - 1)), w=(0,), r=(0,))
+    else:
+        count = VReg("gpr", 8, fixed=GPR["rcx"])
+        ctx.move(count, ctx.reg(b), 4)
+        d = ctx.out(u)
+        ctx.move(d, av, size)
+        ctx.ins(op, View(d, size), View(count, 1), w=(0,), r=(0, 1))
+    ctx.extend(d, u.dtype)
+
+
+def sel_int_max(ctx: Selector, u: UOp) -> None:
+    a, b = (ctx.reg(s) for s in u.src)
+    size = gsize(u.dtype)
+    d = ctx.out(u, in_place=True)
+    ctx.ins("cmp", View(a, size), View(b, size), r=(0, 1))
+    greater, less = ("g", "l") if _signed(u.dtype) else ("a", "b")
+    if d is a:
+        ctx.ins("cmov" + less, View(d, size), View(b, size), w=(0,), r=(0, 1))
+    elif d is b:
+        ctx.ins("cmov" + greater, View(d, size), View(a, size), w=(0,), r=(0, 1))
+    else:
+        ctx.move(d, b, size)
+        ctx.ins("cmov" + greater, View(d, size), View(a, size), w=(0,), r=(0, 1))
+
+
+def sel_int_compare(ctx: Selector, u: UOp) -> None:
+    a, b = u.src
+    size = gsize(a.dtype)
+    av, bv = ctx.reg(a), ctx.src(b, size)
+    d = ctx.out(u)
+    ctx.ins("cmp", View(av, size), bv, r=(0, 1))
+    cc = {Ops.CMPNE: "ne", Ops.CMPEQ: "e", Ops.CMPLT: "l" if _signed(a.dtype) else "b"}[u.op]
+    ctx.bool_from_flags(d, cc)
+
+
+def sel_divide(ctx: Selector, u: UOp) -> None:
+    """IDIV/MOD with alu.py's semantics: division by 0 gives 0, MIN / -1 wraps (its remainder is 0)."""
+    a, b = u.src
+    dt, size = u.dtype, gsize(u.dtype)
+    signed = _signed(dt)
+    divisor = int(b.arg) if b.op is Ops.CONST else None
+    d = ctx.out(u)
+    if divisor == 0:
+        ctx.ins("mov", View(d, 4), Imm(0), w=(0,))
+        return
+    done = ctx.label()
+    bv = ctx.reg(b)
+    if divisor is None:
+        normal = ctx.label()
+        ctx.ins("mov", View(d, 4), Imm(0), w=(0,))
+        ctx.ins("test", View(bv, size), View(bv, size), r=(0, 1))
+        ctx.jump("je", done)
+        if signed:
+            ctx.ins("cmp", View(bv, size), Imm(-1), r=(0,))
+            ctx.jump("jne", normal)
+            if u.op is Ops.IDIV:  # x / -1 is -x, wrapping at MIN
+                ctx.move(d, ctx.reg(a), size)
+                ctx.ins("neg", View(d, size), w=(0,), r=(0,))
+            ctx.jump("jmp", done)
+            ctx.place(normal)
+    rax, rdx = VReg("gpr", 8, fixed=GPR["rax"]), VReg("gpr", 8, fixed=GPR["rdx"])
+    ctx.move(rax, ctx.reg(a), size)
+    if signed:
+        ctx.ins("cqo" if size == 8 else "cdq", iw=(rdx,), ir=(rax,))
+    else:
+        ctx.ins("mov", View(rdx, 4), Imm(0), w=(0,))
+    ctx.ins("idiv" if signed else "div", View(bv, size), r=(0,), iw=(rax, rdx), ir=(rax, rdx))
+    ctx.move(d, rax if u.op is Ops.IDIV else rdx, size)
+    ctx.place(done)
+    ctx.extend(d, dt)
+
+
+# ---- casts ---------------------------------------------------------------------------------------------
+
+def sel_cast(ctx: Selector, u: UOp) -> None:
+    src, dst = u.src[0].dtype, u.dtype
+    a = ctx.reg(u.src[0])
+    if src is dst:
+        ctx.vals[u] = a
+        return
+    if dtypes.is_float(src):
+        _cast_from_float(ctx, u, a, src, dst)
+    elif dtypes.is_float(dst):
+        _cast_int_to_float(ctx, u, a, src, dst)
+    else:
+        _cast_int(ctx, u, a, src, dst)
+
+
+def _cast_int(ctx: Selector, u: UOp, a: VReg, src: DType, dst: DType) -> None:
+    d = ctx.out(u)
+    if dst is dtypes.bool:
+        size = gsize(src)
+        ctx.ins("test", View(a, size), View(a, size), r=(0, 1))
+        ctx.bool_from_flags(d, "ne")
+    elif dst.itemsize == 8:
+        if src.itemsize == 8:
+            ctx.move(d, a, 8)
+        elif _signed(src):
+            ctx.ins("movsxd", View(d, 8), View(a, 4), w=(0,), r=(1,))
+        else:  # a 32-bit write clears the upper half
+            ctx.ins("mov", View(d, 4), View(a, 4), w=(0,), r=(1,))
+    else:
+        ctx.move(d, a, 4)
+        ctx.extend(d, dst)
+
+
+def _cast_int_to_float(ctx: Selector, u: UOp, a: VReg, src: DType, dst: DType) -> None:
+    d = ctx.out(u)
+    cvt = "vcvtsi2" + _SFX[dst]
+    if src is dtypes.uint64:
+        _u64_to_float(ctx, d, a, dst)
+        return
+    if src is dtypes.uint32:  # zero-extended, it converts exactly as a 64-bit signed value
+        wide = VReg("gpr", 8)
+        ctx.ins("mov", View(wide, 4), View(a, 4), w=(0,), r=(1,))
+        a, size = wide, 8
+    else:
+        size = 8 if src.itemsize == 8 else 4
+    ctx.ins("vxorps", d, d, d, w=(0,))  # no dependence on d's old upper lanes
+    ctx.ins(cvt, d, d, View(a, size), w=(0,), r=(1, 2))
+
+
+def _u64_to_float(ctx: Selector, d: VReg, a: VReg, dst: DType) -> None:
+    """uint64 -> float: values below 2^63 convert as signed; larger ones are halved (keeping the lowest bit,
+    so rounding is right), converted and doubled."""
+    cvt, big, done = "vcvtsi2" + _SFX[dst], ctx.label(), ctx.label()
+    ctx.ins("vxorps", d, d, d, w=(0,))
+    ctx.ins("test", View(a, 8), View(a, 8), r=(0, 1))
+    ctx.jump("js", big)
+    ctx.ins(cvt, d, d, View(a, 8), w=(0,), r=(1, 2))
+    ctx.jump("jmp", done)
+    ctx.place(big)
+    half, low = VReg("gpr", 8), VReg("gpr", 8)
+    ctx.move(half, a, 8)
+    ctx.ins("shr", View(half, 8), Imm(1), w=(0,), r=(0,))
+    ctx.move(low, a, 8)
+    ctx.ins("and", View(low, 8), Imm(1), w=(0,), r=(0,))
+    ctx.ins("or", View(half, 8), View(low, 8), w=(0,), r=(0, 1))
+    ctx.ins(cvt, d, d, View(half, 8), w=(0,), r=(1, 2))
+    ctx.ins("vadd" + _SFX[dst], d, d, d, w=(0,), r=(1, 2))
+    ctx.place(done)
+
+
+def _cast_from_float(ctx: Selector, u: UOp, a: VReg, src: DType, dst: DType) -> None:
+    sfx = _SFX[src]
+    d = ctx.out(u)
+    if dtypes.is_float(dst):
+        ctx.ins(f"vcvt{sfx}2{_SFX[dst]}", d, a, a, w=(0,), r=(1, 2))
+    elif dst is dtypes.bool:  # x != 0, true for NaN
+        z, t = VReg("vec", 16), VReg("gpr", 4)
+        ctx.ins("vxorps", z, z, z, w=(0,))
+        ctx.ins("vucomi" + sfx, a, z, r=(0, 1))
+        ctx.ins("setne", View(d, 1), w=(0,))
+        ctx.ins("setp", View(t, 1), w=(0,))
+        ctx.ins("or", View(d, 1), View(t, 1), w=(0,), r=(0, 1))
+        ctx.ins("movzx", View(d, 4), View(d, 1), w=(0,), r=(1,))
+    elif dst is dtypes.uint64:
+        _float_to_u64(ctx, d, a, src)
+    else:
+        # uint32 needs the 64-bit conversion (its values above 2^31); narrow ints take the low bits
+        size = 8 if dst.itemsize == 8 or dst is dtypes.uint32 else 4
+        ctx.ins(f"vcvtt{sfx}2si", View(d, size), a, w=(0,), r=(1,))
+        ctx.extend(d, dst)
+
+
+def _float_to_u64(ctx: Selector, d: VReg, a: VReg, src: DType) -> None:
+    """float -> uint64: below 2^63 as signed; above, convert x - 2^63 and set the top bit."""
+    sfx, high, done = _SFX[src], ctx.label(), ctx.label()
+    limit = ctx.reg(UOp.const(src, 2.0 ** 63))
+    ctx.ins("vucomi" + sfx, a, limit, r=(0, 1))
+    ctx.jump("jae", high)
+    ctx.ins(f"vcvtt{sfx}2si", View(d, 8), a, w=(0,), r=(1,))
+    ctx.jump("jmp", done)
+    ctx.place(high)
+    t, top = VReg("vec", src.itemsize), VReg("gpr", 8)
+    ctx.ins("vsub" + sfx, t, a, limit, w=(0,), r=(1, 2))
+    ctx.ins(f"vcvtt{sfx}2si", View(d, 8), t, w=(0,), r=(1,))
+    ctx.ins("mov", View(top, 8), Imm(1 << 63), w=(0,))
+    ctx.ins("xor", View(d, 8), View(top, 8), w=(0,), r=(0, 1))
+    ctx.place(done)
+
+
+def sel_bitcast(ctx: Selector, u: UOp) -> None:
+    src, dst = u.src[0].dtype, u.dtype
+    a = ctx.reg(u.src[0])
+    if dtypes.is_float(src) == dtypes.is_float(dst):
+        if dtypes.is_float(src) or dst.itemsize >= 4 and src.itemsize >= 4:
+            ctx.vals[u] = a
+            return
+        d = ctx.out(u)
+        ctx.move(d, a, 4)
+        ctx.extend(d, dst)
+        return
+    d = ctx.out(u)
+    size = dst.itemsize if dtypes.is_float(src) else src.itemsize
+    mn = "vmovd" if size == 4 else "vmovq"
+    if dtypes.is_float(src):
+        ctx.ins(mn, View(d, size), a, w=(0,), r=(1,))
+    else:
+        ctx.ins(mn, d, View(a, size), w=(0,), r=(1,))
+
+
+def sel_unsupported(ctx: Selector, u: UOp) -> None:
+    raise NotImplementedError(f"the X86 renderer cannot select {u.op.name} of {u.dtype!r} "
+                              f"(in kernel {ctx.prog.name})")
+
+
+def _rule(fn: Callable[..., UOp | None]) -> Callable[..., UOp | None]:
+    """A selection function as a rule: its instructions are emitted; the rule reports it handled the uop."""
+    def apply(ctx: Selector, u: UOp, **kw: UOp) -> UOp | None:
+        ret = fn(ctx, u, **kw)
+        return DONE if ret is None else ret
+    return apply
+
+
+_I = (dtypes.bool, *INTS)
+isel_rules = PatternMatcher([
+    (UPat((Ops.PARAM, Ops.DEFINE_VAR), name="u"), _rule(sel_argument)),
+    (UPat(Ops.CONST, name="u"), _rule(sel_const)),
+    (UPat(Ops.AFTER, name="u"), _rule(sel_alias)),
+    (UPat((Ops.DEFINE_REG, Ops.GROUP, Ops.NOOP, Ops.SINK), name="u"), _rule(sel_nothing)),
+    (UPat(Ops.INDEX, name="u"), _rule(sel_index)),
+    (UPat(Ops.LOAD, name="u"), _rule(sel_load)),
+    (UPat(Ops.STORE, name="u"), _rule(sel_store)),
+    (UPat(Ops.RANGE, name="u"), _rule(sel_range)),
+    (UPat(Ops.END, name="u"), _rule(sel_end)),
+    # floats
+    (UPat((Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV), FLOATS, name="u"), _rule(sel_float_binary)),
+    (UPat(Ops.MAX, FLOATS, name="u"), _rule(sel_float_max)),
+    (UPat(Ops.MULACC, name="u"), _rule(sel_mulacc)),
+    (UPat((Ops.SQRT, Ops.TRUNC, Ops.NEG, Ops.RECIPROCAL, Ops.EXP2, Ops.LOG2, Ops.SIN), FLOATS, name="u"),
+     _rule(sel_float_unary)),
+    (UPat(Ops.WHERE, FLOATS, src=(UPat(GroupOp.Comparison, name="c"), UPat.var("x"), UPat.var("y")), name="u"),
+     sel_where_float_compare),  # returns DONE itself: it declines other compares
+    (UPat(Ops.WHERE, name="u"), _rule(sel_where)),
+    (UPat(GroupOp.Comparison, src=(UPat.var("a", FLOATS), UPat.var("b")), name="u"), _rule(sel_float_compare)),
+    # ints and bools
+    (UPat(GroupOp.Comparison, name="u"), _rule(sel_int_compare)),
+    (UPat((Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR), _I, name="u"), _rule(sel_int_binary)),
+    (UPat(Ops.MAX, dtypes.bool, name="u"), _rule(sel_int_binary)),
+    (UPat(Ops.NEG, _I, name="u"), _rule(sel_int_neg)),
+    (UPat(Ops.TRUNC, _I, name="u"), _rule(lambda ctx, u: sel_alias(ctx, u))),
+    (UPat((Ops.SHL, Ops.SHR), _I, name="u"), _rule(sel_shift)),
+    (UPat(Ops.MAX, _I, name="u"), _rule(sel_int_max)),
+    (UPat((Ops.IDIV, Ops.MOD), _I, name="u"), _rule(sel_divide)),
+    (UPat(Ops.CAST, name="u"), _rule(sel_cast)),
+    (UPat(Ops.BITCAST, name="u"), _rule(sel_bitcast)),
+    (UPat(None, name="u"), _rule(sel_unsupported)),
+])
+
+
+def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
+    """The program as machine instructions on virtual registers (ending in a return), and the constants
+    (bytes -> data label) they read."""
+    ctx = Selector(program)
+    for i, u in enumerate(program.uops):
+        ctx.cur = ctx.buckets[i]
+        if u in ctx.folded_adds:
+            continue  # folded into the displacement of the address that is its only user
+        if isel_rules.rewrite(u, ctx) is None:
+            raise NotImplementedError(f"the X86 renderer has no rule for {u.op.name} (in kernel {program.name})")
+    insts = ctx.buckets[-1] + [ins for b in ctx.buckets[:-1] for ins in b]
+    insts.append(MInst("ret", kind=RET))
+    return MFunction(program.name, insts), ctx.data

@@ -1,0 +1,98 @@
+"""X86Renderer: a linear program -> x86-64 machine code, with no external assembler.
+
+Pipeline: instruction selection (isel.py: rewrite rules, virtual registers) -> linear-scan register
+allocation (tg_core.codegen.regalloc with the System V description in abi.py: spill code, callee-saved
+saves, the frame) -> the encoder (encode.py's Assembler: bytes, and the text `asm_str` shows). The code
+is a C function `void kernel(void *buf0, ..., int/long var0, ...)` with its entry at offset 0 and its
+constants after it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tg_core.codegen.program import Program
+from tg_core.codegen.regalloc import Allocation, allocate
+from tg_core.renderer import Renderer
+from tg_core.renderer.isa import LABEL, Imm, Label, MInst, Mem, Operand, PReg, View
+from tg_core.uop.rewrite import PatternMatcher
+from tg_cpu_x86.x86 import operands as x86
+from tg_cpu_x86.x86.abi import X86Arch
+from tg_cpu_x86.x86.encode import Assembler
+from tg_cpu_x86.x86.isel import SUPPORTED, select
+
+
+def _decompositions() -> PatternMatcher | None:
+    """Core's polynomial EXP2/LOG2/SIN/POW rules (x86 has no such instructions), when this tg-core has them."""
+    try:
+        from tg_core.codegen.decomp import decomp
+    except ImportError:
+        return None
+    return decomp
+
+
+def _operand(o: Operand) -> x86.Operand:
+    if isinstance(o, PReg):
+        return x86.gpr(o.num, 8) if o.cls == "gpr" else x86.vreg(o.num, 16)
+    if isinstance(o, View):
+        r = o.reg
+        assert isinstance(r, PReg)
+        return x86.gpr(r.num, o.size) if r.cls == "gpr" else x86.vreg(r.num, 32 if o.size == 32 else 16)
+    if isinstance(o, Mem):
+        if o.data is not None:
+            return x86.Mem(x86.reg("rip"), disp=x86.Label(o.data), size=o.size)
+        base = x86.gpr(o.base.num, 8) if isinstance(o.base, PReg) else None
+        index = x86.gpr(o.index.num, 8) if isinstance(o.index, PReg) else None
+        return x86.Mem(base, index, o.scale, o.disp, o.size)
+    if isinstance(o, Imm):
+        return x86.Imm(o.value, o.size)
+    if isinstance(o, Label):
+        return x86.Label(o.name)
+    raise TypeError(f"X86: operand {o!r} was not allocated to a physical register")
+
+
+@dataclass
+class X86Kernel:
+    """A compiled kernel: its machine code and what produced it."""
+    code: bytes
+    assembler: Assembler
+    allocation: Allocation
+
+    def asm_str(self) -> str:
+        return self.assembler.asm_str()
+
+
+def assemble(insts: list[MInst], data: dict[bytes, str]) -> Assembler:
+    asm = Assembler()
+    for ins in insts:
+        if ins.kind == LABEL:
+            asm.label(ins.target)
+        else:
+            asm.emit(ins.op, *(_operand(o) for o in ins.operands))
+    for blob, name in data.items():
+        asm.data(name, blob, align=16)
+    return asm
+
+
+class X86Renderer(Renderer):
+    """Native x86-64 code for the CPU device (DEV=CPU:X86)."""
+    name = "X86"
+    device = "CPU"
+    supported_dtypes = SUPPORTED
+
+    @property
+    def extra_matcher(self) -> PatternMatcher | None:  # type: ignore[override]  (imported when first needed)
+        return _decompositions()
+
+    def compile(self, program: Program) -> X86Kernel:
+        self.check_dtypes(program)
+        fn, data = select(program)
+        alloc = allocate(fn, X86Arch())
+        asm = assemble(alloc.insts, data)
+        return X86Kernel(asm.assemble(), asm, alloc)
+
+    def render(self, program: Program) -> bytes:  # type: ignore[override]  (machine code, not text)
+        return self.compile(program).code
+
+    def asm_str(self, program: Program) -> str:
+        """The kernel's instructions in Intel syntax (as capstone prints them), one per line."""
+        return self.compile(program).asm_str()
