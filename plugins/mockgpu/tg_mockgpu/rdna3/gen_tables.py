@@ -146,8 +146,9 @@ IMM_FIELD = {"SOPP": "simm16", "SOPK": "simm16", "SMEM": "offset"}
 
 def template(enc: str, text: str) -> tuple[str, tuple]:
     """Split LLVM's text into the printed mnemonic and an operand template. Each operand is (field, register count, kind) with
-    kind "v" (VGPR field), "s" (scalar operand code), "src" (9-bit source code: register or constant) or "imm" (an immediate
-    the disassembler formats), or a fixed string such as "vcc_lo" or "off". Modifiers (offset:, glc, clamp, ...) are dropped."""
+    kind "v" (VGPR field), "s" (scalar operand code), "src" (9-bit source code: register or constant), "imm" (the literal),
+    or for immediates "hex"/"dec"/"fmt" (printed in hex, in decimal, or by a named formatter), or a fixed string such as
+    "vcc_lo" or "off". Modifiers (offset:, glc, clamp, ...) are dropped."""
     regs = REGS["VOPD" if enc.startswith("VOPD") else "FLAT" if enc in ("SCRATCH", "GLOBAL") else enc]
     mnem, _, rest = text.partition(" ")
     ops: list = []
@@ -164,10 +165,12 @@ def template(enc: str, text: str) -> tuple[str, tuple]:
         elif tok == f"0x{LIT:x}":
             ops.append(("literal", 1, "imm"))
         elif enc in IMM_FIELD and not (enc == "SMEM" and tok == "16"):
-            if not any(o == (IMM_FIELD[enc], 0, "imm") for o in ops):
-                ops.append((IMM_FIELD[enc], 0, "imm"))
+            # how LLVM prints the immediate: "hex", "dec", or "fmt" (waitcnt fields, hwreg(), sendmsg(): named formatters)
+            style = "hex" if tok.startswith("0x") else "dec" if re.match(r"^-?\d+$", tok) else "fmt"
+            if not any(o[0] == IMM_FIELD[enc] for o in ops if isinstance(o, tuple)):
+                ops.append((IMM_FIELD[enc], 0, style))
         elif enc == "SMEM":
-            ops.append(("sdata", 0, "imm"))        # s_atc_probe's first operand is a number in the sdata field
+            ops.append(("sdata", 0, "dec"))        # s_atc_probe's first operand is a number in the sdata field
         elif re.match(r"^v\d+\.[lh]$", tok):
             raise ValueError(f"{enc}: true16 operand {tok} of {text!r}")
         else:
@@ -236,6 +239,24 @@ def const_classes(enc: str, base: dict[int, bytes], texts: dict[int, tuple]) -> 
     return res
 
 
+def imm_styles(enc: str, rows: dict[int, tuple]) -> None:
+    """Refine how SOPP/SOPK immediates print, from two probes (16 and 0x8123): "hex" always hex, "u16" decimal for 0..64 and
+    hex otherwise, "dec" unsigned decimal (branch offsets, s_call_b64), "fmt" a named formatter (waitcnt, hwreg, sendmsg)."""
+    ops = [op for op, (_, t) in rows.items() if any(isinstance(o, tuple) and o[0] == "simm16" for o in t)]
+    if enc == "SOPP":
+        probe = lambda op, imm: words((0x17F << 23) | (op << 16) | imm)
+    else:
+        probe = lambda op, imm: words((0xB << 28) | (op << 23) | (4 << 16) | imm) + (words(LIT) if op == 19 else b"")
+    outs = llvm_mc([probe(op, imm) for op in ops for imm in (0x10, 0x8123)], "v_nop" if enc == "SOPP" else "s_code_end")
+    for i, op in enumerate(ops):
+        t16, tbig = outs[2 * i], outs[2 * i + 1]
+        mnem, tmpl = rows[op]
+        style = ("hex" if t16 and "0x10" in t16 and tbig and "0x8123" in tbig else
+                 "u16" if t16 and t16.endswith(" 16") and tbig and "0x8123" in tbig else
+                 "dec" if t16 and t16.endswith(" 16") and tbig and "33059" in tbig else "fmt")
+        rows[op] = (mnem, tuple((o[0], 0, style) if isinstance(o, tuple) and o[0] == "simm16" else o for o in tmpl))
+
+
 def main() -> None:
     found = scan()
     tables: dict[str, dict[int, tuple]] = {}
@@ -250,14 +271,15 @@ def main() -> None:
             except ValueError as e:     # forms we do not support (true16 v_mov_b16) stay out of the tables
                 print(f"skipped: {e}", file=sys.stderr)
         tables[enc] = rows
+    for enc in ("SOPP", "SOPK"):
+        imm_styles(enc, tables[enc])
     consts = {}
     for enc in SRC_FIELDS:
-        base = {}
-        for op in tables[enc]:
-            for v in variants(enc, op):
-                if llvm_mc([v])[0] is not None:
-                    base[op] = v
-                    break
+        cases = [(op, v) for op in tables[enc] for v in variants(enc, op)]
+        base: dict[int, bytes] = {}
+        for (op, v), text in zip(cases, llvm_mc([v for _, v in cases])):
+            if text is not None and op not in base:
+                base[op] = v
         consts[enc] = const_classes(enc, base, tables[enc])
     print('"""RDNA3 (gfx1100) opcode tables, generated from llvm-mc-19 by gen_tables.py; data, do not edit by hand.\n')
     print("OPS[enc][opcode] = (LLVM's printed mnemonic, operand template); a template entry is (field, register count) or fixed")

@@ -1,0 +1,248 @@
+"""RDNA3 disassembler: Inst -> text in llvm-objdump-19's syntax (without its address/encoding comment).
+
+Operands come from the operand template of the opcode (tables.py); constants print by the operand's width and type as LLVM does
+(CONSTS); modifiers, offsets, cache bits and the named SOPP/SOPK immediates (waitcnt, s_delay_alu, depctr, hwreg, sendmsg) are
+formatted here. Tests compare every line with llvm-objdump-19 and llvm-mc-19.
+"""
+from __future__ import annotations
+
+from tg_mockgpu.rdna3.decode import Inst, decode_all, template
+from tg_mockgpu.rdna3.operands import INLINE_FLOAT_TEXT, src_operand
+from tg_mockgpu.rdna3.tables import CONSTS, OPS
+
+# Registers that print under their own names; 64-bit pairs starting there print as the pair's name.
+SCALAR_NAMES = {106: "vcc_lo", 107: "vcc_hi", 124: "null", 125: "m0", 126: "exec_lo", 127: "exec_hi"}
+PAIR_NAMES = {106: "vcc", 126: "exec"}
+SRC_NAMES = {235: "src_shared_base", 236: "src_shared_limit", 237: "src_private_base", 238: "src_private_limit",
+             239: "src_pops_exiting_wave_id", 251: "src_vccz", 252: "src_execz", 253: "src_scc", 254: "src_lds_direct"}
+INV2PI_TEXT = {"b32": "0.15915494", "f16": "0.15915494", "b64": "0.15915494309189532"}
+F16_INLINE_BITS = {240: 0x3800, 241: 0xB800, 242: 0x3C00, 243: 0xBC00, 244: 0x4000, 245: 0xC000, 246: 0x4400, 247: 0xC400,
+                   248: 0x3118}
+
+# s_waitcnt: (name, shift, width) in print order; a field at its maximum means "no wait" and is left out.
+WAITCNT = (("vmcnt", 10, 6), ("expcnt", 0, 3), ("lgkmcnt", 4, 6))
+# s_waitcnt_depctr: (name, shift, width); defaults are all ones. Bits 6:5 must be zero for the symbolic form.
+DEPCTR = (("depctr_hold_cnt", 7, 1), ("depctr_sa_sdst", 0, 1), ("depctr_va_vdst", 12, 4), ("depctr_va_sdst", 9, 3),
+          ("depctr_va_ssrc", 8, 1), ("depctr_va_vcc", 1, 1), ("depctr_vm_vsrc", 2, 3))
+DELAY_IDS = ("NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4", "TRANS32_DEP_1", "TRANS32_DEP_2",
+             "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2", "SALU_CYCLE_3")
+DELAY_SKIPS = ("SAME", "NEXT", "SKIP_1", "SKIP_2", "SKIP_3", "SKIP_4")
+HWREGS = {1: "HW_REG_MODE", 2: "HW_REG_STATUS", 3: "HW_REG_TRAPSTS", 5: "HW_REG_GPR_ALLOC", 6: "HW_REG_LDS_ALLOC",
+          7: "HW_REG_IB_STS", 15: "HW_REG_SH_MEM_BASES", 18: "HW_REG_PERF_SNAPSHOT_PC_LO", 19: "HW_REG_PERF_SNAPSHOT_PC_HI",
+          20: "HW_REG_FLAT_SCR_LO", 21: "HW_REG_FLAT_SCR_HI", 23: "HW_REG_HW_ID1", 24: "HW_REG_HW_ID2",
+          27: "HW_REG_PERF_SNAPSHOT_DATA", 29: "HW_REG_SHADER_CYCLES"}
+SENDMSGS = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "MSG_STALL_WAVE_GEN", 6: "MSG_HALT_WAVES",
+            9: "MSG_GS_ALLOC_REQ", 128: "MSG_RTN_GET_DOORBELL", 129: "MSG_RTN_GET_DDID", 130: "MSG_RTN_GET_TMA",
+            131: "MSG_RTN_GET_REALTIME", 132: "MSG_RTN_SAVE_WAVE", 133: "MSG_RTN_GET_TBA", 134: "MSG_RTN_GET_TBA_TO_PC"}
+
+
+def _regs(prefix: str, first: int, n: int) -> str:
+    return f"{prefix}{first}" if n == 1 else f"{prefix}[{first}:{first + n - 1}]"
+
+
+def scalar(code: int, n: int = 1) -> str:
+    """A scalar register operand (SGPR, ttmp or special register) spanning n registers."""
+    if code <= 105:
+        return _regs("s", code, n)
+    if 108 <= code <= 123:
+        return _regs("ttmp", code - 108, n)
+    if n == 2 and code in PAIR_NAMES:
+        return PAIR_NAMES[code]
+    if code in SCALAR_NAMES:
+        return SCALAR_NAMES[code]
+    raise ValueError(f"scalar operand code {code} is not a register")
+
+
+def source(code: int, n: int, cls: str, literal: int | None) -> str:
+    """A 9-bit source operand; cls (b32, f16, i16, b64) says how LLVM prints constants in it."""
+    kind, value = src_operand(code)
+    if kind == "vgpr":
+        return _regs("v", value, n)
+    if code < 128:
+        return scalar(code, n)
+    if kind == "inline_int":
+        return str(value)
+    if kind == "inline_float":
+        if cls == "i16":
+            return f"0x{F16_INLINE_BITS[code]:x}"
+        return INV2PI_TEXT[cls] if code == 248 else INLINE_FLOAT_TEXT[code]
+    if kind == "literal":
+        if literal is None:
+            raise ValueError("literal operand without a literal")
+        return f"0x{literal & 0xFFFF:x}" if cls in ("f16", "i16") else f"0x{literal:x}"
+    if code in SRC_NAMES:
+        return SRC_NAMES[code]
+    raise ValueError(f"source operand code {code} ({kind}) has no text form")
+
+
+def _u16(value: int) -> str:
+    return str(value) if value <= 64 else f"0x{value:x}"
+
+
+def _signed_hex(value: int) -> str:
+    return f"-0x{-value:x}" if value < 0 else f"0x{value:x}"
+
+
+def _waitcnt(imm: int) -> str:
+    parts = [(name, (imm >> shift) & ((1 << width) - 1), (1 << width) - 1) for name, shift, width in WAITCNT]
+    shown = [p for p in parts if p[1] != p[2]] or parts
+    return " ".join(f"{name}({v})" for name, v, _ in shown)
+
+
+def _depctr(imm: int) -> str:
+    if imm & 0x60:
+        return f"0x{imm:x}"
+    parts = [(name, (imm >> shift) & ((1 << width) - 1), (1 << width) - 1) for name, shift, width in DEPCTR]
+    shown = [p for p in parts if p[1] != p[2]] or parts
+    return " ".join(f"{name}({v})" for name, v, _ in shown)
+
+
+def _delay_alu(imm: int) -> str:
+    id0, skip, id1 = imm & 0xF, (imm >> 4) & 7, (imm >> 7) & 0xF
+    name = lambda table, v, what: table[v] if v < len(table) else f"/* invalid {what} value */"
+    parts = [f"instid0({name(DELAY_IDS, id0, 'instid')})"] if id0 else []
+    parts += [f"instskip({name(DELAY_SKIPS, skip, 'instskip')})"] if skip else []
+    parts += [f"instid1({name(DELAY_IDS, id1, 'instid')})"] if id1 else []
+    return " | ".join(parts) or "0"
+
+
+def _hwreg(imm: int) -> str:
+    reg, offset, size = imm & 0x3F, (imm >> 6) & 0x1F, ((imm >> 11) & 0x1F) + 1
+    name = HWREGS.get(reg, str(reg))
+    return f"hwreg({name})" if offset == 0 and size == 32 else f"hwreg({name}, {offset}, {size})"
+
+
+def _sendmsg(imm: int) -> str:
+    if imm >= 256:
+        return str(imm)
+    return f"sendmsg({SENDMSGS[imm]})" if imm in SENDMSGS else f"sendmsg({imm}, 0, 0)"
+
+
+def _format_imm(op: str, value: int, style: str) -> str:
+    if style == "hex":
+        return f"0x{value:x}"
+    if style == "u16":
+        return _u16(value)
+    if style == "dec":
+        return str(value)
+    formatter = {"s_waitcnt": _waitcnt, "s_waitcnt_depctr": _depctr, "s_delay_alu": _delay_alu, "s_getreg_b32": _hwreg,
+                 "s_setreg_b32": _hwreg, "s_setreg_imm32_b32": _hwreg, "s_sendmsg": _sendmsg, "s_sendmsghalt": _sendmsg}
+    if op not in formatter:
+        raise ValueError(f"no formatter for the immediate of {op}")
+    return formatter[op](value)
+
+
+def _const_class(inst: Inst, fld: str, n: int) -> str:
+    table = "VOP3" if inst.enc == "VOP3SD" else inst.enc
+    cls = CONSTS.get(table, {}).get(inst.opcode, {}).get(fld)
+    return cls or ("b64" if n == 2 else "b32")
+
+
+def _operand(inst: Inst, t: tuple | str, vop3_mods: bool) -> str:
+    f = inst.fields
+    if isinstance(t, str):
+        if t == "off" and inst.enc in ("GLOBAL", "SCRATCH"):
+            return "off" if f["saddr"] == 124 else scalar(f["saddr"], 2 if inst.enc == "GLOBAL" else 1)
+        if t == "off" and inst.enc == "MUBUF":
+            n = f["offen"] + f["idxen"]
+            return _regs("v", f["vaddr"], n) if n else "off"
+        if t == "0" and inst.enc == "MUBUF":
+            return source(f["soffset"], 1, "b32", None)
+        return t
+    fld, n, kind = t
+    if fld == "literal":
+        cls = _const_class(inst, "src0", 1) if inst.enc == "VOP2" else "b32"
+        return source(255, 1, cls, inst.literal)
+    if kind in ("hex", "u16", "dec", "fmt"):
+        return _format_imm(inst.op, f[fld], kind)
+    if kind == "v":
+        if fld == "addr" and inst.enc == "GLOBAL" and f["saddr"] != 124:
+            n = 1
+        if fld == "addr" and inst.enc == "SCRATCH" and not f["sve"]:
+            return "off"
+        return _regs("v", f[fld], n)
+    if kind == "s":
+        return scalar(f[fld], n)
+    text = source(f[fld], n, _const_class(inst, fld, n), inst.literal)
+    if vop3_mods and fld in ("src0", "src1", "src2"):
+        bit = 1 << ("src0", "src1", "src2").index(fld)
+        if f.get("abs", 0) & bit:
+            text = f"|{text}|"
+        if f["neg"] & bit:
+            text = f"-{text}"
+    return text
+
+
+def _bits_list(value: int, n: int) -> str:
+    return "[" + ",".join(str((value >> i) & 1) for i in range(n)) + "]"
+
+
+def _suffix(inst: Inst, srcs: int) -> str:
+    f, out = inst.fields, []
+    if inst.enc in ("VOP3", "VOP3SD"):
+        if f.get("opsel"):
+            bits = [(f["opsel"] >> i) & 1 for i in range(srcs)] + [(f["opsel"] >> 3) & 1]
+            out.append("op_sel:[" + ",".join(map(str, bits)) + "]")
+        if f["clamp"]:
+            out.append("clamp")
+        if f["omod"]:
+            out.append(("mul:2", "mul:4", "div:2")[f["omod"] - 1])
+    elif inst.enc == "VOP3P":
+        default_hi = 0 if inst.op.startswith("v_fma_mix") else (1 << srcs) - 1
+        if f["opsel"]:
+            out.append("op_sel:" + _bits_list(f["opsel"], srcs))
+        if f["opsel_hi"] & ((1 << srcs) - 1) != default_hi:
+            out.append("op_sel_hi:" + _bits_list(f["opsel_hi"], srcs))
+        if f["neg"]:
+            out.append("neg_lo:" + _bits_list(f["neg"], srcs))
+        if f["neg_hi"]:
+            out.append("neg_hi:" + _bits_list(f["neg_hi"], srcs))
+        if f["clamp"]:
+            out.append("clamp")
+    elif inst.enc == "DS":
+        if "2addr" in inst.op:
+            out += [f"offset0:{f['offset0']}"] * bool(f["offset0"]) + [f"offset1:{f['offset1']}"] * bool(f["offset1"])
+        elif f["offset1"] << 8 | f["offset0"]:
+            out.append(f"offset:{f['offset1'] << 8 | f['offset0']}")
+        if f["gds"]:
+            out.append("gds")
+    elif inst.enc in ("FLAT", "GLOBAL", "SCRATCH", "MUBUF"):
+        if inst.enc == "MUBUF":
+            out += ["idxen"] * f["idxen"] + ["offen"] * f["offen"]
+        if f["offset"]:
+            out.append(f"offset:{f['offset']}")
+        out += [name for name in ("glc", "slc", "dlc") if f[name]]
+        if inst.enc == "MUBUF" and f["tfe"]:
+            out.append("tfe")
+    elif inst.enc == "SMEM":
+        out += [name for name in ("glc", "dlc") if f[name]]
+    return "".join(" " + s for s in out)
+
+
+def _smem_offset(inst: Inst) -> str:
+    f = inst.fields
+    if f["soffset"] != 124:
+        return scalar(f["soffset"]) + (f" offset:{_signed_hex(f['offset'])}" if f["offset"] else "")
+    return _signed_hex(f["offset"]) if f["offset"] else "null"
+
+
+def disasm(inst: Inst) -> str:
+    """One instruction in llvm-objdump's syntax."""
+    if inst.enc == "VOPD":
+        x = OPS["VOPDX"][inst.fields["opx"]]
+        y = OPS["VOPDY"][inst.fields["opy"]]
+        half = lambda row: row[0] + " " + ", ".join(_operand(inst, t, False) for t in row[1])
+        return f"{half(x)} :: {half(y)}"
+    tmpl = template(inst)
+    mnemonic = OPS["VOP3" if inst.enc == "VOP3SD" else inst.enc][inst.opcode][0]
+    vop3 = inst.enc in ("VOP3", "VOP3SD")
+    ops = [_smem_offset(inst) if isinstance(t, tuple) and t[0] == "offset" and inst.enc == "SMEM" else _operand(inst, t, vop3)
+           for t in tmpl]
+    srcs = sum(1 for t in tmpl if isinstance(t, tuple) and t[0] in ("src0", "src1", "src2"))
+    text = mnemonic + (" " + ", ".join(ops) if ops else "")
+    return text + _suffix(inst, srcs)
+
+
+def disasm_all(code: bytes, addr: int = 0) -> list[str]:
+    """Every instruction of a code buffer, one text line each."""
+    return [disasm(i) for i in decode_all(code, addr)]
