@@ -93,6 +93,7 @@ class LLVMCompiler:
             raise RuntimeError(f"LLVM rejected the rendered kernel: {e}\n{src}") from e
         tm = self.target.target_machine()
         pto = llvm.create_pipeline_tuning_options(speed_level=self.opt_level)
+        pto.slp_vectorization = True  # off by default in llvmlite; it packs register tiles' lanes into vectors
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
         return mod
