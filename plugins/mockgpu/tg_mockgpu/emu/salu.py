@@ -127,6 +127,10 @@ sop("s_abs_i32", 32, (32,), lambda a: (np.abs(_signed(a)).view(u32), _nz(np.abs(
 sop("s_add_u32", 32, (32, 32), lambda a, b: ((np.asarray(a, u64) + b).astype(u32), (np.asarray(a, u64) + b) >> u64(32) != 0))
 sop("s_sub_u32", 32, (32, 32), lambda a, b: (a - b, b > a))
 sop("s_add_i32", 32, (32, 32), _add_i32)
+# these also read SCC (the carry/borrow in), passed as a third argument
+sop("s_addc_u32", 32, (32, 32), lambda a, b, c: ((np.asarray(a, u64) + b + c).astype(u32), (np.asarray(a, u64) + b + c) >> u64(32) != 0))
+sop("s_subb_u32", 32, (32, 32), lambda a, b, c: (a - b - c, np.asarray(b, u64) + c > a))
+READS_SCC = {"s_addc_u32", "s_subb_u32"}
 sop("s_sub_i32", 32, (32, 32), _sub_i32)
 sop("s_absdiff_i32", 32, (32, 32),
     lambda a, b: (np.abs(_signed(a).astype(i64) - _signed(b)).astype(u32), _nz(np.abs(_signed(a).astype(i64) - _signed(b)).astype(u32))))
@@ -163,9 +167,12 @@ def _compile_sop(inst, dst_code: int | None, src_codes: list[int]) -> Callable:
     dst_bits, src_bits, fn = SOP[inst.op]
     srcs = [scalar_reader(c, b, False, inst.literal, False) for c, b in zip(src_codes, src_bits)]
     out = sdst_writer(dst_code, dst_bits) if dst_code is not None else None
+    carry_in = inst.op in READS_SCC
 
     def run(m: Machine, bt: Batch) -> None:
         args = [np.broadcast_to(s(m, bt), (bt.n,)) for s in srcs]
+        if carry_in:
+            args.append(m.scc[bt.idx])
         res, scc = fn(*args)
         if scc is not None:
             m.scc[bt.idx] = np.broadcast_to(scc, (bt.n,))

@@ -311,7 +311,7 @@ def typed_source(inst, i: int, code: int, typ: str) -> Callable:
             hi = _bit(f.get("opsel", 0), i)
     raw = vsrc(code, bits, is_float, inst.literal, hi)
     ab, ng = (_bit(f.get("abs", 0), i), _bit(f.get("neg", 0), i)) if inst.enc in ("VOP3", "VOP3SD") else (0, 0)
-    if (ab or ng) and not is_float:
+    if (ab or ng) and not is_float and typ[0] != "b":   # untyped bits (cndmask, mov) take them as float sign ops
         raise EmulatorError(f"{inst.op}: abs/neg modifiers on the {typ} source {i}")
     sign = SIGN[bits]
     if ab and ng:
