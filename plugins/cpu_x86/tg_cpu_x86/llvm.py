@@ -13,6 +13,7 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
+from tg_core.codegen.decomp import decomp
 from tg_core.codegen.heuristic import CPUTarget, cpu_opts
 from tg_core.codegen.opts import Opt
 from tg_core.renderer.llvmir import LLVMRenderer
@@ -63,6 +64,8 @@ class CPULLVMRenderer(LLVMRenderer):
     data_layout = str(HOST.target_machine().target_data)
     float_flags = "contract"
     reduce_flags = "reassoc"
+    # exp2/log2/sin/pow as arithmetic: it vectorizes, where a libm call per element does not (softmax 4x faster)
+    extra_matcher = decomp
 
     def opts_for(self, ast: UOp) -> list[Opt]:
         return cpu_opts(ast, CPUTarget(vector_bytes=64 if "+avx512f" in HOST.features else 32))
