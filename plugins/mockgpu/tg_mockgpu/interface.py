@@ -228,5 +228,5 @@ def start_waves(mem: GPUMemory, kd: KernelDescriptor, entry: str, groups: np.nda
     m.s[EXEC] = np.tile(exec_mask, len(groups))
     m.s[VCC] = 0
     m.s[M0] = 0
-    m.wave_info = [(tuple(int(x) for x in group[w]), w % wpg) for w in range(nwaves)]
+    m.group_ids = groups
     return m

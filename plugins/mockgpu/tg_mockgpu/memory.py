@@ -164,20 +164,19 @@ class GPUMemory:
     # ---- per-lane access for the emulator ----
 
     def translate(self, addrs: np.ndarray, nbytes: int, write: bool) -> np.ndarray:
-        """Physical byte offsets of `addrs` (uint64) for accesses of `nbytes` each. Raises PageFault for the first
-        address whose access touches an unmapped byte."""
-        off = addrs.astype(np.uint64, copy=False) - np.uint64(VA_BASE)
-        vpn = off >> np.uint64(PAGE_SHIFT)
-        inside = vpn < np.uint64(len(self.ptab))
-        ppn = self.ptab[np.where(inside, vpn, 0).astype(np.intp)]
-        ok = inside & (ppn >= 0)
-        low = (off & np.uint64(PAGE_MASK)).astype(np.int64)
-        cross = low + nbytes > PAGE_SIZE
-        if cross.any():
-            # the last byte sits in the next virtual page, which must be mapped too
-            vpn2 = vpn + np.uint64(1)
-            inside2 = vpn2 < np.uint64(len(self.ptab))
-            ok &= ~cross | (inside2 & (self.ptab[np.where(inside2, vpn2, 0).astype(np.intp)] >= 0))
+        """Physical byte offsets (int64) of `addrs` (uint64) for accesses of `nbytes` each. Raises PageFault for the
+        first address whose access touches an unmapped byte."""
+        off = addrs.astype(np.uint64, copy=False).view(np.int64) - VA_BASE
+        vpn = off >> PAGE_SHIFT                        # negative below the address space
+        ppn = self.ptab.take(vpn, mode="clip")
+        ok = (vpn.view(np.uint64) < len(self.ptab)) & (ppn >= 0)
+        low = off & PAGE_MASK
+        if nbytes > 1:
+            cross = low > PAGE_SIZE - nbytes
+            if cross.any():
+                # the last byte sits in the next virtual page, which must be mapped too
+                vpn2 = vpn + 1
+                ok &= ~cross | ((vpn2.view(np.uint64) < len(self.ptab)) & (self.ptab.take(vpn2, mode="clip") >= 0))
         if not ok.all():
             i = int(np.argmin(ok))
             raise PageFault(int(addrs[i]), write, i)
@@ -195,8 +194,9 @@ class GPUMemory:
         phys = self.translate(addrs, nbytes, False)
         if nbytes % 4 == 0:
             if not (phys & 3).any() and not ((phys & PAGE_MASK) + nbytes > PAGE_SIZE).any():
-                idx = (phys >> 2)[:, None] + np.arange(nbytes // 4)
-                return self.mem32[idx]
+                if nbytes == 4:
+                    return self.mem32[phys >> 2][:, None]
+                return self.mem32[(phys >> 2)[:, None] + np.arange(nbytes // 4)]
             return self.mem8[self._byte_offsets(addrs, phys, nbytes)].view(np.uint32)
         if nbytes == 1:
             return self.mem8[phys][:, None]
@@ -210,7 +210,10 @@ class GPUMemory:
         nbytes = data.shape[1] * data.itemsize
         phys = self.translate(addrs, nbytes, True)
         if data.dtype == np.uint32 and not (phys & 3).any() and not ((phys & PAGE_MASK) + nbytes > PAGE_SIZE).any():
-            self.mem32[(phys >> 2)[:, None] + np.arange(data.shape[1])] = data
+            if nbytes == 4:
+                self.mem32[phys >> 2] = data[:, 0]
+            else:
+                self.mem32[(phys >> 2)[:, None] + np.arange(data.shape[1])] = data
             return
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(len(addrs), nbytes)
         if ((phys & PAGE_MASK) + nbytes > PAGE_SIZE).any():

@@ -45,7 +45,7 @@ class Machine:
     scc: np.ndarray = field(init=False)
     lds: np.ndarray = field(init=False)
     scratch: np.ndarray = field(init=False)
-    wave_info: list = field(default_factory=list)   # per wave: (workgroup id (x, y, z), wave index in its group)
+    group_ids: np.ndarray | None = None              # (workgroups, 3): the dispatch's id of each resident workgroup
     lane_count: int = 0                              # executed lane-instructions (32 per wave per instruction)
 
     def __post_init__(self) -> None:
@@ -57,6 +57,12 @@ class Machine:
         self.lds = np.zeros(ngroups * max(self.lds_bytes, 4), np.uint8)
         self.scratch = np.zeros((self.nwaves * WAVE, max(self.scratch_bytes, 4)), np.uint8)
         self.group_of = np.arange(self.nwaves) // self.waves_per_group
+
+    def wave_name(self, w: int) -> str:
+        """'workgroup (x, y, z) wave i' for error messages."""
+        g = int(self.group_of[w])
+        xyz = tuple(int(x) for x in self.group_ids[g]) if self.group_ids is not None else (g, 0, 0)
+        return f"workgroup {xyz} wave {w % self.waves_per_group}"
 
     def vgpr(self, r: int) -> np.ndarray:
         if r >= self.nvgprs:

@@ -30,8 +30,7 @@ def fault(bt: Batch, where: np.ndarray | None, i: int, address: int, what: str) 
     """GPUFault for element i of the active-lane list `where` (flat wave*32+lane positions; None: every lane)."""
     pos = int(where[i]) if where is not None else i
     wave, lane = int(bt.waves[pos // WAVE]), pos % WAVE
-    info = bt.m.wave_info[wave] if wave < len(bt.m.wave_info) else ((0, 0, 0), wave)
-    return GPUFault(f"{what} at address {address:#x}, workgroup {info[0]} wave {info[1]} lane {lane}")
+    return GPUFault(f"{what} at address {address:#x}, {bt.m.wave_name(wave)} lane {lane}")
 
 
 def _active(bt: Batch) -> np.ndarray | None:
@@ -130,8 +129,8 @@ def compile_smem(inst) -> Callable:
             data = m.mem.gather(np.broadcast_to(addr, (bt.n,)), 4 * count)
         except PageFault as e:
             wave = int(bt.waves[e.index])
-            raise GPUFault(f"scalar read at address {e.address:#x}, workgroup {m.wave_info[wave][0]} "
-                           f"wave {m.wave_info[wave][1]}") from None
+            raise GPUFault(f"GPU page fault: scalar read of unmapped memory at address {e.address:#x}, "
+                           f"{m.wave_name(wave)}") from None
         for j in range(count):
             m.s[sdata + j][bt.idx] = data[:, j]
     return run

@@ -470,14 +470,26 @@ def compile_add_co(inst) -> Exec:
     out = typed_dest(inst, "u32")
 
     def run(m: Machine, bt: Batch) -> None:
-        a, b = np.asarray(a_r(m, bt), u64), np.asarray(b_r(m, bt), u64)
+        a, b = a_r(m, bt), b_r(m, bt)
         if rev:
             a, b = b, a
-        c = np.asarray(cin(m, bt), u64) if cin else u64(0)
-        r = a - b - c if sub else a + b + c
-        borrow = (r >> u64(32)) != 0           # carry out, or borrow for subtraction (the u64 result wrapped)
-        out(m, bt, r.astype(u32))
-        cout(m, bt, borrow)
+        # 32-bit arithmetic with the carry (borrow) found by comparison: cheaper than widening to 64 bits
+        if sub:
+            r = a - b
+            carry = a < b
+            if cin:
+                c = cin(m, bt)
+                carry = carry | (r < c)
+                r = r - c.astype(u32)
+        else:
+            r = a + b
+            carry = r < a
+            if cin:
+                c = cin(m, bt)
+                r = r + c.astype(u32)
+                carry = carry | (r < c)
+        out(m, bt, r)
+        cout(m, bt, np.broadcast_to(carry, (bt.n, 32)))
     return run
 
 
