@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tg_core import Tensor, dtypes
+from tg_core import Device, Tensor, dtypes
 from tg_core.schedule import create_schedule
 
 RNG = np.random.default_rng(0)
@@ -283,13 +283,13 @@ def test_creation_from_data():
     assert Tensor(2.5).item() == 2.5 and Tensor(3).item() == 3
     assert Tensor([[1, 2], [3, 4]]).tolist() == [[1, 2], [3, 4]]
     t = Tensor([1, 2])
-    assert t.realize() is t and t.shape == (2,) and t.device == "PYTHON"
-    assert t.to("PYTHON") is t
+    assert t.realize() is t and t.shape == (2,) and t.device == Device.DEFAULT
+    assert t.to(Device.DEFAULT) is t
     assert Tensor([]).shape == (0,)
 
 
 def test_copy_to_device():
-    t = Tensor([1.0, 2.0])
+    t = Tensor([1.0, 2.0], device="PYTHON")
     c = (t * 3).to("PYTHON:1")
     assert c.device == "PYTHON:1" and c.uop.op.name == "COPY"
     close(c + 1, [4.0, 7.0])
