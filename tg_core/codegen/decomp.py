@@ -7,20 +7,23 @@ and 11; Cody & Waite, "Software Manual for the Elementary Functions"):
 
 - exp2: x = k + f with k = rint(x), |f| <= 1/2; 2**f by a polynomial; 2**k built from exponent bits in two
   factors, so that a result in the subnormal range is rounded once and a large x gives inf.
-- log2: x = 2**e * m with m in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2**mant first);
-  log2(m) = t * g(t*t) with t = (m-1)/(m+1) (the atanh series, log2(m) = 2/ln2 * atanh(t)).
+- log2: x = 2**e * (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2**mant first);
+  log(1+f) = f - f*f/2 + s*(f*f/2 + R(s*s)) with s = f/(2+f) (the atanh series), then times 1/ln2 split into
+  a short high part and a low part, and e added keeping its rounding error, as fdlibm's log2 does.
 - sin: k = rint(|x| * 2/pi), r = |x| - k*pi/2, then sin or cos of r by k mod 4. The reduction is Cody-Waite
   (pi/2 split into parts whose products with k are exact) below 2**20 and Payne-Hanek above (the bits of 2/pi
   that matter for |x| picked by its exponent, multiplied exactly in 32-bit limbs). float32 reduces and
   evaluates in float64; float64 carries the reduced argument as a double-double.
-- pow: exp2(y * log2|x|) with C99's special cases (pow(x, 0) = pow(1, y) = 1, negative x only with integer y).
-  float32 computes in float64 and is accurate to an ulp; float64 loses about log2|y*log2 x| bits to the
-  rounding of y*log2|x| (a pow accurate to an ulp would need a double-double log2).
+- pow: exp2(y * log2|x|) in float64 with C99's special cases (pow(x, 0) = pow(1, y) = 1, negative x only with
+  an integer y); log2|x| as a double-double (good to about 2**-56, from the log2 above) and y times it by
+  Dekker's exact product. float32 is correctly rounded but for rare double roundings; float64's relative error
+  is about |y| * 2**-56 (a few ulp for moderate y; a libm-grade pow needs a log2 good to 2**-65).
 
 Polynomials are near-minimax: Chebyshev interpolation in 50-digit arithmetic (mpmath.chebyfit) of 2**f on
-[-1/2, 1/2], of g on [0, (3-2*sqrt(2))**2] and of (sin(r)-r)/r**3 and (cos(r)-1+r*r/2)/r**4 in r*r on
-[0, (pi/4)**2], with degrees that make the fit error a small fraction of an ulp. Measured accuracy against
-numpy (tests/test_decomp.py): exp2, log2 and sin within 1 ulp for float32, within 2 ulp for float64.
+[-1/2, 1/2], of R(z)/z on [0, (3-2*sqrt(2))**2] and of (sin(r)-r)/r**3 and (cos(r)-1+r*r/2)/r**4 in r*r on
+[0, (pi/4)**2], with degrees that make the fit error a small fraction of an ulp. Measured against numpy in
+extended precision (tests/test_decomp.py), the largest errors are: exp2 1.2 ulp, log2 0.71 ulp, sin 0.5 ulp
+(float32) / 0.77 ulp (float64), pow 0.5 ulp (float32) / 3.2 ulp (float64, |y| <= 40).
 The rules need strict IEEE arithmetic: a backend must not reassociate the additions (rint adds and subtracts
 a magic constant) nor flush subnormals.
 """
