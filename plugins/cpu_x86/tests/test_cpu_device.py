@@ -221,6 +221,20 @@ def test_renderer_order_and_choice(cpu):
     assert [c.name for c in plugin.host_renderers()][-1] == "LLVM"
 
 
+@pytest.mark.parametrize("settings, env", [({"devices": {"CPU": {"renderers": ["LLVM"]}}}, {}),
+                                           ({}, {"DEV": "CPU:LLVM"})], ids=["config", "DEV"])
+def test_config_and_dev_choose_llvm(settings, env):
+    from tg_core.plugins import ConfigError
+    from tg_core.plugins.manager import PluginRegistry
+    reg = PluginRegistry.create(settings, env=env)
+    ordered, why = reg.choose_renderer("CPU")
+    assert ordered[0] is CPULLVMRenderer and "LLVM" in why
+    if settings:
+        bad = PluginRegistry.create({"devices": {"CPU": {"renderers": ["ARM"]}}}, env={})
+        with pytest.raises(ConfigError, match=r"(?s)ARM.*renderers offered for CPU: .*LLVM"):
+            bad.choose_renderer("CPU")
+
+
 def test_non_x86_host_falls_back_to_llvm(monkeypatch, caplog):
     monkeypatch.setattr(plugin.platform, "machine", lambda: "aarch64")
     with caplog.at_level(logging.WARNING, logger="tg.cpu"):
