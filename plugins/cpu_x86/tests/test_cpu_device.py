@@ -175,6 +175,15 @@ def test_runner_with_variables(cpu):
     np.testing.assert_array_equal(out.numpy(), want)
 
 
+def test_debug_prints_the_rendered_kernel(cpu, capsys):
+    from tg_core.helpers import Context
+    with Context(DEBUG=4):
+        cpu.get_runner(_scale_kernel(dtypes.int64))
+    err = capsys.readouterr().err
+    assert "tg: CPU LLVM kernel scale on 1 core(s)" in err and "define void @scale" in err  # the IR
+    assert "scale:" in err and "ret" in err  # the host assembly
+
+
 def test_memory_is_aligned_and_zero_copy(cpu):
     bufs = [Buffer(cpu.device, n, "float32").ensure_allocated() for n in (1, 3, 1000, 12345)]
     assert all(b._opaque.addr % ALIGN == 0 for b in bufs)

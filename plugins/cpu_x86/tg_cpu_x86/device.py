@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from tg_core.codegen.threads import CORE_ID, MIN_WORK, core_count, split_cores
 from tg_core.device import Buffer, Compiled
 from tg_core.dtype import dtypes
+from tg_core.helpers import DEBUG
 from tg_core.renderer import Renderer
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.execmem import ExecMemory
@@ -195,8 +197,18 @@ class CPUDevice(Compiled):
                                 f"passes {', '.join(repr(d) for d in _CTYPE)}")
             argtypes.append(_CTYPE[v.dtype])
         fn = ctypes.CFUNCTYPE(None, *argtypes)(self._load(src, fn_name))
+        if DEBUG >= 3:
+            self._show(renderer, program, src, core_count(split))
         return CPURunner(fn, program.name, [v.arg[0] for v in program.variables], core_count(split), self.pool,
                          self._loaded[src])
+
+    def _show(self, renderer: Renderer, program: Any, src: str | bytes, cores: int) -> None:
+        """DEBUG=3: the rendered kernel (LLVM IR, or the X86 renderer's assembly); DEBUG=4 adds LLVM's assembly."""
+        if isinstance(src, str):
+            text = src + (f"\n{self._llvm.assembly(src)}" if DEBUG >= 4 else "")
+        else:
+            text = renderer.asm_str(program) if hasattr(renderer, "asm_str") else f"({len(src)} bytes of machine code)"
+        print(f"tg: CPU {renderer.name} kernel {program.name} on {cores} core(s):\n{text}", file=sys.stderr)
 
     def _load(self, src: str | bytes, fn_name: str) -> int:
         """The address of the kernel in `src`, compiled and loaded once per source."""
