@@ -96,7 +96,10 @@ def div_scale(s0: np.ndarray, den: np.ndarray, num: np.ndarray) -> tuple[np.ndar
     c5 = ~zero & ~c1 & ~c2 & ~c3 & ~c4 & quot_tiny
     c6 = ~zero & ~c1 & ~c2 & ~c3 & ~c4 & ~c5 & (en <= mant)
     out = np.where(zero, t(np.nan), s0)
-    out = np.where((c1 | c3) & s0_is_den, up, out)
+    out = np.where(c1 & s0_is_den, up, out)
+    # a huge denominator with a tiny quotient: the ISA text says scale it up by 2**64, which overflows; scaling it
+    # down (and the quotient back down in V_DIV_FMAS, VCC set) is what keeps the Newton steps out of denormals
+    out = np.where(c3 & s0_is_den, down, out)
     out = np.where(c2 | c6, up, out)
     out = np.where(c4, down, out)
     out = np.where(c5 & s0_is_num, up, out)
@@ -109,9 +112,14 @@ def div_fmas(a: np.ndarray, b: np.ndarray, c: np.ndarray, vcc: np.ndarray) -> np
     the quotient's exponent; the ISA text's fixed 2**32 does not match what the scale step did)."""
     t = np.asarray(a).dtype.type
     scale, bias = (128, 1023) if t == f64 else (64, 127)
-    r = fma(a, b, c)
-    k = np.where(exponent(c) > bias, scale, -scale)
-    return np.where(vcc, ldexp(r, k), r).astype(t)
+    k = np.where(vcc, np.where(exponent(c) > bias, scale, -scale), 0)
+    if t == f64:
+        return ldexp(fma(a, b, c), k)
+    # f32: scale the exact (round-to-odd) f64 sum before the one rounding to f32, so a quotient that lands among
+    # the denormals is rounded once, as the hardware's scaled FMA does
+    p = np.asarray(a, f64) * np.asarray(b, f64)
+    s = _round_to_odd_f64(p, np.broadcast_to(np.asarray(c, f64), np.shape(p)))
+    return np.ldexp(s, k).astype(t)
 
 
 def div_fixup(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
@@ -120,7 +128,7 @@ def div_fixup(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
     neg = np.signbit(den) ^ np.signbit(num)
     inf = np.where(neg, t(-np.inf), t(np.inf))
     zero = np.where(neg, t(-0.0), t(0.0))
-    under = {f16: 2.0 ** -24, f32: 2.0 ** -149, f64: 2.0 ** -1074}[t]
+    under = 0.0   # the ISA's UNDERFLOW value: a quotient this far below the smallest denormal rounds to zero
     over = np.finfo(t).max
     emax = {f16: 31, f32: 255, f64: 2047}[t]
     lim = {f16: -25, f32: -150, f64: -1075}[t]
