@@ -17,7 +17,7 @@ ATTRS = 'attributes #0 = {{ "amdgpu-flat-work-group-size"="1,{wg}" }}\n'
 
 def elementwise(body: str, ins: list[str], out: str, decls: str = "", wg: int = 64) -> str:
     """A kernel computing out[i] = body(in0[i], in1[i], ...) for i < n; the body reads %x0, %x1, ... and sets %r."""
-    args = ", ".join([f"ptr addrspace(1) noalias %out"] + [f"ptr addrspace(1) noalias %in{i}" for i in range(len(ins))])
+    args = ", ".join(["ptr addrspace(1) noalias %out"] + [f"ptr addrspace(1) noalias %in{i}" for i in range(len(ins))])
     loads = "".join(f"  %p{i} = getelementptr {t}, ptr addrspace(1) %in{i}, i32 %i\n  %x{i} = load {t}, ptr addrspace(1) %p{i}\n"
                     for i, t in enumerate(ins))
     return HEAD + decls + f"""define amdgpu_kernel void @k({args}, i32 %n) #0 {{
