@@ -41,7 +41,7 @@ FORMATS: dict[str, dict[str, tuple[int, int]]] = {
              "src1": (49, 41), "src2": (58, 50), "omod": (60, 59), "neg": (63, 61)},
     "VOP3SD": {"op": (25, 16), "clamp": (15, 15), "sdst": (14, 8), "vdst": (7, 0), "src0": (40, 32), "src1": (49, 41),
                "src2": (58, 50), "omod": (60, 59), "neg": (63, 61)},
-    "VOP3P": {"op": (22, 16), "clamp": (15, 15), "opsel": (13, 11), "neg_hi": (10, 8), "vdst": (7, 0), "src0": (40, 32),
+    "VOP3P": {"op": (22, 16), "clamp": (15, 15), "opsel_hi2": (14, 14), "opsel": (13, 11), "neg_hi": (10, 8), "vdst": (7, 0), "src0": (40, 32),
               "src1": (49, 41), "src2": (58, 50), "opsel_hi": (60, 59), "neg": (63, 61)},
     "VOPD": {"opx": (25, 22), "opy": (21, 17), "vsrcx1": (16, 9), "srcx0": (8, 0), "vdstx": (63, 56), "vdsty": (55, 49),
              "vsrcy1": (48, 41), "srcy0": (40, 32)},
@@ -170,12 +170,14 @@ def decode(code: bytes, addr: int = 0, pos: int = 0, kernel: str | None = None) 
     if name is None:
         raise DecodeError(f"unknown {enc} opcode {opcode}: {_where(code, pos, addr, kernel)}")
     if enc == "SMEM":
-        f["sbase"] *= 2
+        # buffer forms take an SGPR quad (a buffer resource): the hardware (and LLVM) ignore the pair index's low bit
+        quad = ("sbase", 4, "s") in OPS["SMEM"][opcode][1]
+        f["sbase"] = f["sbase"] * 2 & ~3 if quad else f["sbase"] * 2
         f["offset"] = _sext(f["offset"], 21)
     elif enc == "MUBUF":
         f["srsrc"] *= 4
     elif enc == "VOP3P":
-        f["opsel_hi"] |= _bits(raw, 14, 14) << 2
+        f["opsel_hi"] |= f.pop("opsel_hi2") << 2
     inst = Inst(addr, size, enc, _strip(name), opcode, f, None, dual)
     used = {t[0] for t in template(inst) if isinstance(t, tuple)}
     for k in SRC_FIELDS:

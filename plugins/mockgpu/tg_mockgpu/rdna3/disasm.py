@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tg_mockgpu.rdna3.decode import Inst, decode_all, template
 from tg_mockgpu.rdna3.operands import INLINE_FLOAT_TEXT, src_operand
-from tg_mockgpu.rdna3.tables import CONSTS, OPS
+from tg_mockgpu.rdna3.tables import CONSTS, MODS, OPS
 
 # Registers that print under their own names; 64-bit pairs starting there print as the pair's name.
 SCALAR_NAMES = {106: "vcc_lo", 107: "vcc_hi", 124: "null", 125: "m0", 126: "exec_lo", 127: "exec_hi"}
@@ -31,6 +31,8 @@ HWREGS = {1: "HW_REG_MODE", 2: "HW_REG_STATUS", 3: "HW_REG_TRAPSTS", 5: "HW_REG_
           7: "HW_REG_IB_STS", 15: "HW_REG_SH_MEM_BASES", 18: "HW_REG_PERF_SNAPSHOT_PC_LO", 19: "HW_REG_PERF_SNAPSHOT_PC_HI",
           20: "HW_REG_FLAT_SCR_LO", 21: "HW_REG_FLAT_SCR_HI", 23: "HW_REG_HW_ID1", 24: "HW_REG_HW_ID2",
           27: "HW_REG_PERF_SNAPSHOT_DATA", 29: "HW_REG_SHADER_CYCLES"}
+UC_VERSIONS = {0: "UC_VERSION_GFX7", 4: "UC_VERSION_GFX10", 6: "UC_VERSION_GFX11", 9: "UC_VERSION_GFX12"}
+UC_VERSION_BITS = ((0x8000, "UC_VERSION_MDP_BIT"), (0x4000, "UC_VERSION_W32_BIT"), (0x2000, "UC_VERSION_W64_BIT"))
 SENDMSGS = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "MSG_STALL_WAVE_GEN", 6: "MSG_HALT_WAVES",
             9: "MSG_GS_ALLOC_REQ", 128: "MSG_RTN_GET_DOORBELL", 129: "MSG_RTN_GET_DDID", 130: "MSG_RTN_GET_TMA",
             131: "MSG_RTN_GET_REALTIME", 132: "MSG_RTN_SAVE_WAVE", 133: "MSG_RTN_GET_TBA", 134: "MSG_RTN_GET_TBA_TO_PC"}
@@ -118,7 +120,15 @@ def _sendmsg(imm: int) -> str:
     return f"sendmsg({SENDMSGS[imm]})" if imm in SENDMSGS else f"sendmsg({imm}, 0, 0)"
 
 
+def _uc_version(imm: int) -> str:
+    if imm & 0x1F00 == 0 and imm & 0xFF in UC_VERSIONS:
+        return "|".join([UC_VERSIONS[imm & 0xFF]] + [name for bit, name in UC_VERSION_BITS if imm & bit])
+    return str(imm) if imm < 256 else f"0x{imm:x}"
+
+
 def _format_imm(op: str, value: int, style: str) -> str:
+    if op == "s_version":
+        return _uc_version(value)
     if style == "hex":
         return f"0x{value:x}"
     if style == "u16":
@@ -126,7 +136,8 @@ def _format_imm(op: str, value: int, style: str) -> str:
     if style == "dec":
         return str(value)
     formatter = {"s_waitcnt": _waitcnt, "s_waitcnt_depctr": _depctr, "s_delay_alu": _delay_alu, "s_getreg_b32": _hwreg,
-                 "s_setreg_b32": _hwreg, "s_setreg_imm32_b32": _hwreg, "s_sendmsg": _sendmsg, "s_sendmsghalt": _sendmsg}
+                 "s_setreg_b32": _hwreg, "s_setreg_imm32_b32": _hwreg, "s_sendmsg": _sendmsg, "s_sendmsghalt": _sendmsg,
+                 "s_sendmsg_rtn_b32": _sendmsg, "s_sendmsg_rtn_b64": _sendmsg}
     if op not in formatter:
         raise ValueError(f"no formatter for the immediate of {op}")
     return formatter[op](value)
@@ -150,9 +161,8 @@ def _operand(inst: Inst, t: tuple | str, vop3_mods: bool) -> str:
             return source(f["soffset"], 1, "b32", None)
         return t
     fld, n, kind = t
-    if fld == "literal":
-        cls = _const_class(inst, "src0", 1) if inst.enc == "VOP2" else "b32"
-        return source(255, 1, cls, inst.literal)
+    if fld == "literal":          # the K constant of fmamk/fmaak and s_setreg_imm32_b32 prints all 32 bits
+        return source(255, 1, "b32", inst.literal)
     if kind in ("hex", "u16", "dec", "fmt"):
         return _format_imm(inst.op, f[fld], kind)
     if kind == "v":
@@ -165,12 +175,22 @@ def _operand(inst: Inst, t: tuple | str, vop3_mods: bool) -> str:
         return scalar(f[fld], n)
     text = source(f[fld], n, _const_class(inst, fld, n), inst.literal)
     if vop3_mods and fld in ("src0", "src1", "src2"):
+        mods = _mods(inst)
         bit = 1 << ("src0", "src1", "src2").index(fld)
-        if f.get("abs", 0) & bit:
+        # VOP3 keeps abs in its own field; v_fma_mix* (VOP3P) uses neg_hi as abs
+        abs_bits = f.get("abs", 0) if inst.enc != "VOP3P" else f["neg_hi"]
+        if mods.get("abs", 0) & abs_bits & bit:
             text = f"|{text}|"
-        if f["neg"] & bit:
-            text = f"-{text}"
+        if mods.get("sext", 0) & f["neg"] & bit:
+            text = f"sext({text})"
+        elif mods.get("neg", 0) & f["neg"] & bit:
+            # a negated constant prints as neg(c); registers and |c| take a plain minus
+            text = f"neg({text})" if src_operand(f[fld])[0] in ("inline_int", "inline_float", "literal") and text[0] != "|" else f"-{text}"
     return text
+
+
+def _mods(inst: Inst) -> dict[str, int]:
+    return MODS.get("VOP3" if inst.enc == "VOP3SD" else inst.enc, {}).get(inst.opcode, {})
 
 
 def _bits_list(value: int, n: int) -> str:
@@ -179,25 +199,30 @@ def _bits_list(value: int, n: int) -> str:
 
 def _suffix(inst: Inst, srcs: int) -> str:
     f, out = inst.fields, []
+    mods = _mods(inst)
     if inst.enc in ("VOP3", "VOP3SD"):
-        if f.get("opsel"):
-            bits = [(f["opsel"] >> i) & 1 for i in range(srcs)] + [(f["opsel"] >> 3) & 1]
-            out.append("op_sel:[" + ",".join(map(str, bits)) + "]")
-        if f["clamp"]:
+        opsel = f.get("opsel", 0) & mods.get("op_sel", 0)
+        if opsel:
+            # one entry per source, then the destination's bit (bit 3 of the field)
+            n = mods["op_sel#"]
+            out.append("op_sel:" + _bits_list((opsel & ((1 << (n - 1)) - 1)) | ((opsel >> 3) << (n - 1)), n))
+        if "clamp" in mods and f["clamp"]:
             out.append("clamp")
-        if f["omod"]:
+        if "omod" in mods and f["omod"]:
             out.append(("mul:2", "mul:4", "div:2")[f["omod"] - 1])
     elif inst.enc == "VOP3P":
-        default_hi = 0 if inst.op.startswith("v_fma_mix") else (1 << srcs) - 1
-        if f["opsel"]:
-            out.append("op_sel:" + _bits_list(f["opsel"], srcs))
-        if f["opsel_hi"] & ((1 << srcs) - 1) != default_hi:
-            out.append("op_sel_hi:" + _bits_list(f["opsel_hi"], srcs))
-        if f["neg"]:
-            out.append("neg_lo:" + _bits_list(f["neg"], srcs))
-        if f["neg_hi"]:
-            out.append("neg_hi:" + _bits_list(f["neg_hi"], srcs))
-        if f["clamp"]:
+        if f["opsel"] & mods.get("op_sel", 0):
+            out.append("op_sel:" + _bits_list(f["opsel"], mods["op_sel#"]))
+        if "op_sel_hi" in mods:
+            n = mods["op_sel_hi#"]
+            default_hi = 0 if inst.op.startswith("v_fma_mix") else (1 << n) - 1
+            if f["opsel_hi"] & ((1 << n) - 1) != default_hi:
+                out.append("op_sel_hi:" + _bits_list(f["opsel_hi"], n))
+        if f["neg"] & mods.get("neg_lo", 0):
+            out.append("neg_lo:" + _bits_list(f["neg"], mods["neg_lo#"]))
+        if f["neg_hi"] & mods.get("neg_hi", 0):
+            out.append("neg_hi:" + _bits_list(f["neg_hi"], mods["neg_hi#"]))
+        if "clamp" in mods and f["clamp"]:
             out.append("clamp")
     elif inst.enc == "DS":
         if "2addr" in inst.op:
@@ -235,7 +260,13 @@ def disasm(inst: Inst) -> str:
         return f"{half(x)} :: {half(y)}"
     tmpl = template(inst)
     mnemonic = OPS["VOP3" if inst.enc == "VOP3SD" else inst.enc][inst.opcode][0]
-    vop3 = inst.enc in ("VOP3", "VOP3SD")
+    vop3 = inst.enc in ("VOP3", "VOP3SD", "VOP3P")
+    if "_atomic_" in inst.op and inst.enc != "MUBUF" and inst.fields["glc"]:
+        # with glc a FLAT atomic returns the old value: the destination comes first, as wide as the data (half for cmpswap)
+        data = next(t for t in tmpl if isinstance(t, tuple) and t[0] == "data")
+        tmpl = (("vdst", data[1] // 2 if "cmpswap" in inst.op else data[1], "v"),) + tmpl
+    if inst.op == "s_endpgm" and inst.fields["simm16"]:
+        return f"{mnemonic} {inst.fields['simm16']}"
     ops = [_smem_offset(inst) if isinstance(t, tuple) and t[0] == "offset" and inst.enc == "SMEM" else _operand(inst, t, vop3)
            for t in tmpl]
     srcs = sum(1 for t in tmpl if isinstance(t, tuple) and t[0] in ("src0", "src1", "src2"))

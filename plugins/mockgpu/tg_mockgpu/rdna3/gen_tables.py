@@ -135,7 +135,7 @@ OPCODE_SPACE = {"SOP2": 96, "SOP1": 256, "SOPK": 28, "SOPC": 128, "SOPP": 128, "
                 "GLOBAL": 128, "MUBUF": 256}
 
 REG_RE = re.compile(r"^([sv])(\d+)$|^([sv])\[(\d+):(\d+)\]$")
-OPERAND_RE = re.compile(r"[^,\[\s]+(?:\[[^\]]*\])?(?:\([^)]*\))?")
+OPERAND_RE = re.compile(r"[^,\[\s(]+(?:\[[^\]]*\])?(?:\([^)]*\))?")
 MODIFIERS = ("offset:", "offset0:", "offset1:", "op_sel:", "op_sel_hi:", "neg_lo:", "neg_hi:", "mul:", "div:")
 FLAGS = ("glc", "slc", "dlc", "clamp", "gds", "offen", "idxen", "tfe")
 # Source fields hold 9-bit (or, for scalar fields, 8-bit) operand codes: SGPRs, specials, constants or VGPRs.
@@ -169,6 +169,8 @@ def template(enc: str, text: str) -> tuple[str, tuple]:
             style = "hex" if tok.startswith("0x") else "dec" if re.match(r"^-?\d+$", tok) else "fmt"
             if not any(o[0] == IMM_FIELD[enc] for o in ops if isinstance(o, tuple)):
                 ops.append((IMM_FIELD[enc], 0, style))
+        elif enc == "SOP1" and tok.startswith("sendmsg("):
+            ops.append(("ssrc0", 0, "fmt"))         # s_sendmsg_rtn_*: the message id sits in ssrc0
         elif enc == "SMEM":
             ops.append(("sdata", 0, "dec"))        # s_atc_probe's first operand is a number in the sdata field
         elif re.match(r"^v\d+\.[lh]$", tok):
@@ -219,7 +221,8 @@ def const_classes(enc: str, base: dict[int, bytes], texts: dict[int, tuple]) -> 
                     w = words(lo, hi)
                 else:
                     w = words((struct.unpack("<I", word[:4])[0] & ~0x1FF) | code)
-                cases.append(w + words(LIT) if code == 255 else w)
+                lit = word[len(w):]          # an opcode that always carries a literal keeps it (src0 then shares it)
+                cases.append(w + (lit or words(LIT)) if code == 255 else w + lit)
                 keys.append((op, f))
     outs = llvm_mc(cases)
     seen: dict[tuple, list] = {}
@@ -257,6 +260,48 @@ def imm_styles(enc: str, rows: dict[int, tuple]) -> None:
         rows[op] = (mnem, tuple((o[0], 0, style) if isinstance(o, tuple) and o[0] == "simm16" else o for o in tmpl))
 
 
+# Modifier probes: name -> ((bits in dword 0, bits in dword 1) per probed operand bit, mark LLVM prints). A bit is probed on its
+# own because LLVM rejects bits for operands an opcode does not have.
+VOP3_MOD_PROBES = {"abs": ([(1 << 8 + i, 0) for i in range(3)], "|"), "neg": ([(0, 1 << 29 + i) for i in range(3)], "-"),
+                   "sext": ([(0, 1 << 29 + i) for i in range(3)], "sext("), "clamp": ([(1 << 15, 0)], "clamp"),
+                   "omod": ([(0, 1 << 27)], "mul:2"), "op_sel": ([(1 << 11 + i, 0) for i in range(4)], "op_sel:")}
+VOP3P_MOD_PROBES = {"op_sel": ([(1 << 11 + i, 0) for i in range(3)], "op_sel:"),
+                    "op_sel_hi": ([(0, 1 << 27), (0, 1 << 28), (1 << 14, 0)], "op_sel_hi:"),
+                    "neg_lo": ([(0, 1 << 29 + i) for i in range(3)], "neg_lo:"), "neg_hi": ([(1 << 8 + i, 0) for i in range(3)], "neg_hi:"),
+                    "clamp": ([(1 << 15, 0)], "clamp"), "neg": ([(0, 1 << 29 + i) for i in range(3)], "-"),
+                    "abs": ([(1 << 8 + i, 0) for i in range(3)], "|")}
+
+
+def modifiers(enc: str, base: dict[int, bytes]) -> dict[int, dict[str, int]]:
+    """Which VOP3/VOP3P modifiers LLVM prints for each opcode, as a mask of the field bits it prints them for; for op_sel and
+    op_sel_hi also the number of printed entries (MODS[...]["op_sel#"]). "sext" marks integer operands whose neg bit prints as
+    sext(x); for VOP3P, "neg"/"abs" mean the neg/neg_hi bits print as -x / |x| on the operands (v_fma_mix*)."""
+    probes = VOP3_MOD_PROBES if enc == "VOP3" else VOP3P_MOD_PROBES
+    cases, keys = [], []
+    for op, word in base.items():
+        lo, hi = struct.unpack("<II", word[:8])
+        for name, (bits, _) in probes.items():
+            for i, (b0, b1) in enumerate(bits):
+                cases.append(words(lo ^ b0, hi ^ b1) + word[8:])   # xor: op_sel_hi's base value is all ones
+                keys.append((op, name, i))
+    outs = llvm_mc(cases)
+    plain = dict(zip(base, llvm_mc(list(base.values()))))
+    res: dict[int, dict[str, int]] = {}
+    for (op, name, i), text in zip(keys, outs):
+        mark = probes[name][1]
+        if text is None or "Invalid" in text or plain[op] is None or text == plain[op]:
+            continue
+        operands = text.partition(" ")[2]
+        if name == "neg" and "sext(" in operands or name == "sext" and "sext(" not in operands or mark not in operands:
+            continue
+        mods = res.setdefault(op, {})
+        mods[name] = mods.get(name, 0) | 1 << i
+        m = re.search(re.escape(mark) + r"\[([^\]]*)\]", operands)
+        if m:
+            mods[name + "#"] = len(m.group(1).split(","))
+    return res
+
+
 def main() -> None:
     found = scan()
     tables: dict[str, dict[int, tuple]] = {}
@@ -273,19 +318,23 @@ def main() -> None:
         tables[enc] = rows
     for enc in ("SOPP", "SOPK"):
         imm_styles(enc, tables[enc])
-    consts = {}
+    consts, mods = {}, {}
     for enc in SRC_FIELDS:
         cases = [(op, v) for op in tables[enc] for v in variants(enc, op)]
         base: dict[int, bytes] = {}
         for (op, v), text in zip(cases, llvm_mc([v for _, v in cases])):
-            if text is not None and op not in base:
+            if text is not None and "Invalid" not in text and op not in base:
                 base[op] = v
         consts[enc] = const_classes(enc, base, tables[enc])
+        if enc in ("VOP3", "VOP3P"):
+            mods[enc] = modifiers(enc, base)
     print('"""RDNA3 (gfx1100) opcode tables, generated from llvm-mc-19 by gen_tables.py; data, do not edit by hand.\n')
     print("OPS[enc][opcode] = (LLVM's printed mnemonic, operand template); a template entry is (field, register count) or fixed")
-    print("text. CONSTS[enc][opcode][field] says how constants print in a source field: b32, f16, i16 or b64.\n\"\"\"")
+    print("text. CONSTS[enc][opcode][field] says how constants print in a source field: b32, f16, i16 or b64.")
+    print("MODS[enc][opcode][modifier] is the mask of field bits whose modifier LLVM prints (see gen_tables.modifiers).\n\"\"\"")
     print("OPS = " + pprint.pformat(tables, width=130, compact=True))
     print("CONSTS = " + pprint.pformat(consts, width=130, compact=True))
+    print("MODS = " + pprint.pformat(mods, width=130, compact=True))
 
 
 if __name__ == "__main__":
