@@ -329,6 +329,16 @@ def test_unroll_reduce(amt):
     assert sum(u.op is Ops.DEFINE_REG for u in prog.uops) == (0 if amt == 0 else amt)
 
 
+def test_unrolled_lanes_combine_pairwise():
+    """8 accumulator lanes are combined by a tree of depth 3 after the loop, not a chain of 7."""
+    prog = linearize_kernel(row_sum(2, 16), opts=[Opt(OptOps.UNROLL, 0, 8)])
+    out_store = next(u for u in prog.uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM)
+
+    def depth(u):
+        return 1 + max(depth(s) for s in u.src) if u.op is Ops.ADD else 0
+    assert depth(out_store.src[1]) == 3
+
+
 def test_matmul_upcast_unroll_share_one_reduce_loop():
     n, m, k = 4, 8, 6
     x, y = rng.standard_normal((n, k), np.float32), rng.standard_normal((k, m), np.float32)

@@ -3,12 +3,11 @@
 A range of axis type UPCAST or UNROLL (constant size n) is not a loop: whatever is computed inside it is
 computed n times, once per lane, with the range replaced by the lane's number. An END over such a range
 becomes a GROUP of the n effects; a REDUCE over it becomes n REDUCEs over its other ranges, one per lane,
-combined with its op after them (n accumulators updated in one loop, since their ENDs merge). Lanes are
-scalar copies: codegen does not vectorize yet.
+combined with its op after them, pairwise (n accumulators updated in one loop, since their ENDs merge).
+Lanes are scalar copies: the renderer's compiler packs them into vectors (LLVM's SLP vectorizer), or the
+renderer's own instruction selection does.
 """
 from __future__ import annotations
-
-from functools import reduce
 
 from tg_core.codegen.reduce import reduce_combine
 from tg_core.dtype import dtypes
@@ -49,7 +48,11 @@ def _expand_reduce(x: UOp) -> UOp | None:
         return None
     rest = tuple(r for r in x.src[1:] if r is not lane)
     parts = [x.replace(src=(v, *rest)) if rest else v for v in _lanes(x.src[0], lane)]
-    return reduce(lambda a, b: reduce_combine(x.arg, a, b), parts)
+    # pairwise: log2(lanes) dependent steps instead of a chain, and sums rounded as numpy's pairwise sum is
+    while len(parts) > 1:
+        parts = [reduce_combine(x.arg, *parts[k:k + 2]) if k + 1 < len(parts) else parts[k]
+                 for k in range(0, len(parts), 2)]
+    return parts[0]
 
 
 pm_expand = PatternMatcher([
