@@ -15,15 +15,15 @@ and 11; Cody & Waite, "Software Manual for the Elementary Functions"):
   that matter for |x| picked by its exponent, multiplied exactly in 32-bit limbs). float32 reduces and
   evaluates in float64; float64 carries the reduced argument as a double-double.
 - pow: exp2(y * log2|x|) in float64 with C99's special cases (pow(x, 0) = pow(1, y) = 1, negative x only with
-  an integer y); log2|x| as a double-double (good to about 2**-56, from the log2 above) and y times it by
-  Dekker's exact product. float32 is correctly rounded but for rare double roundings; float64's relative error
-  is about |y| * 2**-56 (a few ulp for moderate y; a libm-grade pow needs a log2 good to 2**-65).
+  an integer y). log2|x| is a double-double good to about 2**-64 (s = (m-1)/(m+1) and the series' leading
+  terms carried in two doubles), y times it is Dekker's exact product, and exp2 takes the low part into its
+  reduced argument: the error of y*log2|x| does not grow with the size of the result.
 
 Polynomials are near-minimax: Chebyshev interpolation in 50-digit arithmetic (mpmath.chebyfit) of 2**f on
 [-1/2, 1/2], of R(z)/z on [0, (3-2*sqrt(2))**2] and of (sin(r)-r)/r**3 and (cos(r)-1+r*r/2)/r**4 in r*r on
 [0, (pi/4)**2], with degrees that make the fit error a small fraction of an ulp. Measured against numpy in
 extended precision (tests/test_decomp.py), the largest errors are: exp2 1.2 ulp, log2 0.71 ulp, sin 0.5 ulp
-(float32) / 0.77 ulp (float64), pow 0.5 ulp (float32) / 3.2 ulp (float64, |y| <= 40).
+(float32) / 0.77 ulp (float64), pow 0.5 ulp (float32) / 1.6 ulp (float64).
 The rules need strict IEEE arithmetic: a backend must not reassociate the additions (rint adds and subtracts
 a magic constant) nor flush subnormals.
 """
@@ -315,17 +315,54 @@ def _finish_sin(x: UOp, q: UOp, s: UOp, c: UOp, fmt: _Format) -> UOp:
 
 # ---- pow -----------------------------------------------------------------------------------------------
 
+# log2(m) = K*s + K/3*s**3 + s**5*P(s*s) with s = (m-1)/(m+1), K = 2/ln2: the first two terms as double-doubles
+_K2_LN2 = _hex("0x1.71547652b82fep+1", "0x1.777d0ffda0d24p-55")
+_K2_LN2_3 = _hex("0x1.ec709dc3a03fdp-1", "0x1.d27f05548af0cp-55")
+_LOG2_TAIL = _hex("0x1.2776c50ef9c02p-1", "0x1.a61762a7a8378p-2", "0x1.484b13e3dc0ccp-2", "0x1.0c9a7afc044cfp-2",
+                  "0x1.c69697bce732fp-3", "0x1.888d6c05fff82p-3", "0x1.7d8c1877de55ap-3")
+
+
+def _log2_dd(x: UOp) -> tuple[UOp, UOp]:
+    """log2(x) = hi + lo (|lo| <= ulp(hi)/2) good to about 2**-64 relative, for float64 x > 0 finite.
+
+    s = (m-1)/(m+1) is carried as s_hi + s_lo (the division's remainder from an exact product), and the
+    series' two leading terms, which are too large for a double's rounding, are double-double products."""
+    d, it = dtypes.float64, dtypes.int64
+    sub = x < _c(d, 2.0 ** -1022)
+    bits = sub.where(x * _c(d, 2.0 ** 52), x).bitcast(it)
+    e = ((bits >> _c(it, 52)) - _c(it, 1023)).cast(d) - sub.where(_c(d, 52.0), _c(d, 0.0))
+    m = ((bits & _c(it, (1 << 52) - 1)) | _c(it, 1023 << 52)).bitcast(d)
+    big = _c(d, math.sqrt(2.0)) < m
+    m, e = big.where(m * _c(d, 0.5), m), e + big.where(_c(d, 1.0), _c(d, 0.0))
+    u = m - _c(d, 1.0)  # exact
+    v_hi, v_lo = _two_sum(m, _c(d, 1.0))
+    s_hi = u / v_hi
+    p, p_err = _two_prod(s_hi, v_hi)
+    s_lo = (((u - p) - p_err) - s_hi * v_lo) / v_hi  # u - p is exact (Sterbenz)
+    q, q_err = _two_prod(s_hi, s_hi)
+    cube, cube_err = _two_prod(q, s_hi)
+    cube_lo = cube_err + q_err * s_hi + _c(d, 3.0) * q * s_lo
+    t1, t1_err = _two_prod(_c(d, _K2_LN2[0]), s_hi)
+    t1_lo = t1_err + _c(d, _K2_LN2[0]) * s_lo + _c(d, _K2_LN2[1]) * s_hi
+    t3, t3_err = _two_prod(_c(d, _K2_LN2_3[0]), cube)
+    t3_lo = t3_err + _c(d, _K2_LN2_3[0]) * cube_lo + _c(d, _K2_LN2_3[1]) * cube
+    h, h_err = _two_sum(t1, t3)
+    lo = h_err + t1_lo + t3_lo + cube * q * _poly(q, _LOG2_TAIL)
+    w, w_err = _two_sum(e, h)
+    return _two_sum(w, w_err + lo)
+
+
 def _pow(x: UOp, y: UOp, fmt: _Format) -> UOp:
     """pow(x, y) = exp2(y * log2|x|) in float64, the product as a double-double, with the sign and special
     cases of C99."""
     d = dtypes.float64
     xd, yd = x.cast(d), y.cast(d)
-    l_hi, l_lo = _two_sum(*_log2_parts(_abs(xd, _F64), _F64))  # normalized: |l_lo| <= ulp(l_hi)/2
-    log_abs = _log2(_abs(xd, _F64), _F64)  # the special values (0, inf, nan) of log2
-    finite = log_abs.eq(l_hi + l_lo)
+    ax = _abs(xd, _F64)
+    regular = (_c(d, 0.0) < ax) & (ax < _c(d, math.inf))  # log2 of 0, inf, nan is -inf, inf, nan
+    l_hi, l_lo = _log2_dd(regular.where(ax, _c(d, 1.0)))
     z, z_err = _two_prod(yd, l_hi)
-    z = finite.where(z, yd * log_abs)
-    mag = _exp2(z, _F64, z_err + yd * l_lo)
+    z = regular.where(z, yd * ax.eq(_c(d, 0.0)).where(_c(d, -math.inf), ax))
+    mag = _exp2(z, _F64, regular.where(z_err + yd * l_lo, _c(d, 0.0)))
     half = yd * _c(d, 0.5)
     y_int = yd.trunc().eq(yd)  # an integer (or infinite) exponent
     y_odd = y_int & half.trunc().ne(half)
