@@ -170,14 +170,14 @@ def _compile_sop(inst, dst_code: int | None, src_codes: list[int]) -> Callable:
     carry_in = inst.op in READS_SCC
 
     def run(m: Machine, bt: Batch) -> None:
-        args = [np.broadcast_to(s(m, bt), (bt.n,)) for s in srcs]
+        args = [s(m, bt) for s in srcs]   # per-wave arrays or constants; numpy broadcasts them
         if carry_in:
             args.append(m.scc[bt.idx])
         res, scc = fn(*args)
         if scc is not None:
-            m.scc[bt.idx] = np.broadcast_to(scc, (bt.n,))
+            m.scc[bt.idx] = scc
         if out is not None and res is not None:
-            out(m, bt, np.broadcast_to(res, (bt.n,)))
+            out(m, bt, res)
     return run
 
 
@@ -191,7 +191,7 @@ def _compile_cmp(inst, a_code: int, b_code: int | None, imm: int | None = None) 
 
         def bitcmp(m: Machine, bt: Batch) -> None:
             a, b = np.asarray(a_r(m, bt), u64), np.asarray(b_r(m, bt), u64)
-            m.scc[bt.idx] = np.broadcast_to(((a >> (b & u64(bits - 1))) & u64(1)) == want, (bt.n,))
+            m.scc[bt.idx] = ((a >> (b & u64(bits - 1))) & u64(1)) == want
         return bitcmp
     cond, typ = parts[2], parts[3]
     bits = int(typ[1:])
@@ -211,7 +211,7 @@ def _compile_cmp(inst, a_code: int, b_code: int | None, imm: int | None = None) 
             b = b if imm is not None else _signed(b, bits).astype(i64)
         else:
             a, b = a.astype(u64), b.astype(u64)
-        m.scc[bt.idx] = np.broadcast_to(fn(a, b), (bt.n,))
+        m.scc[bt.idx] = fn(a, b)
     return run
 
 
@@ -281,7 +281,7 @@ def _compile_sopk(inst) -> Callable:
         k = u32(sext & 0xFFFFFFFF)
 
         def addk(m: Machine, bt: Batch) -> None:
-            r, scc = _add_i32(np.broadcast_to(cur(m, bt), (bt.n,)), k)
+            r, scc = _add_i32(cur(m, bt), k)
             m.scc[bt.idx] = scc
             out(m, bt, r)
         return addk

@@ -404,7 +404,8 @@ def mask_dest(code: int) -> Callable[[Machine, Batch, np.ndarray], None]:
 
     def store(m: Machine, bt: Batch, bits: np.ndarray) -> None:
         mk = bt.mask()
-        bits = np.broadcast_to(bits, (bt.n, 32))
+        if np.shape(bits) != (bt.n, 32):
+            bits = np.broadcast_to(bits, (bt.n, 32))
         w(m, bt, mask_bits(bits if mk is None else bits & mk))
     return store
 
@@ -489,7 +490,7 @@ def compile_add_co(inst) -> Exec:
                 r = r + c.astype(u32)
                 carry = carry | (r < c)
         out(m, bt, r)
-        cout(m, bt, np.broadcast_to(carry, (bt.n, 32)))
+        cout(m, bt, carry)
     return run
 
 
@@ -584,7 +585,7 @@ def compile_mad64(inst) -> Exec:
             r = p + np.asarray(c, u64)
             carry = r < p
         out(m, bt, r)
-        cout(m, bt, np.broadcast_to(carry, (bt.n, 32)))
+        cout(m, bt, carry)
     return run
 
 
