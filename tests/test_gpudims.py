@@ -100,3 +100,32 @@ def test_bad_input():
         add_gpudims(UOp.const(dtypes.int32, 1))
     with pytest.raises(ValueError, match="positive"):
         add_gpudims(saxpy(10), max_local=0)
+
+
+def test_whole_tensor_reduction_is_shared_by_a_workgroup():
+    """A scalar kernel's big reduction: 256 work-items each reduce a strided part, combine through LDS after a
+    barrier, and only work-item 0 stores; elements past N give the identity and their loads are gated."""
+    n = 100_003
+    a, out = UOp.param(0, dtypes.float32.ptr(n)), UOp.param(1, dtypes.float32.ptr(1))
+    r = UOp.range(n, 0, AxisType.REDUCE)
+    zero = UOp.const(dtypes.weakint, 0)
+    ast = kernel(out.index(zero).store(a.index(r).load().reduce(Ops.MAX, r)))
+    new, launch = add_gpudims(ast)
+    assert launch.evaluate({}) == ((1, 1, 1), (256, 1, 1))
+    nodes = new.toposort()
+    lds = [u for u in nodes if u.op is Ops.DEFINE_LOCAL]
+    assert len(lds) == 1 and lds[0].dtype.size == 256
+    assert sum(u.op is Ops.BARRIER for u in nodes) == 1
+    reds = sorted((u for u in nodes if u.op is Ops.REDUCE), key=lambda u: u.src[1].src[0].arg)
+    assert [u.src[1].src[0].arg for u in reds] == [256, (n + 255) // 256]  # the combine, the strided partials
+    assert all(len(u.src[0].src) == 3 for u in nodes if u.op is Ops.STORE and u.src[0].src[0] is out)  # gated
+    loads = [u for u in nodes if u.op is Ops.INDEX and u.src[0] is a]
+    assert loads and all(len(u.src) == 3 for u in loads)
+
+
+def test_small_reductions_stay_on_one_work_item():
+    a, out = UOp.param(0, dtypes.float32.ptr(100)), UOp.param(1, dtypes.float32.ptr(1))
+    r = UOp.range(100, 0, AxisType.REDUCE)
+    ast = kernel(out.index(UOp.const(dtypes.weakint, 0)).store(a.index(r).load().reduce(Ops.ADD, r)))
+    new, launch = add_gpudims(ast)
+    assert new is ast and launch.local_size == (1, 1, 1)

@@ -10,14 +10,20 @@ When L does not divide the range's size (or the size is symbolic), the last work
 the end; every INDEX of the kernel is then gated by `gidx0*L + lidx0 < size`, so such a work-item stores
 nothing and loads only from a safe address (a gated load reads element 0 and yields 0).
 
+A kernel with no parallel range (a whole-tensor sum, max, mean) would run on one work-item; its big top-level
+reductions are shared by a workgroup instead (`group_reduce`: strided partials, LDS, a barrier, one store).
+
 `add_gpudims` returns the rewritten AST and the launch dimensions (workgroup counts as expressions over
 the kernel's DEFINE_VARs, evaluated for each call, and the constant local size).
 """
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tg_core.dtype import dtypes
+from tg_core.codegen.reduce import reduce_identity
+from tg_core.dtype import AddrSpace, dtypes
 from tg_core.uop.evaluate import evaluate
 from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
@@ -89,6 +95,67 @@ def _gate_all(ast: UOp, valid: UOp) -> UOp:
 
 _pm_drop = PatternMatcher([(UPat(Ops.END, name="x"), _drop_ranges)])
 
+# a reduction is shared by a workgroup only when each work-item still gets at least this many elements
+MIN_GROUP_REDUCE = 1024
+
+
+def _size(r: UOp) -> int:
+    return int(r.src[0].arg) if r.src[0].op is Ops.CONST else int(r.src[0].vmax)
+
+
+def group_reduce(ast: UOp, max_local: int) -> tuple[UOp, int] | None:
+    """A kernel without parallel ranges whose effects are plain stores (a whole-tensor sum, max, mean, ...) would run
+    its reductions on one work-item. Instead each top-level REDUCE is shared by a workgroup of L work-items: its
+    largest range r (size N) becomes `r2*L + lidx0` with a fresh range r2 over ceil(N/L) (elements past N give the
+    identity, their loads gated), each work-item's partial result goes to an LDS array, a barrier, and every
+    work-item combines the L partials; only work-item 0 stores. Returns (new AST, L), or None when no reduction is
+    big enough to share."""
+    if any(e.op is not Ops.STORE for e in ast.src):
+        return None
+    nodes = list(ast.toposort())
+    chosen = {u: max(u.src[1:], key=_size) for u in nodes
+              if u.op is Ops.REDUCE and not u.ranges and _size(max(u.src[1:], key=_size)) >= MIN_GROUP_REDUCE}
+    if not chosen:
+        return None
+    local = max_local
+    lane = UOp.special(local, LOCAL_ID)
+    ids = itertools.count(max((u.arg[0] for u in nodes if u.op is Ops.RANGE and isinstance(u.arg[0], int)),
+                              default=-1) + 1)
+    done: dict[UOp, UOp] = {}
+    for n in nodes:
+        src = tuple(done[s] for s in n.src)
+        new = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+        if n in chosen:
+            new = _share_reduce(new, chosen[n], lane, local, ids, len(done))
+        elif n.op is Ops.STORE and n in ast.src:  # one work-item writes the result
+            index = new.src[0]
+            first = lane < 1
+            valid = first if len(index.src) == 2 else index.src[2] & first
+            new = new.replace(src=(index.replace(src=(*index.src[:2], valid)), new.src[1]))
+        done[n] = new
+    return done[ast], local
+
+
+def _share_reduce(red: UOp, r: UOp, lane: UOp, local: int, ids: Iterator[int], tag: int) -> UOp:
+    value, *rngs = red.src
+    n = r.src[0]
+    r2 = UOp.range(((n + (local - 1)) // local).simplify(), next(ids), AxisType.REDUCE, r.dtype)
+    idx = r2 * local + lane
+    exact = n.op is Ops.CONST and n.arg % local == 0
+    if not exact:  # loads at the elements past N would be out of bounds: gate the ones that depend on r
+        in_range = idx < n
+        gated = {u: u.replace(src=(*u.src[:2], in_range if len(u.src) == 2 else u.src[2] & in_range))
+                 for u in value.toposort() if u.op is Ops.INDEX and r in u.ranges}
+        value = substitute(value, gated)
+    value = substitute(value, {r: idx})
+    if not exact:
+        value = (idx < n).where(value, UOp.const(red.dtype, reduce_identity(red.arg, red.dtype)))
+    partial = UOp(Ops.REDUCE, red.dtype, (value, r2, *(x for x in rngs if x is not r)), red.arg)
+    lds = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(local, AddrSpace.LOCAL), (), f"partial{tag}")
+    barrier = UOp(Ops.BARRIER, dtypes.void, (lds.index(lane).store(partial),))
+    j = UOp.range(local, next(ids), AxisType.REDUCE, r.dtype)
+    return UOp(Ops.REDUCE, red.dtype, (lds.after(barrier).index(j).load(), j), red.arg)
+
 
 def add_gpudims(ast: UOp, max_local: int = 256) -> tuple[UOp, LaunchDims]:
     """`ast` with its parallel ranges replaced by GPU ids (see the module docstring), and its launch dims."""
@@ -99,6 +166,9 @@ def add_gpudims(ast: UOp, max_local: int = 256) -> tuple[UOp, LaunchDims]:
     rngs = parallel_ranges(ast)[-3:]
     if not rngs:
         one = UOp.const(dtypes.weakint, 1)
+        grouped = group_reduce(ast, max_local)
+        if grouped is not None:
+            return grouped[0], LaunchDims((one, one, one), (grouped[1], 1, 1))
         return ast, LaunchDims((one, one, one), (1, 1, 1))
     subs: dict[UOp, UOp] = {}
     inner = rngs[-1]

@@ -57,6 +57,22 @@ def test_variable_kernarg_end_to_end():
         np.testing.assert_array_equal((Tensor(a, device="AMD") * Tensor(v.bind(k), device="AMD")).numpy(), a * k)
 
 
+# an emulator gap, not a tg-amd one: remove the mark once tg-mockgpu runs the cache invalidate after barriers
+@pytest.mark.xfail(reason="tg-mockgpu does not implement buffer_gl0_inv (LLVM's workgroup acquire after s_barrier) yet",
+                   strict=False)
+@pytest.mark.parametrize("n", [1 << 16, 100_003])
+def test_whole_tensor_reductions_end_to_end(n):
+    """Scalar reductions run on a workgroup sharing the work through LDS (gpudims.group_reduce)."""
+    from tg_core.tensor import Tensor
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.integers(-100, 100, n).astype(np.int32)
+    np.testing.assert_allclose(Tensor(a, device="AMD").sum().numpy(), a.sum(dtype=np.float64), rtol=1e-4)
+    assert Tensor(a, device="AMD").max().numpy() == a.max()
+    assert Tensor(b, device="AMD").sum().numpy() == b.sum()
+    assert Tensor(b > 98, device="AMD").any().numpy() == (b > 98).any()
+
+
 def test_device_says_which_interface():
     dev = Device["AMD"]
     assert dev.interface.name in repr(dev) and dev.interface.arch == "gfx1100"
