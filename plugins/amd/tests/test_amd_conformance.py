@@ -73,6 +73,24 @@ def test_whole_tensor_reductions_end_to_end(n):
     assert Tensor(b > 98, device="AMD").any().numpy() == (b > 98).any()
 
 
+def test_float64_math_end_to_end():
+    """float64 transcendentals run as core's decompositions (gfx1100 has no instructions for them)."""
+    from tg_core.tensor import Tensor
+    a = np.random.default_rng(3).standard_normal(300) * 10
+    t = Tensor(a, device="AMD")
+    np.testing.assert_allclose(t.exp2().numpy(), np.exp2(a), rtol=1e-14)
+    np.testing.assert_allclose(t.abs().log2().numpy(), np.log2(np.abs(a)), rtol=1e-14)
+    np.testing.assert_allclose(t.sin().numpy(), np.sin(a), rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose((t.abs() ** t).numpy(), np.abs(a) ** a, rtol=1e-14)
+
+
+def test_float32_sin_of_large_arguments():
+    """v_sin_f32 takes revolutions; the Cody-Waite reduction keeps large arguments accurate."""
+    from tg_core.tensor import Tensor
+    a = np.linspace(-2000, 2000, 4001).astype(np.float32)
+    np.testing.assert_allclose(Tensor(a, device="AMD").sin().numpy(), np.sin(a.astype(np.float64)), atol=2e-6)
+
+
 def test_device_says_which_interface():
     dev = Device["AMD"]
     assert dev.interface.name in repr(dev) and dev.interface.arch == "gfx1100"

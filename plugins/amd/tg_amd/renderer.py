@@ -11,8 +11,9 @@ What changes against the host renderer:
 - float32 math uses the hardware's transcendental instructions through the amdgcn intrinsics (v_exp_f32,
   v_log_f32, v_sqrt_f32, v_rcp_f32, v_sin_f32: about 1 ulp), as AMD's own fast math does; sin gets a
   Cody-Waite reduction to [-pi, pi] first, since v_sin_f32 takes revolutions and loses accuracy on large
-  ones. float16 math runs in float32; pow is LLVM's own expansion. float64 exp2/log2/sin/pow have no AMD
-  instruction and LLVM would need a library call for them (it aborts the process), so they are refused.
+  ones. float16 math runs in float32; float32 pow is LLVM's own expansion. float64 exp2/log2/sin/pow have no
+  AMD instruction and LLVM would need a library call (which aborts the process), so core's decompositions
+  (tg_core/codegen/decomp.py) turn them into float64 and integer arithmetic first.
 """
 from __future__ import annotations
 
@@ -21,12 +22,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tg_core.codegen.decomp import decomp
 from tg_core.codegen.gpudims import LaunchDims, add_gpudims
 from tg_core.codegen.opts import Opt
 from tg_core.codegen.program import Program, linearize_kernel
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg_core.renderer.llvmir import LLVMRenderer, _Function, ltype, render_const
 from tg_core.uop.ops import Ops
+from tg_core.uop.rewrite import PatternMatcher
+from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
 
 ARCH = "gfx1100"
@@ -36,7 +40,9 @@ _SPECIALS = {"gidx0": "llvm.amdgcn.workgroup.id.x", "gidx1": "llvm.amdgcn.workgr
 # f32 op -> the amdgcn intrinsic computing it directly
 _FAST_F32 = {Ops.EXP2: "llvm.amdgcn.exp2.f32", Ops.LOG2: "llvm.amdgcn.log.f32", Ops.SQRT: "llvm.amdgcn.sqrt.f32",
              Ops.RECIPROCAL: "llvm.amdgcn.rcp.f32"}
-_NO_F64 = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
+# float64 transcendentals as plain arithmetic (the renderer's extra_matcher); float32 keeps the hardware's
+_F64_MATH = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW), dtype=dtypes.float64, name="u"),
+                             lambda u: decomp.rewrite(u))])
 # 2*pi split for Cody-Waite: the high part has 12 significant bits, so k*_TWO_PI_HI is exact for |k| < 2**12
 _TWO_PI_HI = 6.28125
 _TWO_PI_LO = 2 * math.pi - 6.28125
@@ -70,6 +76,7 @@ class AMDRenderer(LLVMRenderer):
     calling_convention = "amdgpu_kernel"
     target_triple = "amdgcn-amd-amdhsa"
     special_intrinsics = _SPECIALS
+    extra_matcher = _F64_MATH
     arch = ARCH
 
     def __init__(self) -> None:
@@ -120,9 +127,6 @@ class _AMDFunction(_Function):
             return self.call(_FAST_F32[op], "float", [("float", vals[0])])
         if dt is dtypes.float32 and op is Ops.SIN:
             return self.sin_f32(vals[0])
-        if dt is dtypes.float64 and op in _NO_F64:
-            raise NotImplementedError(f"the AMD renderer has no float64 {op.name}: gfx1100 has no such instruction "
-                                      f"and tg-amd links no math library (in kernel {self.prog.name})")
         return super().float_alu(op, dt, vals, *rest)
 
     def sin_f32(self, x: str) -> str:
