@@ -278,12 +278,12 @@ def test_page_fault_names_address_instruction_wave_and_lane(gpu):
         gpu.run(asm_kernel(code, vgprs=16), (1, 1, 1), (64, 1, 1), out)
     msg = str(e.value)
     assert f"{out.va + 37 * 4 + 4096:#x}" in msg and "write" in msg
-    assert "global_store_b32" in msg and "workgroup (0, 0, 0) wave 1 lane 5" in msg and "kernel k" in msg
+    assert "global_store_b32 v[2:3], v10, off" in msg and "workgroup (0, 0, 0) wave 1 lane 5" in msg and "kernel k" in msg
 
 
 def test_unimplemented_instruction_is_an_error(gpu):
     co = asm_kernel("v_cubeid_f32 v0, v1, v2, v3")
-    with pytest.raises(EmulatorError, match=r"unimplemented instruction v_cubeid_f32 \(0xD60C0000 0x040E0501\) at 0x[0-9a-f]+ in kernel k"):
+    with pytest.raises(EmulatorError, match=r"unimplemented instruction v_cubeid_f32 v0, v1, v2, v3 \(0xD60C0000 0x040E0501\) at 0x[0-9a-f]+ in kernel k"):
         gpu.run(co, (1, 1, 1), (32, 1, 1))
 
 

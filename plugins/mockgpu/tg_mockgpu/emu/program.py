@@ -13,6 +13,7 @@ from tg_mockgpu.emu.salu import NEXT, compile_control, compile_salu
 from tg_mockgpu.emu.valu import compile_valu, compile_vopd
 from tg_mockgpu.emu.vop3p import compile_dot2acc, compile_pk_fmac, compile_vop3p
 from tg_mockgpu.rdna3.decode import DecodeError, Inst, decode
+from tg_mockgpu.rdna3.disasm import disasm
 
 VALU_ENCODINGS = ("VOP1", "VOP2", "VOP3", "VOP3SD", "VOPC")
 SALU_ENCODINGS = ("SOP1", "SOP2", "SOPC", "SOPK")
@@ -29,7 +30,11 @@ class Compiled:
 
 def describe(inst: Inst, image: bytes, offset: int, kernel: str) -> str:
     words = " ".join(f"0x{w:08X}" for w in struct.unpack_from(f"<{inst.size // 4}I", image, offset))
-    return f"{inst.op} ({words}) at {inst.addr:#x} in kernel {kernel}"
+    try:
+        text = disasm(inst)
+    except Exception:   # an error message must not fail on an operand the disassembler cannot print
+        text = inst.op
+    return f"{text} ({words}) at {inst.addr:#x} in kernel {kernel}"
 
 
 def compile_inst(inst: Inst, kernel: str) -> tuple[Callable, str]:
