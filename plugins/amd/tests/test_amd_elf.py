@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from amd_kernels import LDS_IR, SCRATCH_IR, TABLE_IR, compile_ast, compile_ir, rowmax, saxpy, scaled
-from tg_amd.elf import (ELFError, KernelResourceError, SHF_ALLOC, load_code_object, read_elf)
+from tg_amd.elf import (GFX1100, ELFError, KernelResourceError, SHF_ALLOC, check_resources, load_code_object,
+                         read_elf)
 from tg_amd.interface import DESCRIPTOR_SIZE, KernelDescriptor
 
 READELF, OBJDUMP = "llvm-readelf-19", "llvm-objdump-19"
@@ -241,3 +242,11 @@ def test_bad_files():
     data[18:20] = (62).to_bytes(2, "little")  # EM_X86_64
     with pytest.raises(ELFError, match="e_machine is 62"):
         load_code_object(bytes(data))
+
+
+def test_too_many_sgprs_is_refused():
+    """SGPRs are counted by the metadata note (RDNA allocates them per wave, the descriptor has no count)."""
+    k = load_code_object(obj("saxpy")).kernel("saxpy")
+    assert k.metadata[".sgpr_count"] <= 108
+    with pytest.raises(KernelResourceError, match=r"saxpy does not fit gfx1100: SGPRs: needs 120, the target has 108"):
+        check_resources("saxpy", k.descriptor, {**k.metadata, ".sgpr_count": 120}, GFX1100)
