@@ -12,7 +12,7 @@ from .forms import Form, FORMS, BRANCHES, CONDITIONS, CONDITION_ALIASES, CMP_PRE
 
 
 class EncodeError(ValueError):
-  """An instruction that cannot be encoded (unknown mnemonic, operands no form takes, value out of range)."""
+    """An instruction that cannot be encoded (unknown mnemonic, operands no form takes, value out of range)."""
 
 
 _PTR = {1: "byte", 2: "word", 4: "dword", 8: "qword", 16: "xmmword", 32: "ymmword"}
@@ -20,11 +20,16 @@ _UNSIGNED_IMM = frozenset({"mov", "movabs", "and", "or", "xor"})
 _IMM_WIDTH = {"i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8}
 # recommended multi-byte NOPs (Intel SDM vol. 2B, NOP) by length, and how capstone prints them
 _NOPS: dict[int, tuple[bytes, str]] = {
-  1: (b"\x90", "nop"), 2: (b"\x66\x90", "nop"), 3: (b"\x0f\x1f\x00", "nop dword ptr [rax]"),
-  4: (b"\x0f\x1f\x40\x00", "nop dword ptr [rax]"), 5: (b"\x0f\x1f\x44\x00\x00", "nop dword ptr [rax + rax]"),
-  6: (b"\x66\x0f\x1f\x44\x00\x00", "nop word ptr [rax + rax]"), 7: (b"\x0f\x1f\x80\x00\x00\x00\x00", "nop dword ptr [rax]"),
-  8: (b"\x0f\x1f\x84\x00\x00\x00\x00\x00", "nop dword ptr [rax + rax]"),
-  9: (b"\x66\x0f\x1f\x84\x00\x00\x00\x00\x00", "nop word ptr [rax + rax]")}
+    1: (bytes.fromhex("90"), "nop"),
+    2: (bytes.fromhex("6690"), "nop"),
+    3: (bytes.fromhex("0f1f00"), "nop dword ptr [rax]"),
+    4: (bytes.fromhex("0f1f4000"), "nop dword ptr [rax]"),
+    5: (bytes.fromhex("0f1f440000"), "nop dword ptr [rax + rax]"),
+    6: (bytes.fromhex("660f1f440000"), "nop word ptr [rax + rax]"),
+    7: (bytes.fromhex("0f1f8000000000"), "nop dword ptr [rax]"),
+    8: (bytes.fromhex("0f1f840000000000"), "nop dword ptr [rax + rax]"),
+    9: (bytes.fromhex("660f1f840000000000"), "nop word ptr [rax + rax]"),
+}
 # spellings emit() accepts besides the table's: condition aliases (jz -> je, cmovnae -> cmovb, setnz -> setne)
 # and vcmp pseudo-ops (vcmpltps a, b, c == vcmpps a, b, c, 1)
 _ALIASES: dict[str, str] = {f"{p}{a}": f"{p}{c}" for p in ("j", "set", "cmov") for a, c in CONDITION_ALIASES.items()}
@@ -33,348 +38,355 @@ _CMP_PSEUDO: dict[str, tuple[str, int]] = {f"vcmp{pred}{t}": (f"vcmp{t}", i) for
 
 
 def fmt_int(v: int) -> str:
-  """Numbers as capstone prints them: decimal up to 9, hex above, sign in front."""
-  if v < 0: return "-" + fmt_int(-v)
-  return str(v) if v <= 9 else hex(v)
+    """Numbers as capstone prints them: decimal up to 9, hex above, sign in front."""
+    if v < 0: return "-" + fmt_int(-v)
+    return str(v) if v <= 9 else hex(v)
 
 
 def _sext(v: int, bits: int) -> int:
-  v &= (1 << bits) - 1
-  return v - (1 << bits) if v >> (bits - 1) else v
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
 
 
 def canonical_mnemonic(mnemonic: str) -> str:
-  """Condition aliases to the names capstone prints: jz -> je, cmovnae -> cmovb, setnz -> setne."""
-  return _ALIASES.get(mnemonic, mnemonic)
+    """Condition aliases to the names capstone prints: jz -> je, cmovnae -> cmovb, setnz -> setne."""
+    return _ALIASES.get(mnemonic, mnemonic)
 
 
 # ---------------------------------------------------------------------------------------------- matching
 def _kind_matches(kind: str, op: Operand) -> bool:
-  if isinstance(op, Reg):
-    if kind == "cl": return op.name == "cl"
-    if kind == "x" or kind.startswith("xm"): return op.cls == "xmm"
-    if kind == "y" or kind.startswith("ym"): return op.cls == "ymm"
-    if kind[0] == "r" and kind[1:].lstrip("m").isdigit(): return op.cls == "gpr" and op.size * 8 == int(kind.lstrip("rm"))
+    if isinstance(op, Reg):
+        if kind == "cl": return op.name == "cl"
+        if kind == "x" or kind.startswith("xm"): return op.cls == "xmm"
+        if kind == "y" or kind.startswith("ym"): return op.cls == "ymm"
+        if kind[0] == "r" and kind[1:].lstrip("m").isdigit():
+            return op.cls == "gpr" and op.size * 8 == int(kind.lstrip("rm"))
+        return False
+    if isinstance(op, Mem):
+        if kind == "m": return True
+        return kind.lstrip("rxy").startswith("m") and kind[-1].isdigit() and op.size * 8 == int(kind.lstrip("rxym"))
+    if isinstance(op, Imm): return kind in _IMM_WIDTH
     return False
-  if isinstance(op, Mem):
-    if kind == "m": return True
-    return kind.lstrip("rxy").startswith("m") and kind[-1].isdigit() and op.size * 8 == int(kind.lstrip("rxym"))
-  if isinstance(op, Imm): return kind in _IMM_WIDTH
-  return False
 
 
 def _imm_fits(kind: str, imm: Imm, opsize: int) -> bool:
-  width = _IMM_WIDTH[kind]
-  if imm.size and imm.size != width: return False
-  if kind == "u8": return 0 <= imm.value < 256
-  bits = opsize * 8
-  if not -(1 << (bits - 1)) <= imm.value < (1 << bits): return False
-  v = imm.value & ((1 << bits) - 1)
-  return _sext(v, width * 8) & ((1 << bits) - 1) == v
+    width = _IMM_WIDTH[kind]
+    if imm.size and imm.size != width: return False
+    if kind == "u8": return 0 <= imm.value < 256
+    bits = opsize * 8
+    if not -(1 << (bits - 1)) <= imm.value < (1 << bits): return False
+    v = imm.value & ((1 << bits) - 1)
+    return _sext(v, width * 8) & ((1 << bits) - 1) == v
 
 
 def _describe(op: Operand) -> str:
-  if isinstance(op, Reg): return f"{op.cls}{op.size * 8 if op.cls == 'gpr' else ''} {op.name}"
-  if isinstance(op, Mem): return f"m{op.size * 8 if op.size else '?'}"
-  if isinstance(op, Imm): return f"imm {op.value}"
-  return f"label {op}"
+    if isinstance(op, Reg): return f"{op.cls}{op.size * 8 if op.cls == 'gpr' else ''} {op.name}"
+    if isinstance(op, Mem): return f"m{op.size * 8 if op.size else '?'}"
+    if isinstance(op, Imm): return f"imm {op.value}"
+    return f"label {op}"
 
 
 def _shape(op: Operand) -> object:
-  """What form matching sees of an operand apart from an immediate's value: operands of one shape match the same kinds."""
-  if isinstance(op, Reg): return op.name if op.name == "cl" else (op.cls, op.size)
-  if isinstance(op, Mem): return op.size
-  return type(op)
+    """What form matching sees of an operand apart from an immediate's value: one shape, one set of kinds."""
+    if isinstance(op, Reg): return op.name if op.name == "cl" else (op.cls, op.size)
+    if isinstance(op, Mem): return op.size
+    return type(op)
 
 
 _CANDIDATES: dict[tuple, list[Form]] = {}
 
 
 def select_form(mnemonic: str, ops: tuple[Operand, ...]) -> Form:
-  """The first form of mnemonic that takes ops, or an EncodeError listing what the mnemonic takes."""
-  key = (mnemonic, *map(_shape, ops))
-  if (cands := _CANDIDATES.get(key)) is None:
-    forms = FORMS.get(mnemonic)
-    if forms is None: raise EncodeError(f"unknown instruction {mnemonic!r}")
-    cands = _CANDIDATES[key] = [f for f in forms if len(f.kinds) == len(ops) and all(map(_kind_matches, f.kinds, ops))]
-  for f in cands:
-    if all(_imm_fits(k, o, f.opsize) for k, o in zip(f.kinds, ops) if isinstance(o, Imm)): return f
-  forms = FORMS[mnemonic]
-  hint = ""
-  if any(isinstance(o, Mem) and o.size == 0 for o in ops) and mnemonic != "lea": hint = " (memory operands need their size in bytes)"
-  allowed = "; ".join(", ".join(f.kinds) or "no operands" for f in forms)
-  raise EncodeError(f"{mnemonic} does not take ({', '.join(map(_describe, ops))}){hint}; it takes: {allowed}")
+    """The first form of mnemonic that takes ops, or an EncodeError listing what the mnemonic takes."""
+    key = (mnemonic, *map(_shape, ops))
+    if (cands := _CANDIDATES.get(key)) is None:
+        forms = FORMS.get(mnemonic)
+        if forms is None: raise EncodeError(f"unknown instruction {mnemonic!r}")
+        cands = [f for f in forms if len(f.kinds) == len(ops) and all(map(_kind_matches, f.kinds, ops))]
+        _CANDIDATES[key] = cands
+    for f in cands:
+        if all(_imm_fits(k, o, f.opsize) for k, o in zip(f.kinds, ops) if isinstance(o, Imm)): return f
+    forms = FORMS[mnemonic]
+    hint = ""
+    if any(isinstance(o, Mem) and o.size == 0 for o in ops) and mnemonic != "lea":
+        hint = " (memory operands need their size in bytes)"
+    allowed = "; ".join(", ".join(f.kinds) or "no operands" for f in forms)
+    raise EncodeError(f"{mnemonic} does not take ({', '.join(map(_describe, ops))}){hint}; it takes: {allowed}")
 
 
 # ---------------------------------------------------------------------------------------------- encoding
 def _modrm(reg_field: int, rm: Reg | Mem) -> tuple[bytes, int, int, int | None]:
-  """ModRM [+SIB] [+disp] bytes, REX.X, REX.B, and the position of a rip-relative disp32 (else None)."""
-  r = (reg_field & 7) << 3
-  if isinstance(rm, Reg): return bytes([0xC0 | r | rm.low]), 0, rm.ext, None
-  b, i, disp = rm.base, rm.index, rm.disp
-  if b is not None and b.cls == "rip":
-    return bytes([r | 5]) + (0 if isinstance(disp, Label) else disp).to_bytes(4, "little", signed=True), 0, 0, 1
-  assert isinstance(disp, int)
-  ss = {1: 0, 2: 1, 4: 2, 8: 3}[rm.scale] << 6
-  x = i.ext if i is not None else 0
-  idx = (i.low if i is not None else 4) << 3
-  if b is None:  # mod 00 with SIB base 101: disp32, no base (plain mod 00 rm 101 would be rip-relative)
-    return bytes([r | 4, ss | idx | 5]) + disp.to_bytes(4, "little", signed=True), x, 0, None
-  # base rbp/r13 (low bits 101) has no mod-00 form: it takes a zero disp8
-  if disp == 0 and b.low != 5: mod, tail = 0x00, b""
-  elif -128 <= disp < 128: mod, tail = 0x40, disp.to_bytes(1, "little", signed=True)
-  else: mod, tail = 0x80, disp.to_bytes(4, "little", signed=True)
-  if i is None and b.low != 4: return bytes([mod | r | b.low]) + tail, 0, b.ext, None
-  # rsp/r12 as base (low bits 100) or an index need a SIB byte
-  return bytes([mod | r | 4, ss | idx | b.low]) + tail, x, b.ext, None
+    """ModRM [+SIB] [+disp] bytes, REX.X, REX.B, and the position of a rip-relative disp32 (else None)."""
+    r = (reg_field & 7) << 3
+    if isinstance(rm, Reg): return bytes([0xC0 | r | rm.low]), 0, rm.ext, None
+    b, i, disp = rm.base, rm.index, rm.disp
+    if b is not None and b.cls == "rip":
+        return bytes([r | 5]) + (0 if isinstance(disp, Label) else disp).to_bytes(4, "little", signed=True), 0, 0, 1
+    assert isinstance(disp, int)
+    ss = {1: 0, 2: 1, 4: 2, 8: 3}[rm.scale] << 6
+    x = i.ext if i is not None else 0
+    idx = (i.low if i is not None else 4) << 3
+    if b is None:  # mod 00 with SIB base 101: disp32, no base (plain mod 00 rm 101 would be rip-relative)
+        return bytes([r | 4, ss | idx | 5]) + disp.to_bytes(4, "little", signed=True), x, 0, None
+    # base rbp/r13 (low bits 101) has no mod-00 form: it takes a zero disp8
+    if disp == 0 and b.low != 5: mod, tail = 0x00, b""
+    elif -128 <= disp < 128: mod, tail = 0x40, disp.to_bytes(1, "little", signed=True)
+    else: mod, tail = 0x80, disp.to_bytes(4, "little", signed=True)
+    if i is None and b.low != 4: return bytes([mod | r | b.low]) + tail, 0, b.ext, None
+    # rsp/r12 as base (low bits 100) or an index need a SIB byte
+    return bytes([mod | r | 4, ss | idx | b.low]) + tail, x, b.ext, None
 
 
 def encode_form(form: Form, ops: tuple[Operand, ...]) -> tuple[bytes, int | None]:
-  """Bytes of one instruction and the offset of a rip-relative disp32 inside them (None when there is none)."""
-  reg_field, rm, vvvv, opreg, imm, is4 = form.digit or 0, None, 0, None, None, None
-  reg_op: Reg | None = None
-  for role, op in zip(form.roles, ops):
-    if role == "R": reg_op = op; reg_field = op.num
-    elif role == "M": rm = op
-    elif role == "V": vvvv = op.num
-    elif role == "O": opreg = op
-    elif role == "I": imm = op
-    elif role == "L": is4 = op
-  byte_regs = [o for o in ops if isinstance(o, Reg)]
-  rex_r = reg_field >> 3 if reg_op is not None else 0
-  body, rex_x, rex_b, disp_at = b"", 0, 0, None
-  if rm is not None: body, rex_x, rex_b, disp_at = _modrm(reg_field, rm)
-  opcode = form.opcode
-  if opreg is not None: opcode, rex_b = opcode | opreg.low, opreg.ext
-  if form.vex is None:
-    rex = (form.rex_w << 3) | (rex_r << 2) | (rex_x << 1) | rex_b
-    if rex or any(o.needs_rex for o in byte_regs): head = form.prefixes + bytes([0x40 | rex]) + form.escape
-    else: head = form.prefixes + form.escape
-  else:
-    l, pp, mmmmm, w = form.vex
-    tail = ((~vvvv & 15) << 3) | (l << 2) | pp
-    if mmmmm == 1 and w == 0 and not rex_x and not rex_b: head = bytes([0xC5, ((rex_r ^ 1) << 7) | tail])
-    else: head = bytes([0xC4, ((rex_r ^ 1) << 7) | ((rex_x ^ 1) << 6) | ((rex_b ^ 1) << 5) | mmmmm, (w << 7) | tail])
-  head += bytes([opcode])
-  if imm is not None: body += (imm.value & ((1 << (8 * form.imm_size)) - 1)).to_bytes(form.imm_size, "little")
-  if is4 is not None: body += bytes([is4.num << 4])
-  return head + body, None if disp_at is None else len(head) + disp_at
+    """Bytes of one instruction and the offset of a rip-relative disp32 inside them (None when there is none)."""
+    reg_field, rm, vvvv, opreg, imm, is4 = form.digit or 0, None, 0, None, None, None
+    reg_op: Reg | None = None
+    for role, op in zip(form.roles, ops):
+        if role == "R": reg_op, reg_field = op, op.num
+        elif role == "M": rm = op
+        elif role == "V": vvvv = op.num
+        elif role == "O": opreg = op
+        elif role == "I": imm = op
+        elif role == "L": is4 = op
+    regs = [o for o in ops if isinstance(o, Reg)]
+    rex_r = reg_field >> 3 if reg_op is not None else 0
+    body, rex_x, rex_b, disp_at = b"", 0, 0, None
+    if rm is not None: body, rex_x, rex_b, disp_at = _modrm(reg_field, rm)
+    opcode = form.opcode
+    if opreg is not None: opcode, rex_b = opcode | opreg.low, opreg.ext
+    if form.vex is None:
+        rex = (form.rex_w << 3) | (rex_r << 2) | (rex_x << 1) | rex_b
+        if rex or any(o.needs_rex for o in regs): head = form.prefixes + bytes([0x40 | rex]) + form.escape
+        else: head = form.prefixes + form.escape
+    else:
+        l, pp, mmmmm, w = form.vex
+        tail = ((~vvvv & 15) << 3) | (l << 2) | pp
+        if mmmmm == 1 and w == 0 and not rex_x and not rex_b: head = bytes([0xC5, ((rex_r ^ 1) << 7) | tail])
+        else:
+            head = bytes([0xC4, ((rex_r ^ 1) << 7) | ((rex_x ^ 1) << 6) | ((rex_b ^ 1) << 5) | mmmmm, (w << 7) | tail])
+    head += bytes([opcode])
+    if imm is not None: body += (imm.value & ((1 << (8 * form.imm_size)) - 1)).to_bytes(form.imm_size, "little")
+    if is4 is not None: body += bytes([is4.num << 4])
+    return head + body, None if disp_at is None else len(head) + disp_at
 
 
 # ---------------------------------------------------------------------------------------------- text
 def _mem_text(m: Mem, disp: int, sized: bool) -> str:
-  parts = [m.base.name] if m.base is not None else []
-  if m.index is not None: parts.append(m.index.name if m.scale == 1 else f"{m.index.name}*{m.scale}")
-  if not parts: inner = fmt_int(disp & (2**64 - 1))  # absolute: capstone shows the sign-extended 64-bit address
-  else: inner = " + ".join(parts) + ("" if disp == 0 else f" {'-' if disp < 0 else '+'} {fmt_int(abs(disp))}")
-  return (f"{_PTR[m.size]} ptr [{inner}]") if sized else f"[{inner}]"
+    parts = [m.base.name] if m.base is not None else []
+    if m.index is not None: parts.append(m.index.name if m.scale == 1 else f"{m.index.name}*{m.scale}")
+    if not parts: inner = fmt_int(disp & (2**64 - 1))  # absolute: capstone shows the sign-extended 64-bit address
+    else: inner = " + ".join(parts) + ("" if disp == 0 else f" {'-' if disp < 0 else '+'} {fmt_int(abs(disp))}")
+    return (f"{_PTR[m.size]} ptr [{inner}]") if sized else f"[{inner}]"
 
 
 def _imm_text(form: Form, kind: str, imm: Imm) -> str:
-  """Capstone prints an immediate as the unsigned operand-size value when it fills the operand or belongs to
-  mov or a bitwise op, and as a signed number when the encoding sign-extends it to a wider operand."""
-  bits = form.opsize * 8
-  if kind == "u8": return fmt_int(imm.value)
-  if form.text in _UNSIGNED_IMM or _IMM_WIDTH[kind] * 8 >= bits: return fmt_int(imm.value & ((1 << bits) - 1))
-  return fmt_int(_sext(imm.value, _IMM_WIDTH[kind] * 8))
+    """Capstone prints an immediate as the unsigned operand-size value when it fills the operand or belongs to
+    mov or a bitwise op, and as a signed number when the encoding sign-extends it to a wider operand."""
+    bits = form.opsize * 8
+    if kind == "u8": return fmt_int(imm.value)
+    if form.text in _UNSIGNED_IMM or _IMM_WIDTH[kind] * 8 >= bits: return fmt_int(imm.value & ((1 << bits) - 1))
+    return fmt_int(_sext(imm.value, _IMM_WIDTH[kind] * 8))
 
 
 # ---------------------------------------------------------------------------------------------- assembler
 @dataclass
 class Instruction:
-  """One emitted instruction. Branches (target set) get their bytes in assemble(); others at emit time."""
-  mnemonic: str
-  ops: tuple[Operand, ...]
-  form: Form | None = None
-  code: bytes = b""
-  disp_at: int | None = None     # rip-relative disp32 to patch with a label's distance
-  target: Label | None = None    # branch target
-  long: bool = False             # branch uses rel32
-  offset: int = 0
+    """One emitted instruction. Branches (target set) get their bytes in assemble(); others at emit time."""
+    mnemonic: str
+    ops: tuple[Operand, ...]
+    form: Form | None = None
+    code: bytes = b""
+    disp_at: int | None = None     # rip-relative disp32 to patch with a label's distance
+    target: Label | None = None    # branch target
+    long: bool = False             # branch uses rel32
+    offset: int = 0
 
-  def size(self) -> int:
-    if self.target is None: return len(self.code)
-    short, near = BRANCHES[self.mnemonic]
-    return len(near) + 4 if self.long or short is None else len(short) + 1
+    def size(self) -> int:
+        if self.target is None: return len(self.code)
+        short, near = BRANCHES[self.mnemonic]
+        return len(near) + 4 if self.long or short is None else len(short) + 1
 
 
 @dataclass
 class _Align:
-  boundary: int
-  offset: int = 0
-  pad: int = 0
+    boundary: int
+    offset: int = 0
+    pad: int = 0
 
 
 @dataclass
 class Assembler:
-  """Collects instructions and labels; assemble() lays them out and returns the machine code.
+    """Collects instructions and labels; assemble() lays them out and returns the machine code.
 
-  Constants added with data() follow the code (aligned), reachable by Mem("rip", disp=label).
-  """
-  items: list[Instruction | Label | _Align] = field(default_factory=list)
-  labels: dict[str, int] = field(default_factory=dict)
-  consts: list[tuple[Label, bytes, int]] = field(default_factory=list)
-  _defined: set[str] = field(default_factory=set)
-  _code: bytes | None = None
+    Constants added with data() follow the code (aligned), reachable by Mem("rip", disp=label).
+    """
+    items: list[Instruction | Label | _Align] = field(default_factory=list)
+    labels: dict[str, int] = field(default_factory=dict)
+    consts: list[tuple[Label, bytes, int]] = field(default_factory=list)
+    _defined: set[str] = field(default_factory=set)
+    _code: bytes | None = None
 
-  def emit(self, mnemonic: str, *operands: Operand | str | int) -> Instruction:
-    ops = tuple(self._operand(o) for o in operands)
-    mnemonic = _ALIASES.get(mnemonic, mnemonic)
-    if mnemonic in _CMP_PSEUDO:
-      mnemonic, pred = _CMP_PSEUDO[mnemonic]
-      ops += (Imm(pred),)
-    if mnemonic in BRANCHES and len(ops) == 1 and isinstance(ops[0], Label):
-      inst = Instruction(mnemonic, ops, target=ops[0], long=BRANCHES[mnemonic][0] is None)
-    else:
-      if any(isinstance(o, Label) for o in ops):
-        raise EncodeError(f"{mnemonic}: a label is only allowed as a branch target or as Mem('rip', disp=label)")
-      form = select_form(mnemonic, ops)
-      code, disp_at = encode_form(form, ops)
-      inst = Instruction(mnemonic, ops, form, code, disp_at if self._label_disp(ops) else None)
-    self.items.append(inst)
-    self._code = None
-    return inst
+    def emit(self, mnemonic: str, *operands: Operand | str | int) -> Instruction:
+        ops = tuple(self._operand(o) for o in operands)
+        mnemonic = _ALIASES.get(mnemonic, mnemonic)
+        if mnemonic in _CMP_PSEUDO:
+            mnemonic, pred = _CMP_PSEUDO[mnemonic]
+            ops += (Imm(pred),)
+        if mnemonic in BRANCHES and len(ops) == 1 and isinstance(ops[0], Label):
+            inst = Instruction(mnemonic, ops, target=ops[0], long=BRANCHES[mnemonic][0] is None)
+        else:
+            if any(isinstance(o, Label) for o in ops):
+                raise EncodeError(f"{mnemonic}: a label is only allowed as a branch target or as "
+                                  "Mem('rip', disp=label)")
+            form = select_form(mnemonic, ops)
+            code, disp_at = encode_form(form, ops)
+            inst = Instruction(mnemonic, ops, form, code, disp_at if self._label_disp(ops) else None)
+        self.items.append(inst)
+        self._code = None
+        return inst
 
-  def label(self, name: str | Label) -> Label:
-    """Define a label at the current position."""
-    lab = name if isinstance(name, Label) else Label(name)
-    if lab.name in self._defined: raise EncodeError(f"label {lab.name!r} is defined twice")
-    self._defined.add(lab.name)
-    self.items.append(lab)
-    return lab
+    def label(self, name: str | Label) -> Label:
+        """Define a label at the current position."""
+        lab = name if isinstance(name, Label) else Label(name)
+        if lab.name in self._defined: raise EncodeError(f"label {lab.name!r} is defined twice")
+        self._defined.add(lab.name)
+        self.items.append(lab)
+        return lab
 
-  def data(self, name: str | Label, blob: bytes, align: int = 16) -> Label:
-    """Place constant bytes after the code, aligned to align bytes; returns the label that addresses them."""
-    lab = name if isinstance(name, Label) else Label(name)
-    if lab.name in self._defined: raise EncodeError(f"label {lab.name!r} is defined twice")
-    if align <= 0 or align & (align - 1): raise EncodeError(f"data alignment must be a power of two, got {align}")
-    self._defined.add(lab.name)
-    self.consts.append((lab, bytes(blob), align))
-    return lab
+    def data(self, name: str | Label, blob: bytes, align: int = 16) -> Label:
+        """Place constant bytes after the code, aligned to align bytes; returns the label that addresses them."""
+        lab = name if isinstance(name, Label) else Label(name)
+        if lab.name in self._defined: raise EncodeError(f"label {lab.name!r} is defined twice")
+        if align <= 0 or align & (align - 1): raise EncodeError(f"data alignment must be a power of two, got {align}")
+        self._defined.add(lab.name)
+        self.consts.append((lab, bytes(blob), align))
+        return lab
 
-  def align(self, boundary: int) -> None:
-    """Pad with NOPs so the next instruction starts at a multiple of boundary (loop heads)."""
-    if boundary <= 0 or boundary & (boundary - 1): raise EncodeError(f"alignment must be a power of two, got {boundary}")
-    self.items.append(_Align(boundary))
+    def align(self, boundary: int) -> None:
+        """Pad with NOPs so the next instruction starts at a multiple of boundary (loop heads)."""
+        if boundary <= 0 or boundary & (boundary - 1):
+            raise EncodeError(f"alignment must be a power of two, got {boundary}")
+        self.items.append(_Align(boundary))
 
-  @staticmethod
-  def _operand(o: Operand | str | int) -> Operand:
-    if isinstance(o, (Reg, Mem, Imm, Label)): return o
-    if isinstance(o, bool): raise EncodeError(f"operand {o!r}: a bool is not an x86 operand")
-    if isinstance(o, int): return Imm(o)
-    if isinstance(o, str): return REGS[o] if o in REGS else Label(o)
-    raise EncodeError(f"operand {o!r} ({type(o).__name__}) is not a Reg, Mem, Imm, Label, register name or int")
+    @staticmethod
+    def _operand(o: Operand | str | int) -> Operand:
+        if isinstance(o, (Reg, Mem, Imm, Label)): return o
+        if isinstance(o, bool): raise EncodeError(f"operand {o!r}: a bool is not an x86 operand")
+        if isinstance(o, int): return Imm(o)
+        if isinstance(o, str): return REGS[o] if o in REGS else Label(o)
+        raise EncodeError(f"operand {o!r} ({type(o).__name__}) is not a Reg, Mem, Imm, Label, register name or int")
 
-  @staticmethod
-  def _label_disp(ops: tuple[Operand, ...]) -> bool:
-    return any(isinstance(o, Mem) and isinstance(o.disp, Label) for o in ops)
+    @staticmethod
+    def _label_disp(ops: tuple[Operand, ...]) -> bool:
+        return any(isinstance(o, Mem) and isinstance(o.disp, Label) for o in ops)
 
-  # ------------------------------------------------------------------ layout
-  def _layout(self) -> int:
-    """Offsets of every item and label for the current branch sizes; returns the end of the data section."""
-    off = 0
-    for it in self.items:
-      if isinstance(it, Label): self.labels[it.name] = off
-      elif isinstance(it, _Align):
-        it.offset, it.pad = off, -off % it.boundary
-        off += it.pad
-      else:
-        it.offset = off
-        off += it.size()
-    for lab, blob, align in self.consts:
-      off += -off % align
-      self.labels[lab.name] = off
-      off += len(blob)
-    return off
+    # ------------------------------------------------------------------ layout
+    def _layout(self) -> int:
+        """Offsets of every item and label for the current branch sizes; returns the end of the data section."""
+        off = 0
+        for it in self.items:
+            if isinstance(it, Label): self.labels[it.name] = off
+            elif isinstance(it, _Align):
+                it.offset, it.pad = off, -off % it.boundary
+                off += it.pad
+            else:
+                it.offset = off
+                off += it.size()
+        for lab, blob, align in self.consts:
+            off += -off % align
+            self.labels[lab.name] = off
+            off += len(blob)
+        return off
 
-  def _target(self, lab: Label) -> int:
-    if lab.name not in self._defined: raise EncodeError(f"label {lab.name!r} is used but never defined")
-    return self.labels[lab.name]
+    def _target(self, lab: Label) -> int:
+        if lab.name not in self._defined: raise EncodeError(f"label {lab.name!r} is used but never defined")
+        return self.labels[lab.name]
 
-  def assemble(self) -> bytes:
-    """Machine code (entry at offset 0) followed by the constants; branches take rel8 where they reach."""
-    if self._code is not None: return self._code
-    changed = True
-    while changed:
-      self._layout()
-      changed = False
-      for it in self.items:
-        if isinstance(it, Instruction) and it.target is not None and not it.long:
-          rel = self._target(it.target) - (it.offset + it.size())
-          if not -128 <= rel < 128: it.long, changed = True, True
-    end = self._layout()
-    out = bytearray()
-    for it in self.items:
-      if isinstance(it, _Align): out += b"".join(_NOPS[n][0] for n in self._nop_sizes(it.pad))
-      elif isinstance(it, Instruction):
-        assert len(out) == it.offset
-        out += self._final_bytes(it)
-    for lab, blob, align in self.consts:
-      out += bytes(self.labels[lab.name] - len(out)) + blob
-    assert len(out) == end
-    self._code = bytes(out)
-    return self._code
+    def assemble(self) -> bytes:
+        """Machine code (entry at offset 0) followed by the constants; branches take rel8 where they reach."""
+        if self._code is not None: return self._code
+        changed = True
+        while changed:
+            self._layout()
+            changed = False
+            for it in self.items:
+                if isinstance(it, Instruction) and it.target is not None and not it.long:
+                    rel = self._target(it.target) - (it.offset + it.size())
+                    if not -128 <= rel < 128: it.long, changed = True, True
+        end = self._layout()
+        out = bytearray()
+        for it in self.items:
+            if isinstance(it, _Align): out += b"".join(_NOPS[n][0] for n in self._nop_sizes(it.pad))
+            elif isinstance(it, Instruction):
+                assert len(out) == it.offset
+                out += self._final_bytes(it)
+        for lab, blob, align in self.consts:
+            out += bytes(self.labels[lab.name] - len(out)) + blob
+        assert len(out) == end
+        self._code = bytes(out)
+        return self._code
 
-  @staticmethod
-  def _nop_sizes(pad: int) -> list[int]:
-    return [9] * (pad // 9) + ([pad % 9] if pad % 9 else [])
+    @staticmethod
+    def _nop_sizes(pad: int) -> list[int]:
+        return [9] * (pad // 9) + ([pad % 9] if pad % 9 else [])
 
-  def _final_bytes(self, it: Instruction) -> bytes:
-    if it.target is not None:
-      short, near = BRANCHES[it.mnemonic]
-      rel = self._target(it.target) - (it.offset + it.size())
-      if it.long or short is None: return near + rel.to_bytes(4, "little", signed=True)
-      return short + rel.to_bytes(1, "little", signed=True)
-    if it.disp_at is None: return it.code
-    mem = next(o for o in it.ops if isinstance(o, Mem) and isinstance(o.disp, Label))
-    assert isinstance(mem.disp, Label)
-    rel = self._target(mem.disp) - (it.offset + len(it.code))
-    return it.code[:it.disp_at] + rel.to_bytes(4, "little", signed=True) + it.code[it.disp_at + 4:]
+    def _final_bytes(self, it: Instruction) -> bytes:
+        if it.target is not None:
+            short, near = BRANCHES[it.mnemonic]
+            rel = self._target(it.target) - (it.offset + it.size())
+            if it.long or short is None: return near + rel.to_bytes(4, "little", signed=True)
+            return short + rel.to_bytes(1, "little", signed=True)
+        if it.disp_at is None: return it.code
+        mem = next(o for o in it.ops if isinstance(o, Mem) and isinstance(o.disp, Label))
+        assert isinstance(mem.disp, Label)
+        rel = self._target(mem.disp) - (it.offset + len(it.code))
+        return it.code[:it.disp_at] + rel.to_bytes(4, "little", signed=True) + it.code[it.disp_at + 4:]
 
-  # ------------------------------------------------------------------ text
-  def text(self, it: Instruction) -> str:
-    """Capstone's Intel syntax for one instruction (after assemble(): label distances are known)."""
-    if it.target is not None: return f"{it.mnemonic} {fmt_int(self._target(it.target))}"
-    form = it.form
-    assert form is not None
-    mnemonic, ops, kinds = form.text, it.ops, form.kinds
-    if form.mnemonic.startswith("vcmp"):  # the predicate becomes part of the mnemonic
-      pred = ops[-1]
-      assert isinstance(pred, Imm)
-      if pred.value < len(CMP_PREDICATES):
-        mnemonic, ops, kinds = f"vcmp{CMP_PREDICATES[pred.value]}{form.mnemonic[4:]}", ops[:-1], kinds[:-1]
-    parts = []
-    for kind, op in zip(kinds, ops):
-      if isinstance(op, Reg): parts.append(op.name)
-      elif isinstance(op, Imm): parts.append(_imm_text(form, kind, op))
-      elif isinstance(op, Mem):
-        disp = op.disp
-        if isinstance(disp, Label): disp = self._target(disp) - (it.offset + len(it.code))
-        parts.append(_mem_text(op, disp, kind != "m"))
-    return f"{mnemonic} {', '.join(parts)}".rstrip()
+    # ------------------------------------------------------------------ text
+    def text(self, it: Instruction) -> str:
+        """Capstone's Intel syntax for one instruction (after assemble(): label distances are known)."""
+        if it.target is not None: return f"{it.mnemonic} {fmt_int(self._target(it.target))}"
+        form = it.form
+        assert form is not None
+        mnemonic, ops, kinds = form.text, it.ops, form.kinds
+        if form.mnemonic.startswith("vcmp"):  # the predicate becomes part of the mnemonic
+            pred = ops[-1]
+            assert isinstance(pred, Imm)
+            if pred.value < len(CMP_PREDICATES):
+                mnemonic, ops, kinds = f"vcmp{CMP_PREDICATES[pred.value]}{form.mnemonic[4:]}", ops[:-1], kinds[:-1]
+        parts = []
+        for kind, op in zip(kinds, ops):
+            if isinstance(op, Reg): parts.append(op.name)
+            elif isinstance(op, Imm): parts.append(_imm_text(form, kind, op))
+            elif isinstance(op, Mem):
+                disp = op.disp
+                if isinstance(disp, Label): disp = self._target(disp) - (it.offset + len(it.code))
+                parts.append(_mem_text(op, disp, kind != "m"))
+        return f"{mnemonic} {', '.join(parts)}".rstrip()
 
-  def listing(self) -> list[tuple[int, bytes, str]]:
-    """(offset, bytes, text) of every instruction, alignment NOPs included."""
-    code = self.assemble()
-    rows: list[tuple[int, bytes, str]] = []
-    for it in self.items:
-      if isinstance(it, _Align):
-        off = it.offset
-        for n in self._nop_sizes(it.pad):
-          rows.append((off, _NOPS[n][0], _NOPS[n][1]))
-          off += n
-      elif isinstance(it, Instruction): rows.append((it.offset, code[it.offset:it.offset + it.size()], self.text(it)))
-    return rows
+    def listing(self) -> list[tuple[int, bytes, str]]:
+        """(offset, bytes, text) of every instruction, alignment NOPs included."""
+        code = self.assemble()
+        rows: list[tuple[int, bytes, str]] = []
+        for it in self.items:
+            if isinstance(it, _Align):
+                off = it.offset
+                for n in self._nop_sizes(it.pad):
+                    rows.append((off, _NOPS[n][0], _NOPS[n][1]))
+                    off += n
+            elif isinstance(it, Instruction):
+                rows.append((it.offset, code[it.offset:it.offset + it.size()], self.text(it)))
+        return rows
 
-  def asm_str(self, labels: bool = False) -> str:
-    """One line per instruction in capstone's Intel syntax; labels=True adds 'name:' lines and the offsets."""
-    if not labels: return "\n".join(t for _, _, t in self.listing())
-    self.assemble()
-    at: dict[int, list[str]] = {}
-    for name, off in self.labels.items(): at.setdefault(off, []).append(name)
-    lines: list[str] = []
-    for off, blob, text in self.listing():
-      lines += [f"{name}:" for name in at.pop(off, [])]
-      lines.append(f"  {off:6x}:  {blob.hex(' '):32s} {text}")
-    for off in sorted(at): lines += [f"{name}:  ; data at {off:#x}" for name in at[off]]
-    return "\n".join(lines)
+    def asm_str(self, labels: bool = False) -> str:
+        """One line per instruction in capstone's Intel syntax; labels=True adds 'name:' lines and the offsets."""
+        if not labels: return "\n".join(t for _, _, t in self.listing())
+        self.assemble()
+        at: dict[int, list[str]] = {}
+        for name, off in self.labels.items(): at.setdefault(off, []).append(name)
+        lines: list[str] = []
+        for off, blob, text in self.listing():
+            lines += [f"{name}:" for name in at.pop(off, [])]
+            lines.append(f"  {off:6x}:  {blob.hex(' '):32s} {text}")
+        for off in sorted(at): lines += [f"{name}:  ; data at {off:#x}" for name in at[off]]
+        return "\n".join(lines)
