@@ -77,6 +77,6 @@ def same(got, want, dt: DType) -> bool:
     if dtypes.is_float(dt):
         if math.isnan(want):
             return math.isnan(got)
-        tol = {dtypes.float32: 1e-6}.get(dt, 1e-12)
+        tol = {dtypes.float16: 1e-3, dtypes.float32: 1e-6}.get(dt, 1e-12)
         return got == want or math.isclose(got, want, rel_tol=tol, abs_tol=tol * 1e-3)
     return got == want

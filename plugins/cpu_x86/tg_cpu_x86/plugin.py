@@ -13,7 +13,8 @@ X86_64 = ("x86_64", "amd64")
 
 def native_renderers() -> list[type]:
     """The renderers generating x86-64 machine code themselves (the host must be x86-64)."""
-    return []  # X86 RENDERER HERE: `from tg_cpu_x86.x86.renderer import X86Renderer` and return [X86Renderer]
+    from tg_cpu_x86.x86.renderer import X86Renderer
+    return [X86Renderer]
 
 
 def host_renderers() -> list[type]:

@@ -34,13 +34,15 @@ from tg_core.uop.uop import UOp
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
 
 DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
-FLOATS = (dtypes.float32, dtypes.float64)
+FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
 INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
         dtypes.uint64)
-SUPPORTED = frozenset((dtypes.bool, *INTS, *FLOATS))
+SUPPORTED = frozenset((dtypes.bool, *INTS, *FLOATS))  # float16 needs F16C (every AVX2 CPU has it)
 
-_SFX = {dtypes.float32: "ss", dtypes.float64: "sd"}
-_PK = {dtypes.float32: "ps", dtypes.float64: "pd"}
+# float16 values are kept as the float32 of the same value (F16C converts) and rounded back after each op
+_SFX = {dtypes.float16: "ss", dtypes.float32: "ss", dtypes.float64: "sd"}
+_PK = {dtypes.float16: "ps", dtypes.float32: "ps", dtypes.float64: "pd"}
+_ROUNDED = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.SQRT, Ops.RECIPROCAL, Ops.MULACC})
 _INT_BIN = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "imul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
 _FLOAT_BIN = {Ops.ADD: "vadd", Ops.SUB: "vsub", Ops.MUL: "vmul", Ops.FDIV: "vdiv"}
 # ops that write their result only after reading every source, so an accumulator update may target the
@@ -60,15 +62,27 @@ def gsize(dt: DType) -> int:
     return 8 if dt.itemsize == 8 else 4
 
 
-def _fits_imm(u: UOp, size: int) -> bool:
+def _imm(u: UOp, size: int) -> int | None:
+    """The int constant u as a sign-extended 32-bit immediate of an op of `size` bytes, if it is one."""
     if u.op is not Ops.CONST or dtypes.is_float(u.dtype):
-        return False
+        return None
     v = int(u.arg)
-    return -2**31 <= v < 2**31 or (size == 4 and 0 <= v < 2**32)
+    if size == 4 and 2**31 <= v < 2**32:
+        v -= 2**32  # the same 32 bits
+    return v if -2**31 <= v < 2**31 else None
+
+
+def _fits_imm(u: UOp, size: int) -> bool:
+    return _imm(u, size) is not None
+
+
+def rep_size(dt: DType) -> int:
+    """Bytes of a float's register form (float16 is held as float32)."""
+    return 4 if dt is dtypes.float16 else dt.itemsize
 
 
 def _float_bits(value: float, dt: DType) -> bytes:
-    return struct.pack("<f" if dt is dtypes.float32 else "<d", value)
+    return struct.pack("<d" if dt is dtypes.float64 else "<f", value)
 
 
 class Selector:
@@ -166,7 +180,7 @@ class Selector:
         return self.data[blob]
 
     def new(self, dt: DType) -> VReg:
-        return VReg("vec", dt.itemsize) if dtypes.is_float(dt) else VReg("gpr", gsize(dt))
+        return VReg("vec", rep_size(dt)) if dtypes.is_float(dt) else VReg("gpr", gsize(dt))
 
     def out(self, u: UOp, in_place: bool = False) -> VReg:
         """The register u's result goes to: its accumulator for in-place updates (only rules that read all
@@ -189,11 +203,11 @@ class Selector:
         d = self.new(u.dtype)
         saved, self.cur = self.cur, self.buckets[self.pos.get(u, len(self.uops))]
         if dtypes.is_float(u.dtype):
-            if _float_bits(u.arg, u.dtype) == bytes(u.dtype.itemsize):
+            if _float_bits(u.arg, u.dtype) == bytes(rep_size(u.dtype)):
                 inst = self.ins("vxorps", d, d, d, w=(0,))  # the zero idiom: no source is read
             else:
                 name = self.const_data(_float_bits(u.arg, u.dtype))
-                inst = self.ins("vmov" + _SFX[u.dtype], d, Mem(data=name, size=u.dtype.itemsize), w=(0,))
+                inst = self.ins("vmov" + _SFX[u.dtype], d, Mem(data=name, size=rep_size(u.dtype)), w=(0,))
         else:
             inst = self.ins("mov", View(d, d.width), Imm(int(u.arg)), w=(0,))
         d.remat = inst
@@ -214,13 +228,24 @@ class Selector:
 
     def src(self, u: UOp, size: int) -> Operand:
         """An int operand: an immediate where the constant fits, else the register at `size` bytes."""
-        return Imm(int(u.arg)) if _fits_imm(u, size) else View(self.reg(u), size)
+        v = _imm(u, size)
+        return Imm(v) if v is not None else View(self.reg(u), size)
 
     def extend(self, d: VReg, dt: DType) -> None:
         """Restore the 32-bit form of a narrow int after an op that may have left its range."""
         if dt.itemsize < 4 and dt is not dtypes.bool:
             op = "movsx" if _signed(dt) else "movzx"
             self.ins(op, View(d, 4), View(d, dt.itemsize), w=(0,), r=(1,))
+
+    def half_bits(self, x: VReg) -> VReg:
+        """A register whose low 16 bits are the float16 of x (x holds a float16 value exactly)."""
+        t = VReg("vec", 16)
+        self.ins("vcvtps2ph", t, x, Imm(0), w=(0,), r=(1,))
+        return t
+
+    def round_half(self, d: VReg, x: VReg) -> None:
+        """d = x rounded to float16 (to nearest even), kept as float32."""
+        self.ins("vcvtph2ps", d, self.half_bits(x), w=(0,), r=(1,))
 
     def bool_from_flags(self, d: VReg, cc: str) -> None:
         self.ins("set" + cc, View(d, 1), w=(0,))
@@ -300,7 +325,12 @@ def sel_index(ctx: Selector, u: UOp) -> None:
 
 
 def _load_inst(ctx: Selector, d: VReg, dt: DType, mem: Mem) -> None:
-    if dtypes.is_float(dt):
+    if dt is dtypes.float16:
+        t = VReg("gpr", 4)
+        ctx.ins("movzx", View(t, 4), mem, w=(0,))
+        ctx.ins("vmovd", d, View(t, 4), w=(0,), r=(1,))
+        ctx.ins("vcvtph2ps", d, d, w=(0,), r=(1,))
+    elif dtypes.is_float(dt):
         ctx.ins("vmov" + _SFX[dt], d, mem, w=(0,))
     elif dt.itemsize >= 4:
         ctx.ins("mov", View(d, dt.itemsize), mem, w=(0,))
@@ -368,7 +398,11 @@ def sel_store(ctx: Selector, u: UOp) -> None:
         ctx.ins("test", View(g, 4), View(g, 4), r=(0, 1))
         ctx.jump("je", skip)
     dt = v.dtype
-    if dtypes.is_float(dt):
+    if dt is dtypes.float16:
+        t = VReg("gpr", 4)
+        ctx.ins("vmovd", View(t, 4), ctx.half_bits(ctx.reg(v)), w=(0,), r=(1,))
+        ctx.ins("mov", mem, View(t, 2), r=(1,))
+    elif dtypes.is_float(dt):
         ctx.ins("vmov" + _SFX[dt], mem, ctx.reg(v), r=(1,))
     elif v.op is Ops.CONST and (dt.itemsize < 8 or -2**31 <= int(v.arg) < 2**31):
         ctx.ins("mov", mem, Imm(int(v.arg) & ((1 << (8 * dt.itemsize)) - 1) if dt.itemsize < 8 else int(v.arg)))
@@ -456,7 +490,8 @@ def sel_float_unary(ctx: Selector, u: UOp) -> None:
     elif u.op is Ops.TRUNC:
         ctx.ins("vround" + _SFX[dt], d, a, a, Imm(11), w=(0,), r=(1, 2))  # toward zero, no precision exception
     elif u.op is Ops.NEG:
-        sign = (1 << (8 * dt.itemsize - 1)).to_bytes(dt.itemsize, "little") * (16 // dt.itemsize)
+        size = rep_size(dt)
+        sign = (1 << (8 * size - 1)).to_bytes(size, "little") * (16 // size)
         ctx.ins("vxor" + _PK[dt], d, a, Mem(data=ctx.const_data(sign), size=16), w=(0,), r=(1,))
     elif u.op is Ops.RECIPROCAL:
         one = ctx.reg(UOp.const(dt, 1.0))
@@ -508,7 +543,7 @@ def sel_where(ctx: Selector, u: UOp) -> None:
     cond = ctx.reg(c)
     if dtypes.is_float(u.dtype):  # the bool becomes a lane mask: 0 -> 0, 1 -> all ones
         t, m = VReg("gpr", 8), VReg("vec", 16)
-        size = u.dtype.itemsize
+        size = rep_size(u.dtype)
         ctx.ins("mov", View(t, 4), View(cond, 4), w=(0,), r=(1,))
         ctx.ins("neg", View(t, size), w=(0,), r=(0,))
         ctx.ins("vmovd" if size == 4 else "vmovq", m, View(t, size), w=(0,), r=(1,))
@@ -528,10 +563,10 @@ def sel_int_binary(ctx: Selector, u: UOp) -> None:
     a, b = u.src
     size = gsize(u.dtype)
     op = _BOOL_OP.get(u.op, u.op) if u.dtype is dtypes.bool else u.op  # bools: + is or, * is and, max is or
-    if op is Ops.MUL and _fits_imm(b, size) and -2**31 <= int(b.arg) < 2**31:
+    if op is Ops.MUL and _fits_imm(b, size):
         av = ctx.reg(a)
         d = ctx.out(u, in_place=True)
-        ctx.ins("imul", View(d, size), View(av, size), Imm(int(b.arg)), w=(0,), r=(1,))
+        ctx.ins("imul", View(d, size), View(av, size), Imm(_imm(b, size)), w=(0,), r=(1,))
     else:
         av, bv = ctx.reg(a), ctx.src(b, size)
         d = ctx.out(u, in_place=True)
@@ -601,8 +636,13 @@ def sel_divide(ctx: Selector, u: UOp) -> None:
     signed = _signed(dt)
     divisor = int(b.arg) if b.op is Ops.CONST else None
     d = ctx.out(u)
-    if divisor == 0:
+    if divisor == 0 or signed and divisor == -1 and u.op is Ops.MOD:
         ctx.ins("mov", View(d, 4), Imm(0), w=(0,))
+        return
+    if signed and divisor == -1:  # -x, wrapping at MIN (idiv would trap)
+        ctx.move(d, ctx.reg(a), size)
+        ctx.ins("neg", View(d, size), w=(0,), r=(0,))
+        ctx.extend(d, dt)
         return
     done = ctx.label()
     bv = ctx.reg(b)
@@ -639,10 +679,15 @@ def sel_cast(ctx: Selector, u: UOp) -> None:
     if src is dst:
         ctx.vals[u] = a
         return
-    if dtypes.is_float(src):
+    if src is dtypes.float16 and dst is dtypes.float32:
+        ctx.vals[u] = a  # already held as this float32
+    elif dtypes.is_float(src):
         _cast_from_float(ctx, u, a, src, dst)
     elif dtypes.is_float(dst):
+        # an int rounds to float32 exactly below 2^24; beyond, both roundings give float16's inf
         _cast_int_to_float(ctx, u, a, src, dst)
+        if dst is dtypes.float16:
+            ctx.round_half(ctx.vals[u], ctx.vals[u])
     else:
         _cast_int(ctx, u, a, src, dst)
 
@@ -705,7 +750,9 @@ def _u64_to_float(ctx: Selector, d: VReg, a: VReg, dst: DType) -> None:
 def _cast_from_float(ctx: Selector, u: UOp, a: VReg, src: DType, dst: DType) -> None:
     sfx = _SFX[src]
     d = ctx.out(u)
-    if dtypes.is_float(dst):
+    if dst is dtypes.float16:
+        ctx.round_half(d, a if src is dtypes.float32 else _to_float_odd(ctx, a))
+    elif dtypes.is_float(dst):
         ctx.ins(f"vcvt{sfx}2{_SFX[dst]}", d, a, a, w=(0,), r=(1, 2))
     elif dst is dtypes.bool:  # x != 0, true for NaN
         z, t = VReg("vec", 16), VReg("gpr", 4)
@@ -724,10 +771,32 @@ def _cast_from_float(ctx: Selector, u: UOp, a: VReg, src: DType, dst: DType) -> 
         ctx.extend(d, dst)
 
 
+def _to_float_odd(ctx: Selector, a: VReg) -> VReg:
+    """double -> float32 rounded to odd (truncated toward zero, the last bit set when inexact): rounding
+    that to float16 then gives the correctly rounded float16 (two plain roundings could be off)."""
+    f, back, done = VReg("vec", 4), VReg("vec", 8), ctx.label()
+    ctx.ins("vcvtsd2ss", f, a, a, w=(0,), r=(1, 2))
+    ctx.ins("vcvtss2sd", back, f, f, w=(0,), r=(1, 2))
+    ctx.ins("vucomisd", back, a, r=(0, 1))
+    ctx.jump("je", done)  # exact, or NaN (unordered sets ZF): f is right
+    mask = Mem(data=ctx.const_data(((1 << 63) - 1).to_bytes(8, "little") * 2), size=16)
+    abs_back, abs_a, bits, up = VReg("vec", 16), VReg("vec", 16), VReg("gpr", 4), VReg("gpr", 4)
+    ctx.ins("vandpd", abs_back, back, mask, w=(0,), r=(1,))
+    ctx.ins("vandpd", abs_a, a, mask, w=(0,), r=(1,))
+    ctx.ins("vmovd", View(bits, 4), f, w=(0,), r=(1,))
+    ctx.ins("vucomisd", abs_back, abs_a, r=(0, 1))
+    ctx.bool_from_flags(up, "a")  # rounded away from zero: step back toward it
+    ctx.ins("sub", View(bits, 4), View(up, 4), w=(0,), r=(0, 1))
+    ctx.ins("or", View(bits, 4), Imm(1), w=(0,), r=(0,))
+    ctx.ins("vmovd", f, View(bits, 4), w=(0,), r=(1,))
+    ctx.place(done)
+    return f
+
+
 def _float_to_u64(ctx: Selector, d: VReg, a: VReg, src: DType) -> None:
     """float -> uint64: below 2^63 as signed; above, convert x - 2^63 and set the top bit."""
     sfx, high, done = _SFX[src], ctx.label(), ctx.label()
-    limit = ctx.reg(UOp.const(src, 2.0 ** 63))
+    limit = ctx.reg(UOp.const(dtypes.float64 if src is dtypes.float64 else dtypes.float32, 2.0 ** 63))
     ctx.ins("vucomi" + sfx, a, limit, r=(0, 1))
     ctx.jump("jae", high)
     ctx.ins(f"vcvtt{sfx}2si", View(d, 8), a, w=(0,), r=(1,))
@@ -744,6 +813,16 @@ def _float_to_u64(ctx: Selector, d: VReg, a: VReg, src: DType) -> None:
 def sel_bitcast(ctx: Selector, u: UOp) -> None:
     src, dst = u.src[0].dtype, u.dtype
     a = ctx.reg(u.src[0])
+    if src is dtypes.float16:  # its 16 bits, as the int16/uint16 they are
+        d = ctx.out(u)
+        ctx.ins("vmovd", View(d, 4), ctx.half_bits(a), w=(0,), r=(1,))
+        ctx.extend(d, dst)
+        return
+    if dst is dtypes.float16:
+        d, t = ctx.out(u), VReg("vec", 16)
+        ctx.ins("vmovd", t, View(a, 4), w=(0,), r=(1,))
+        ctx.ins("vcvtph2ps", d, t, w=(0,), r=(1,))
+        return
     if dtypes.is_float(src) == dtypes.is_float(dst):
         if dtypes.is_float(src) or dst.itemsize >= 4 and src.itemsize >= 4:
             ctx.vals[u] = a
@@ -820,6 +899,8 @@ def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
             continue  # folded into the displacement of the address that is its only user
         if isel_rules.rewrite(u, ctx) is None:
             raise NotImplementedError(f"the X86 renderer has no rule for {u.op.name} (in kernel {program.name})")
+        if u.dtype is dtypes.float16 and u.op in _ROUNDED:
+            ctx.round_half(ctx.vals[u], ctx.vals[u])
     insts = ctx.buckets[-1] + [ins for b in ctx.buckets[:-1] for ins in b]
     insts.append(MInst("ret", kind=RET))
     return MFunction(program.name, insts), ctx.data

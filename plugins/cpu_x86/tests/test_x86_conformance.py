@@ -1,0 +1,33 @@
+"""The core conformance suite (buffers and the op matrix) on the CPU device rendering with X86; every kernel
+compiled meanwhile is also read back by capstone and compared with asm_str."""
+import platform
+
+import pytest
+from x86_harness import CHECKED, check_disassembly
+
+from tg_core.device import Device
+from tg_core.testing import DeviceConformance
+from tg_cpu_x86.x86.renderer import X86Renderer
+
+pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="needs an x86-64 host")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def disassemble_every_kernel():
+    """Check each kernel the device compiles during this module against capstone."""
+    original = X86Renderer.compile
+
+    def checked(self, program):
+        k = original(self, program)
+        check_disassembly(k)
+        return k
+    X86Renderer.compile = checked
+    before = CHECKED["kernels"]
+    Device["CPU:X86"]._runners.clear()  # kernels compiled by earlier modules are compiled again, and checked
+    yield
+    X86Renderer.compile = original
+    assert CHECKED["kernels"] > before
+
+
+class TestX86Conformance(DeviceConformance):
+    device = "CPU:X86"

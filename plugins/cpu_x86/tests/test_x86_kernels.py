@@ -1,0 +1,199 @@
+"""Whole kernels through the X86 renderer against numpy: the kernels of real Tensor programs, register
+pressure that forces spills (many values live across loops, many accumulators), more arguments than the
+System V argument registers, loops whose trip count is a variable (zero included), and optimized (upcast,
+unrolled) kernels. Every kernel's code is also checked against capstone (x86_harness)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from x86_harness import compile_x86, kernel, run_x86
+
+from tg_core import Tensor
+from tg_core.codegen.opts import Opt, OptOps
+from tg_core.dtype import dtypes, to_numpy_dtype
+from tg_core.engine.realize import _buffers
+from tg_core.schedule import create_schedule
+from tg_core.uop import AxisType, Ops, UOp
+
+RNG = np.random.default_rng(3)
+
+
+def run_tensor(t: Tensor, opts_for=lambda ast: ()) -> np.ndarray:
+    """Every kernel of `t`'s schedule through X86, on numpy copies of the input buffers."""
+    items, out = create_schedule([t.uop], [t.device])
+    arrays: dict = {}
+
+    def array_of(node):
+        if node not in arrays:
+            known = _buffers.get(node)
+            arrays[node] = known.numpy().copy() if known is not None and known.is_allocated() else \
+                np.zeros(node.arg, dtype=to_numpy_dtype(node.dtype))
+        return arrays[node]
+    for ast, nodes in items:
+        bufs = [array_of(n) for n in nodes]
+        if ast.op is Ops.COPY:
+            bufs[0][:] = bufs[1]
+            continue
+        run_x86(ast, bufs, opts=opts_for(ast))
+    return array_of(out[t.uop]).reshape(t.shape)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+CASES = {
+    "elementwise": lambda: Tensor(f32(37)) * Tensor(f32(37)) + 1,
+    "sum": lambda: Tensor(f32(7, 9)).sum(1),
+    "max_min": lambda: Tensor(f32(5, 6)).max(0) - Tensor(f32(5, 6)).min(1).reshape(5, 1),
+    "matmul": lambda: Tensor(f32(5, 7)) @ Tensor(f32(7, 3)),
+    "matmul_chain": lambda: (Tensor(f32(3, 4)) @ Tensor(f32(4, 5))) @ Tensor(f32(5, 2)),
+    "gather": lambda: Tensor(f32(50, 3))[Tensor([4, -1, 0, 49, 60])],
+    "gather_dim": lambda: Tensor(f32(4, 5)).gather(1, Tensor([[0, 4], [1, 1], [3, 2], [0, 0]])),
+    "rand": lambda: Tensor.rand(5, 7) + Tensor.randn(7),
+    "randint": lambda: Tensor.randint(20, low=-5, high=5),
+    "floordiv_mod": lambda: Tensor(np.arange(-12, 12, dtype=np.int32)) // 5 + Tensor(np.arange(-12, 12, dtype=np.int32)) % -7,
+    "conv": lambda: Tensor(f32(2, 3, 7, 7)).conv2d(Tensor(f32(4, 3, 3, 3)), Tensor(f32(4)), stride=2, padding=1).relu(),
+    "maxpool": lambda: Tensor(f32(1, 2, 6, 5)).max_pool2d(3, stride=2, padding=1, ceil_mode=True),
+    "softmax": lambda: Tensor(f32(4, 9)).softmax(),
+    "layernorm": lambda: Tensor(f32(3, 8)).layernorm(),
+    "xent": lambda: Tensor(f32(6, 5)).sparse_categorical_crossentropy(Tensor([0, 4, -1, 2, 1, 3])),
+    "cumsum_argmax": lambda: Tensor(f32(5, 6)).cumsum(1).argmax(1),
+    "slices": lambda: Tensor(f32(9, 8))[::-2, 1::3] * 2,
+    "cat_pad": lambda: Tensor(f32(2, 3)).cat(Tensor(f32(2, 2)), dim=1).pad((1, 1), value=-1.0),
+    "tril_eye": lambda: Tensor(f32(4, 4)).tril() + Tensor.eye(4),
+    "gelu_sigmoid": lambda: Tensor(f32(16)).gelu() + Tensor(f32(16)).sigmoid(),
+    "int64_math": lambda: (Tensor(np.arange(-6, 6, dtype=np.int64)) * 3_000_000_000) // 7,
+    "where_bool": lambda: (Tensor(f32(3, 4)) > 0).where(Tensor(f32(3, 4)), -1.0).sum(0),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_tensor_kernels_match_numpy(name):
+    Tensor.manual_seed(11)
+    t = CASES[name]()
+    got = run_tensor(t)
+    want = t.numpy()  # the default device, or the reference interpreter
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_optimized_matmul():
+    """UPCAST and UNROLL make many accumulators and values live in one loop body."""
+    a, b = f32(8, 16), f32(16, 8)
+    t = Tensor(a) @ Tensor(b)
+    opts = (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4))
+    got = run_tensor(t, lambda ast: opts if any(u.op is Ops.REDUCE for u in ast.toposort()) else ())
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+
+
+# ---- register pressure ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt, n_live", [(dtypes.float32, 24), (dtypes.float64, 20), (dtypes.int32, 20),
+                                        (dtypes.int64, 18)], ids=lambda x: getattr(x, "name", str(x)))
+def test_values_live_across_a_loop_spill(dt, n_live):
+    """n_live loop-invariant values (more than the registers of their class) all used in every iteration:
+    out[i] = sum_k x[k] * (b[i] + k)."""
+    n = 13
+    xs, b, out = UOp.param(0, dt.ptr(n_live)), UOp.param(1, dt.ptr(n)), UOp.param(2, dt.ptr(n))
+    vals = [xs.index(UOp.const(dtypes.weakint, k)).load() for k in range(n_live)]
+    r = UOp.range(n, 0)
+    bi = b.index(r).load()
+    total = None
+    for k, v in enumerate(vals):
+        term = v * (bi + UOp.const(dt, k))
+        total = term if total is None else total + term
+    ast = kernel(out.index(r).store(total).end(r), name="pressure")
+    npdt = to_numpy_dtype(dt)
+    x_np = (RNG.integers(-5, 5, n_live) if dtypes.is_int(dt) else RNG.standard_normal(n_live)).astype(npdt)
+    b_np = (RNG.integers(-5, 5, n) if dtypes.is_int(dt) else RNG.standard_normal(n)).astype(npdt)
+    res = np.zeros(n, npdt)
+    k = run_x86(ast, [x_np, b_np, res])
+    assert k.allocation.spilled, "more live values than registers must spill"
+    want = sum(x_np[j] * (b_np + npdt.type(j)) for j in range(n_live))
+    np.testing.assert_allclose(res, want, rtol=1e-5) if dtypes.is_float(dt) else np.testing.assert_array_equal(res, want)
+
+
+def test_many_accumulators_spill_and_stay_correct():
+    """20 reductions over one loop: 20 loop-carried accumulators (more than 16 xmm registers)."""
+    n_acc, m = 20, 11
+    a, out = UOp.param(0, dtypes.float32.ptr(n_acc * m)), UOp.param(1, dtypes.float32.ptr(n_acc))
+    stores = []
+    for j in range(n_acc):
+        k = UOp.range(m, 1, AxisType.REDUCE)
+        stores.append(out.index(UOp.const(dtypes.weakint, j)).store(
+            (a.index(k * n_acc + j).load() * float(j + 1)).reduce(Ops.ADD, k)))
+    ast = kernel(*stores, name="accs")
+    x, res = f32(m, n_acc), np.zeros(n_acc, np.float32)
+    k = run_x86(ast, [x, res])
+    np.testing.assert_allclose(res, (x * np.arange(1, n_acc + 1, dtype=np.float32)).sum(0), rtol=1e-5)
+    assert k.allocation.spilled
+
+
+def test_pressure_uses_callee_saved_registers():
+    """Under integer pressure the callee-saved registers are used: saved at entry, restored before ret (the
+    caller, Python itself, would crash otherwise)."""
+    prog, k = compile_x86(_int_pressure_kernel(14))
+    text = k.asm_str()
+    assert "push rbx" in text and "pop rbx" in text
+    light, kl = compile_x86(_int_pressure_kernel(2))
+    assert "push" not in kl.asm_str(), "callee-saved registers are saved only when used"
+    x, b, res = np.arange(14, dtype=np.int32), np.arange(9, dtype=np.int32), np.zeros(9, np.int32)
+    run_x86(_int_pressure_kernel(14), [x, b, res])
+    np.testing.assert_array_equal(res, sum(x[j] ^ (b + j) for j in range(14)))
+
+
+def _int_pressure_kernel(n_live: int):
+    n = 9
+    xs, b, out = UOp.param(0, dtypes.int32.ptr(n_live)), UOp.param(1, dtypes.int32.ptr(n)), UOp.param(2, dtypes.int32.ptr(n))
+    vals = [xs.index(UOp.const(dtypes.weakint, k)).load() for k in range(n_live)]
+    r = UOp.range(n, 0)
+    bi = b.index(r).load()
+    total = None
+    for k, v in enumerate(vals):
+        term = v ^ (bi + UOp.const(dtypes.int32, k))
+        total = term if total is None else total + term
+    return kernel(out.index(r).store(total).end(r), name=f"ipressure{n_live}")
+
+
+# ---- the ABI -------------------------------------------------------------------------------------------
+
+def test_more_arguments_than_registers():
+    """10 buffers and 3 int variables: arguments 7 to 13 come on the stack."""
+    n_in, n = 9, 5
+    ins = [UOp.param(i, dtypes.float32.ptr(n)) for i in range(n_in)]
+    out = UOp.param(n_in, dtypes.float32.ptr(n))
+    s, t, u = (UOp.variable(name, 0, 100, dtypes.int32) for name in ("s", "t", "u"))
+    r = UOp.range(n, 0)
+    total = None
+    for i, p in enumerate(ins):
+        term = p.index(r).load() * float(i + 1)
+        total = term if total is None else total + term
+    total = total + (s * 100 + t * 10 + u).cast(dtypes.float32)
+    ast = kernel(out.index(r).store(total).end(r), name="many_args")
+    arrays = [f32(n) for _ in range(n_in)]
+    res = np.zeros(n, np.float32)
+    k = run_x86(ast, arrays + [res], {"s": 3, "t": 5, "u": 7})
+    assert "[rsp +" in k.asm_str()  # stack arguments are read relative to rsp
+    want = sum(a * (i + 1) for i, a in enumerate(arrays)) + 357
+    np.testing.assert_allclose(res, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("count", [0, 1, 17])
+def test_variable_trip_count(count):
+    n = UOp.variable("n", 0, 32, dtypes.int32)
+    a, out = UOp.param(0, dtypes.float32.ptr(32)), UOp.param(1, dtypes.float32.ptr(32))
+    r = UOp.range(n, 0)
+    ast = kernel(out.index(r).store(a.index(r).load() + 1.0).end(r), name="var_loop")
+    x, res = f32(32), np.full(32, -9, np.float32)
+    run_x86(ast, [x, res], {"n": count})
+    np.testing.assert_allclose(res[:count], x[:count] + 1)
+    assert (res[count:] == -9).all(), "nothing is written past the trip count"
+
+
+def test_nested_loops_with_reduction():
+    a = f32(6, 7, 8)
+    got = run_tensor(Tensor(a).sum(2).max(1))
+    np.testing.assert_allclose(got, a.sum(2).max(1), rtol=1e-5)
