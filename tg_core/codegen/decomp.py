@@ -185,13 +185,18 @@ def _log2(x: UOp, fmt: _Format) -> UOp:
 
 # ---- sin -----------------------------------------------------------------------------------------------
 
-def _take(table: tuple[int, ...], j: UOp) -> UOp:
-    """table[j] as a uint64 (0 outside the table), by selects: no memory, so any j is safe."""
-    out = _c(dtypes.uint64, 0)
-    for i, v in enumerate(table):
-        if v:
-            out = j.eq(_c(j.dtype, i)).where(_c(dtypes.uint64, v), out)
-    return out
+def _take(table: tuple[int, ...], j: UOp, count: int) -> list[UOp]:
+    """table[j], table[j+1], ... table[j+count-1] as uint64s (0 outside the table), by selects: no memory, so
+    any j is safe. The compares of j are shared by the count lookups."""
+    hits = [j.eq(_c(j.dtype, i)) for i in range(len(table))]
+    words = []
+    for n in range(count):
+        out = _c(dtypes.uint64, 0)
+        for i, hit in enumerate(hits):
+            if i + n < len(table) and table[i + n]:
+                out = hit.where(_c(dtypes.uint64, table[i + n]), out)
+        words.append(out)
+    return words
 
 
 def _payne_hanek(ax: UOp, fmt: _Format, words: int) -> tuple[UOp, UOp, UOp]:
@@ -211,7 +216,7 @@ def _payne_hanek(ax: UOp, fmt: _Format, words: int) -> tuple[UOp, UOp, UOp]:
     table = ((0,) * zeros + _TWO_OVER_PI)[:(max_start >> 5) + words + 1]
     start = e - _c(i32, 1) + _c(i32, 32 * zeros - 1)  # position of bit E-1 counted from the table's first bit
     j, s = start >> _c(i32, 5), (start & _c(i32, 31)).cast(u64)
-    t = [_take(table, j + _c(i32, n)) for n in range(words + 1)]
+    t = _take(table, j, words + 1)
     win = [(((t[n] << _c(u64, 32)) | t[n + 1]) << s) >> _c(u64, 32) for n in range(words)]
     limbs = [mant >> _c(u64, 32), mant & _c(u64, _MASK32)] if fmt.mant > 32 else [mant]
     # column c holds the product bits of weight 2**(32*c) (c = 0: least significant); only c < words matter
