@@ -108,6 +108,27 @@ declare i32 @llvm.amdgcn.workitem.id.x()
 """
 
 
+# a pointer stored in constant data: an ABS64 relocation, which depends on where the image is loaded
+ABS_IR = """
+@table = internal addrspace(4) constant [4 x i32] [i32 11, i32 22, i32 33, i32 44], align 4
+@ptrs = internal addrspace(4) constant [1 x ptr addrspace(4)] [ptr addrspace(4) @table], align 8
+define amdgpu_kernel void @via_pointer(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %idx) "amdgpu-flat-work-group-size"="1,32" {
+entry:
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %ip = getelementptr inbounds i32, ptr addrspace(1) %idx, i32 %t
+  %i = load i32, ptr addrspace(1) %ip
+  %m = and i32 %i, 3
+  %pp = load volatile ptr addrspace(4), ptr addrspace(4) @ptrs
+  %vp = getelementptr inbounds i32, ptr addrspace(4) %pp, i32 %m
+  %v = load i32, ptr addrspace(4) %vp
+  %op = getelementptr inbounds i32, ptr addrspace(1) %out, i32 %t
+  store i32 %v, ptr addrspace(1) %op
+  ret void
+}
+declare i32 @llvm.amdgcn.workitem.id.x()
+"""
+
+
 def compile_ast(ast: UOp) -> tuple[bytes, str]:
     """(ELF object, kernel name) of an AST through the AMD renderer."""
     r = AMDRenderer()

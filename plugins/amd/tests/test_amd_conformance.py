@@ -91,6 +91,29 @@ def test_float32_sin_of_large_arguments():
     np.testing.assert_allclose(Tensor(a, device="AMD").sin().numpy(), np.sin(a.astype(np.float64)), atol=2e-6)
 
 
+def test_code_object_with_an_absolute_relocation():
+    """A kernel reading through a pointer stored in its constant data runs only if the interface loads the image
+    with image_at(its load address)."""
+    import struct
+
+    from amd_kernels import ABS_IR, compile_ir
+    from tg_amd.elf import load_code_object
+    iface = Device["AMD"].interface
+    code = load_code_object(compile_ir(ABS_IR))
+    idx = np.array([0, 1, 2, 3, 7, 6, 5, 4] * 4, np.int32)
+    out, inp = iface.alloc(128), iface.alloc(128)
+    try:
+        iface.copyin(inp, memoryview(idx.tobytes()))
+        kernargs = struct.pack("<QQ", out.va, inp.va).ljust(code.kernel("via_pointer").descriptor.kernarg_size, b"\0")
+        iface.dispatch(code, "via_pointer", (1, 1, 1), (32, 1, 1), kernargs)
+        got = np.zeros(32, np.int32)
+        iface.copyout(memoryview(got).cast("B"), out)
+    finally:
+        iface.free(out)
+        iface.free(inp)
+    np.testing.assert_array_equal(got, np.array([11, 22, 33, 44])[idx & 3])
+
+
 def test_device_says_which_interface():
     dev = Device["AMD"]
     assert dev.interface.name in repr(dev) and dev.interface.arch == "gfx1100"

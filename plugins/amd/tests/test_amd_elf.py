@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from amd_kernels import LDS_IR, SCRATCH_IR, TABLE_IR, compile_ast, compile_ir, rowmax, saxpy, scaled
+from amd_kernels import ABS_IR, LDS_IR, SCRATCH_IR, TABLE_IR, compile_ast, compile_ir, rowmax, saxpy, scaled
 from tg_amd.elf import (GFX1100, ELFError, KernelResourceError, SHF_ALLOC, check_resources, load_code_object,
                          read_elf)
 from tg_amd.interface import DESCRIPTOR_SIZE, KernelDescriptor
@@ -26,6 +26,7 @@ KERNELS = {
     "table": lambda: compile_ir(TABLE_IR),
     "lds": lambda: compile_ir(LDS_IR),
     "scratch": lambda: compile_ir(SCRATCH_IR),
+    "abs": lambda: compile_ir(ABS_IR),
 }
 
 
@@ -66,7 +67,7 @@ def test_symbols_match_readelf(tmp_path, name):
     for num, value, size, typ, bind, v, ndx, nm in rows:
         s = elf.symbols[int(num)]
         shndx = {"UND": 0, "ABS": 0xFFF1}.get(ndx, None)
-        assert (s.name, s.value, s.size, s.type, s.bind, s.other) == (nm, int(value, 16), int(size), types[typ],
+        assert (elf.display_name(s), s.value, s.size, s.type, s.bind, s.other) == (nm, int(value, 16), int(size), types[typ],
                                                                       binds[bind], vis[v])
         assert s.shndx == (shndx if shndx is not None else int(ndx))
 
@@ -84,7 +85,8 @@ def test_relocations_match_readelf(tmp_path, name):
             theirs.append((target, int(off, 16), typ, sym, int(addend, 16)))
     names = {1: "ABS32_LO", 2: "ABS32_HI", 3: "ABS64", 4: "REL32", 5: "REL64", 6: "ABS32", 10: "REL32_LO",
              11: "REL32_HI", 13: "RELATIVE64"}
-    ours = [(elf.sections[r.section].name, r.offset, f"R_AMDGPU_{names[r.type]}", elf.symbols[r.symbol].name, r.addend)
+    ours = [(elf.sections[r.section].name, r.offset, f"R_AMDGPU_{names[r.type]}", elf.display_name(elf.symbols[r.symbol]),
+             r.addend)
             for r in elf.relocations]
     assert ours == theirs and ours
 
@@ -250,3 +252,17 @@ def test_too_many_sgprs_is_refused():
     assert k.metadata[".sgpr_count"] <= 108
     with pytest.raises(KernelResourceError, match=r"saxpy does not fit gfx1100: SGPRs: needs 120, the target has 108"):
         check_resources("saxpy", k.descriptor, {**k.metadata, ".sgpr_count": 120}, GFX1100)
+
+
+def test_absolute_relocation_is_applied_at_the_load_address():
+    """ABS64 (a pointer in constant data) is kept for image_at(base): the slot then holds base + the table's offset."""
+    code = load_code_object(obj("abs"))
+    (rel,) = code.absolute_relocations
+    table = struct.pack("<4I", 11, 22, 33, 44)
+    assert rel.type == 3 and code.image[rel.value:rel.value + 16] == table
+    assert code.image[rel.offset:rel.offset + 8] == bytes(8)
+    for base in (0, 0x7F10_0000_0000):
+        image = code.image_at(base)
+        assert struct.unpack_from("<Q", image, rel.offset)[0] == base + rel.value
+    with pytest.raises(ValueError, match="256-byte aligned"):
+        code.image_at(0x1080)

@@ -29,7 +29,7 @@ ET_REL, ET_DYN = 1, 3
 SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOTE, SHT_NOBITS, SHT_REL = 1, 2, 3, 4, 7, 8, 9
 SHF_ALLOC = 0x2
 SHN_UNDEF, SHN_ABS = 0, 0xFFF1
-STT_OBJECT, STT_FUNC = 1, 2
+STT_OBJECT, STT_FUNC, STT_SECTION = 1, 2, 3
 NT_AMDGPU_METADATA = 32
 # e_flags & 0xFF (EF_AMDGPU_MACH) for the RDNA3 targets
 MACH = {0x41: "gfx1100", 0x42: "gfx1101", 0x43: "gfx1102", 0x44: "gfx1103", 0x55: "gfx1150", 0x56: "gfx1151"}
@@ -104,6 +104,10 @@ class ELF:
             if s.name == name:
                 return s
         raise KeyError(f"no symbol {name!r}")
+
+    def display_name(self, sym: Symbol) -> str:
+        """The symbol's name; a section symbol (which has none) is called by its section's name, as readelf does."""
+        return self.sections[sym.shndx].name if sym.type == STT_SECTION and not sym.name else sym.name
 
     def kernel_metadata(self, name: str) -> dict[str, Any]:
         for k in (self.metadata or {}).get("amdhsa.kernels", []):
