@@ -20,8 +20,9 @@ KERNARG_PTR, WAVE32 = 1 << 3, 1 << 10
 
 
 def assemble(asm: str) -> bytes:
-    """The .text bytes of gfx1100 assembly (labels and branches resolved by llvm-mc)."""
-    p = subprocess.run([LLVM_MC, "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-filetype=obj", "-o", "-"],
+    """The .text bytes of gfx1100 assembly (labels and branches resolved by llvm-mc). 16-bit operands may name
+    register halves (v1.l, v1.h: real true16, which is what LLVM 22 emits for gfx1100)."""
+    p = subprocess.run([LLVM_MC, "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-mattr=+real-true16", "-filetype=obj", "-o", "-"],
                        input=asm.encode(), capture_output=True, check=False)
     if p.returncode:
         raise ValueError(f"llvm-mc failed:\n{p.stderr.decode()}")
