@@ -6,6 +6,7 @@ are resolved by assemble(), which starts every branch short (rel8) and lengthens
 reach until nothing changes (lengthening only grows code, so this reaches a fixed point).
 """
 from __future__ import annotations
+import functools
 from dataclasses import dataclass, field
 from .operands import Reg, Mem, Imm, Label, Operand, REGS
 from .forms import Form, FORMS, BRANCHES, CONDITIONS, CONDITION_ALIASES, CMP_PREDICATES
@@ -15,6 +16,7 @@ class EncodeError(ValueError):
     """An instruction that cannot be encoded (unknown mnemonic, operands no form takes, value out of range)."""
 
 
+_OPERAND_TYPES = frozenset({Reg, Mem, Imm, Label})
 _PTR = {1: "byte", 2: "word", 4: "dword", 8: "qword", 16: "xmmword", 32: "ymmword"}
 _UNSIGNED_IMM = frozenset({"mov", "movabs", "and", "or", "xor"})
 _IMM_WIDTH = {"i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8}
@@ -170,6 +172,18 @@ def encode_form(form: Form, ops: tuple[Operand, ...]) -> tuple[bytes, int | None
     return head + body, None if disp_at is None else len(head) + disp_at
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _encode(mnemonic: str, ops: tuple[Operand, ...]) -> tuple[Form, bytes, int | None]:
+    """Form, bytes and the position of a label's disp32 (None without one) of an instruction: kernels repeat
+    instructions, so encodings are cached."""
+    if any(isinstance(o, Label) for o in ops):
+        raise EncodeError(f"{mnemonic}: a label is only allowed as a branch target or as Mem('rip', disp=label)")
+    form = select_form(mnemonic, ops)
+    code, disp_at = encode_form(form, ops)
+    label_disp = any(isinstance(o, Mem) and isinstance(o.disp, Label) for o in ops)
+    return form, code, disp_at if label_disp else None
+
+
 # ---------------------------------------------------------------------------------------------- text
 def _mem_text(m: Mem, disp: int, sized: bool) -> str:
     parts = [m.base.name] if m.base is not None else []
@@ -189,7 +203,7 @@ def _imm_text(form: Form, kind: str, imm: Imm) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- assembler
-@dataclass
+@dataclass(slots=True)
 class Instruction:
     """One emitted instruction. Branches (target set) get their bytes in assemble(); others at emit time."""
     mnemonic: str
@@ -227,7 +241,7 @@ class Assembler:
     _code: bytes | None = None
 
     def emit(self, mnemonic: str, *operands: Operand | str | int) -> Instruction:
-        ops = tuple(self._operand(o) for o in operands)
+        ops = operands if all(type(o) in _OPERAND_TYPES for o in operands) else tuple(map(self._operand, operands))
         mnemonic = _ALIASES.get(mnemonic, mnemonic)
         if mnemonic in _CMP_PSEUDO:
             mnemonic, pred = _CMP_PSEUDO[mnemonic]
@@ -235,12 +249,7 @@ class Assembler:
         if mnemonic in BRANCHES and len(ops) == 1 and isinstance(ops[0], Label):
             inst = Instruction(mnemonic, ops, target=ops[0], long=BRANCHES[mnemonic][0] is None)
         else:
-            if any(isinstance(o, Label) for o in ops):
-                raise EncodeError(f"{mnemonic}: a label is only allowed as a branch target or as "
-                                  "Mem('rip', disp=label)")
-            form = select_form(mnemonic, ops)
-            code, disp_at = encode_form(form, ops)
-            inst = Instruction(mnemonic, ops, form, code, disp_at if self._label_disp(ops) else None)
+            inst = Instruction(mnemonic, ops, *_encode(mnemonic, ops))
         self.items.append(inst)
         self._code = None
         return inst
@@ -275,10 +284,6 @@ class Assembler:
         if isinstance(o, int): return Imm(o)
         if isinstance(o, str): return REGS[o] if o in REGS else Label(o)
         raise EncodeError(f"operand {o!r} ({type(o).__name__}) is not a Reg, Mem, Imm, Label, register name or int")
-
-    @staticmethod
-    def _label_disp(ops: tuple[Operand, ...]) -> bool:
-        return any(isinstance(o, Mem) and isinstance(o.disp, Label) for o in ops)
 
     # ------------------------------------------------------------------ layout
     def _layout(self) -> int:
