@@ -160,7 +160,7 @@ def check(cases: list[tuple[tuple, bytes]], sentinel: str = "s_code_end") -> set
         if inst.op in TEXT_NOT_COMPARED:
             seen.add(key)
             continue
-        mine = disasm(inst)
+        mine = disasm(inst, true16=False)   # llvm-mc-19's default syntax
         if inst.size != len(code) or mine != " ".join(text.split()):
             bad.append(f"{code.hex()}: llvm-mc {text!r}, ours {mine!r} (size {inst.size} of {len(code)})")
         seen.add(key)

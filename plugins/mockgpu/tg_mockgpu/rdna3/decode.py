@@ -9,13 +9,18 @@ compresses them: SMEM `sbase` is the first SGPR of the pair (field x 2), MUBUF `
 VOPD `vdsty` the real destination VGPR. Memory offsets are signed where the hardware treats them as signed (SMEM, GLOBAL,
 SCRATCH, DS is unsigned). SOPP/SOPK `simm16` stays the raw 16-bit value (see branch_target). VOP3P `opsel_hi` is the 3-bit
 value (bits 60:59 with bit 14 as its bit 2). 9-bit source codes are decoded by operands.src_operand.
+
+16-bit VALU operands (Inst.t16) address halves of VGPRs: in VOP1/VOP2/VOPC a VGPR number's bit 7 picks the high half of
+v(n & 127), in VOP3 op_sel does; vgpr_half() gives (register, half). LLVM 22 uses both for gfx1100 half-precision code.
 """
 from __future__ import annotations
 
+import functools
+import re
 import struct
 from dataclasses import dataclass, field
 
-from tg_mockgpu.rdna3.tables import OPS
+from tg_mockgpu.rdna3.tables import CONSTS, OPS
 
 LITERAL = 255
 DPP_CODES = {233: "DPP8", 234: "DPP8 (fetch inactive)", 250: "DPP16"}
@@ -70,6 +75,7 @@ class Inst:
     fields: dict[str, int] = field(hash=False, compare=True)
     literal: int | None = None
     dual: tuple[str, str] | None = None   # VOPD only: the X and Y mnemonics, e.g. ("v_dual_mul_f32", "v_dual_add_f32")
+    t16: frozenset[str] = frozenset()     # 16-bit operand fields, which address VGPR halves (see vgpr_half)
 
 
 def identify(w0: int) -> str:
@@ -120,6 +126,38 @@ def _name(table: str, opcode: int) -> str | None:
 
 def _strip(mnemonic: str) -> str:
     return mnemonic[:-4] if mnemonic.endswith(("_e32", "_e64")) else mnemonic
+
+
+@functools.cache
+def t16_fields(table: str, opcode: int) -> frozenset[str]:
+    """The 16-bit operands of a VOP1/VOP2/VOPC/VOP3 opcode, which name a half of a VGPR (LLVM 22 emits these "true16" forms
+    for gfx1100: `v_add_f16_e32 v1.h, v0.l, v0.h`). Sources: those whose constants LLVM prints as 16-bit (CONSTS f16/i16;
+    VOP2/VOPC vsrc1 has src0's type). Destination: when the result type, the first type in the mnemonic, is 16-bit, except
+    packed results (_pk_, whose 16-bit halves fill a dword) and v_sad_u16 (a 32-bit sum); v_sat_pk_u8_i16 packs to 16 bits."""
+    if table not in ("VOP1", "VOP2", "VOPC", "VOP3") or opcode not in OPS[table]:
+        return frozenset()
+    mnemonic, tmpl = OPS[table][opcode]
+    consts = CONSTS.get(table, {}).get(opcode, {})
+    out = {f for f, cls in consts.items() if cls in ("f16", "i16")}
+    if "src0" in out and table in ("VOP2", "VOPC"):
+        out.add("vsrc1")
+    types = re.findall(r"_([fiub](?:8|16|32|64))(?=_|$)", _strip(mnemonic))
+    packed = "_pk_" in mnemonic and not mnemonic.startswith("v_sat_pk_u8_i16")
+    if types and types[0].endswith("16") and not packed and not mnemonic.startswith("v_sad_") or mnemonic.startswith("v_sat_pk_u8_i16"):
+        out.add("vdst")
+    fields = {t[0] for t in tmpl if isinstance(t, tuple) and t[2] in ("v", "src")}
+    return frozenset(out & fields)
+
+
+def vgpr_half(inst: Inst, field: str) -> tuple[int, int]:
+    """(VGPR number, half: 0 low / 1 high) of a 16-bit operand field (one in inst.t16) that holds a VGPR. VOP1/VOP2/VOPC use
+    bit 7 of the VGPR number for the half (so they reach v0-v127 only); VOP3 takes the half from op_sel (bit 0-2 for
+    src0-src2, bit 3 for vdst)."""
+    value = inst.fields[field] - (256 if field.startswith("src") else 0)
+    if inst.enc in ("VOP3", "VOP3SD"):
+        bit = 3 if field == "vdst" else int(field[-1])
+        return value, (inst.fields.get("opsel", 0) >> bit) & 1
+    return value & 127, value >> 7
 
 
 def template(inst: Inst) -> tuple:
@@ -178,7 +216,7 @@ def decode(code: bytes, addr: int = 0, pos: int = 0, kernel: str | None = None) 
         f["srsrc"] *= 4
     elif enc == "VOP3P":
         f["opsel_hi"] |= f.pop("opsel_hi2") << 2
-    inst = Inst(addr, size, enc, _strip(name), opcode, f, None, dual)
+    inst = Inst(addr, size, enc, _strip(name), opcode, f, None, dual, t16_fields(enc, opcode))
     used = {t[0] for t in template(inst) if isinstance(t, tuple)}
     for k in SRC_FIELDS:
         if k in used and f[k] in DPP_CODES:
@@ -190,7 +228,7 @@ def decode(code: bytes, addr: int = 0, pos: int = 0, kernel: str | None = None) 
     if pos + size + 4 > len(code):
         raise DecodeError(f"truncated literal after {_where(code, pos, addr, kernel)}")
     literal = struct.unpack_from("<I", code, pos + size)[0]
-    return Inst(addr, size + 4, inst.enc, inst.op, opcode, f, literal, dual)
+    return Inst(addr, size + 4, inst.enc, inst.op, opcode, f, literal, dual, inst.t16)
 
 
 def decode_all(code: bytes, addr: int = 0, kernel: str | None = None) -> list[Inst]:

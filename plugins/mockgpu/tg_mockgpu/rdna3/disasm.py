@@ -6,7 +6,7 @@ formatted here. Tests compare every line with llvm-objdump-19 and llvm-mc-19.
 """
 from __future__ import annotations
 
-from tg_mockgpu.rdna3.decode import Inst, decode_all, template
+from tg_mockgpu.rdna3.decode import Inst, decode_all, template, vgpr_half
 from tg_mockgpu.rdna3.operands import INLINE_FLOAT_TEXT, src_operand
 from tg_mockgpu.rdna3.tables import CONSTS, MODS, OPS
 
@@ -149,7 +149,7 @@ def _const_class(inst: Inst, fld: str, n: int) -> str:
     return cls or ("b64" if n == 2 else "b32")
 
 
-def _operand(inst: Inst, t: tuple | str, vop3_mods: bool) -> str:
+def _operand(inst: Inst, t: tuple | str, vop3_mods: bool, true16: bool) -> str:
     f = inst.fields
     if isinstance(t, str):
         if t == "off" and inst.enc in ("GLOBAL", "SCRATCH"):
@@ -165,6 +165,10 @@ def _operand(inst: Inst, t: tuple | str, vop3_mods: bool) -> str:
         return source(255, 1, "b32", inst.literal)
     if kind in ("hex", "u16", "dec", "fmt"):
         return _format_imm(inst.op, f[fld], kind)
+    if true16 and fld in inst.t16 and (kind == "v" or f[fld] >= 256):
+        reg, hi = vgpr_half(inst, fld)
+        text = f"v{reg}.{'h' if hi else 'l'}"
+        return _with_mods(inst, fld, text) if vop3_mods else text
     if kind == "v":
         if fld == "addr" and inst.enc == "GLOBAL" and f["saddr"] != 124:
             n = 1
@@ -174,7 +178,13 @@ def _operand(inst: Inst, t: tuple | str, vop3_mods: bool) -> str:
     if kind == "s":
         return scalar(f[fld], n)
     text = source(f[fld], n, _const_class(inst, fld, n), inst.literal)
-    if vop3_mods and fld in ("src0", "src1", "src2"):
+    return _with_mods(inst, fld, text) if vop3_mods else text
+
+
+def _with_mods(inst: Inst, fld: str, text: str) -> str:
+    """A VOP3/VOP3P source with its abs/neg/sext modifiers, as far as LLVM prints them for the opcode."""
+    f = inst.fields
+    if fld in ("src0", "src1", "src2"):
         mods = _mods(inst)
         bit = 1 << ("src0", "src1", "src2").index(fld)
         # VOP3 keeps abs in its own field; v_fma_mix* (VOP3P) uses neg_hi as abs
@@ -197,11 +207,12 @@ def _bits_list(value: int, n: int) -> str:
     return "[" + ",".join(str((value >> i) & 1) for i in range(n)) + "]"
 
 
-def _suffix(inst: Inst, srcs: int) -> str:
+def _suffix(inst: Inst, true16: bool) -> str:
     f, out = inst.fields, []
     mods = _mods(inst)
     if inst.enc in ("VOP3", "VOP3SD"):
-        opsel = f.get("opsel", 0) & mods.get("op_sel", 0)
+        # in true16 syntax the halves op_sel picks show as .l/.h on the operands instead
+        opsel = f.get("opsel", 0) & mods.get("op_sel", 0) if not (true16 and inst.t16) else 0
         if opsel:
             # one entry per source, then the destination's bit (bit 3 of the field)
             n = mods["op_sel#"]
@@ -251,12 +262,13 @@ def _smem_offset(inst: Inst) -> str:
     return _signed_hex(f["offset"]) if f["offset"] else "null"
 
 
-def disasm(inst: Inst) -> str:
-    """One instruction in llvm-objdump's syntax."""
+def disasm(inst: Inst, true16: bool = True) -> str:
+    """One instruction in llvm-objdump's syntax. 16-bit VALU operands print as VGPR halves (v1.l, v0.h) as LLVM 22 writes
+    them for gfx1100; true16=False gives LLVM 19's default syntax instead (v128 for v0.h in VOP1/2/C, op_sel:[...] in VOP3)."""
     if inst.enc == "VOPD":
         x = OPS["VOPDX"][inst.fields["opx"]]
         y = OPS["VOPDY"][inst.fields["opy"]]
-        half = lambda row: row[0] + " " + ", ".join(_operand(inst, t, False) for t in row[1])
+        half = lambda row: row[0] + " " + ", ".join(_operand(inst, t, False, true16) for t in row[1])
         return f"{half(x)} :: {half(y)}"
     tmpl = template(inst)
     mnemonic = OPS["VOP3" if inst.enc == "VOP3SD" else inst.enc][inst.opcode][0]
@@ -267,13 +279,12 @@ def disasm(inst: Inst) -> str:
         tmpl = (("vdst", data[1] // 2 if "cmpswap" in inst.op else data[1], "v"),) + tmpl
     if inst.op == "s_endpgm" and inst.fields["simm16"]:
         return f"{mnemonic} {inst.fields['simm16']}"
-    ops = [_smem_offset(inst) if isinstance(t, tuple) and t[0] == "offset" and inst.enc == "SMEM" else _operand(inst, t, vop3)
-           for t in tmpl]
-    srcs = sum(1 for t in tmpl if isinstance(t, tuple) and t[0] in ("src0", "src1", "src2"))
+    ops = [_smem_offset(inst) if isinstance(t, tuple) and t[0] == "offset" and inst.enc == "SMEM"
+           else _operand(inst, t, vop3, true16) for t in tmpl]
     text = mnemonic + (" " + ", ".join(ops) if ops else "")
-    return text + _suffix(inst, srcs)
+    return text + _suffix(inst, true16)
 
 
-def disasm_all(code: bytes, addr: int = 0) -> list[str]:
+def disasm_all(code: bytes, addr: int = 0, true16: bool = True) -> list[str]:
     """Every instruction of a code buffer, one text line each."""
-    return [disasm(i) for i in decode_all(code, addr)]
+    return [disasm(i, true16) for i in decode_all(code, addr)]
