@@ -148,13 +148,15 @@ class Buffer:
         self.size, self.options, self.offset = size, options, offset
         self._base = base
         self._allocator: Allocator | None = None
-        self._views: weakref.WeakSet[Buffer] = weakref.WeakSet()
+        self._views: weakref.WeakSet[Buffer] | None = None  # made with the first view: most buffers have none
         if base is not None:
             if base._base is not None:
                 raise ValueError("a view's base must be a base buffer, not another view")
             if offset < 0 or offset + self.nbytes > base.nbytes:
                 raise ValueError(f"view of {self.nbytes} bytes at offset {offset} does not fit in a buffer of "
                                  f"{base.nbytes} bytes")
+            if base._views is None:
+                base._views = weakref.WeakSet()
             base._views.add(self)
 
     @property
@@ -206,7 +208,7 @@ class Buffer:
         if not self.is_allocated():
             return
         if self._base is None:
-            live = [v for v in self._views if v.is_allocated()]
+            live = [v for v in self._views or () if v.is_allocated()]
             if live:
                 raise RuntimeError(f"cannot free {self!r}: {len(live)} allocated view(s) still use its memory")
             self.allocator.free(self._opaque, self.nbytes, self.options)
@@ -352,6 +354,9 @@ class _Devices:
 
     def __getitem__(self, name: str) -> Compiled:
         """The device named `name`, opened on first use. Errors name what to install or how to fix the config."""
+        dev = self._opened.get(name)  # a canonical name of an open device: the engine asks this per kernel
+        if dev is not None:
+            return dev
         with self._lock:
             return self._open(name)
 

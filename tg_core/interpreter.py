@@ -10,6 +10,7 @@ This is the PYTHON device's runtime and the oracle the other backends are tested
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -22,6 +23,7 @@ from tg_core.uop.uop import UOp
 CHUNK_ELEMENTS = 1 << 22
 
 
+@functools.lru_cache(maxsize=None)
 def _np_dtype(dt: DType) -> np.dtype:
     if dt.scalar() is dtypes.weakint:
         return np.dtype(np.int64)
@@ -86,20 +88,46 @@ def _cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     return np.asarray(x).astype(nd)
 
 
-class _Run:
-    def __init__(self, ast: UOp, bufs: list[np.ndarray], var_vals: dict[str, int]):
-        self.ast, self.bufs, self.var_vals = ast, bufs, var_vals
+class _Plan:
+    """What a kernel's runs share: its nodes in order, its ranges as axes, constant range sizes, and the
+    accesses whose index range analysis keeps within [0, bound) (their run-time bounds check is skipped
+    when the buffer has at least `bound` elements)."""
+
+    def __init__(self, ast: UOp):
         self.order = list(ast.toposort())
         self.ranges = sorted((u for u in self.order if u.op is Ops.RANGE), key=lambda r: repr(r.arg[0]))
         self.axis = {r: i for i, r in enumerate(self.ranges)}
+        self.first = next((r for r in self.ranges if r.arg[1].name in ("LOOP", "GLOBAL")), None)
+        self.variables = [u for u in self.order if u.op is Ops.DEFINE_VAR]
+        self.sizes = {r: r.src[0].arg for r in self.ranges if r.src[0].op is Ops.CONST} \
+            if all(r.src[0].op is Ops.CONST for r in self.ranges) else None
+        self.proven: dict[UOp, int] = {}
+        for u in self.order:
+            if u.op is Ops.INDEX and len(u.src) == 2 and u.src[1].vmin >= 0:
+                self.proven[u] = u.src[1].vmax + 1
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(ast: UOp) -> _Plan:
+    return _Plan(ast)
+
+
+class _Run:
+    def __init__(self, ast: UOp, bufs: list[np.ndarray], var_vals: dict[str, int]):
+        self.ast, self.bufs, self.var_vals = ast, bufs, var_vals
+        plan = self.plan = _plan(ast)
+        self.order, self.ranges, self.axis = plan.order, plan.ranges, plan.axis
 
     def run(self) -> None:
-        first = next((r for r in self.ranges if r.arg[1].name in ("LOOP", "GLOBAL")), None)
+        first = self.plan.first
         if first is None:
             self._execute(None, 0, 0)
             return
-        env = {u: self.var_vals[u.arg[0]] for u in self.order if u.op is Ops.DEFINE_VAR}
-        sizes = {r: int(r.src[0].evaluate(env)) for r in self.ranges}
+        if self.plan.sizes is not None:
+            sizes = self.plan.sizes
+        else:
+            env = {u: self.var_vals[u.arg[0]] for u in self.plan.variables}
+            sizes = {r: int(r.src[0].evaluate(env)) for r in self.ranges}
         total = math.prod(max(n, 1) for n in sizes.values())
         n = sizes[first]
         chunk = max(1, min(n, n * CHUNK_ELEMENTS // max(total, 1)))
@@ -149,7 +177,8 @@ class _Run:
 
     def _load(self, buf: np.ndarray, idx: np.ndarray, valid: np.ndarray | None = None, u: UOp | None = None):
         if valid is None:
-            self._check_bounds(buf, idx, None, u)
+            if self.plan.proven.get(u.src[0], math.inf) > buf.size:
+                self._check_bounds(buf, idx, None, u)
             return buf[idx]
         safe = np.where(valid, idx, 0)
         self._check_bounds(buf, safe, valid, u)
@@ -162,7 +191,8 @@ class _Run:
         if valid is not None:
             keep = np.broadcast_to(valid, idx_b.shape)
             idx_b, val_b = idx_b[keep], val_b[keep]
-        self._check_bounds(buf, idx_b, None, u)
+        if valid is not None or self.plan.proven.get(u.src[0], math.inf) > buf.size:
+            self._check_bounds(buf, idx_b, None, u)
         buf[idx_b.ravel()] = val_b.ravel()
 
     def _check_bounds(self, buf: np.ndarray, idx: np.ndarray, valid, u: UOp | None) -> None:

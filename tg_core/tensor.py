@@ -146,8 +146,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         before = [(t, t.uop) for t in todo]
         results = realize([t.uop for t in todo], devices=[t.device for t in todo])
         for t in todo:
-            buf = results[t.uop]
-            t.uop = buf.reshape(t.shape) if t.numel() else t.uop
+            buf, shape = results[t.uop], t.shape
+            if shape != (buf.arg,):  # a flat buffer is its own 1-d view
+                t.uop = buf.reshape(shape) if t.numel() else t.uop
+            else:
+                t.uop = buf
         _note_origins(before)  # autograd section: gradients keep flowing through what was realized
         return None
 
@@ -196,6 +199,18 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         raise TypeError(f"cannot combine a Tensor with {type(x).__name__}")
 
     def _broadcasted(self, x: Tensor | ConstType, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        tx = type(x)
+        if (tx is int or tx is float or tx is bool) and not Tensor.no_grad:
+            # the common `t + 1`: the constant is made in the result dtype and broadcast as one node chain,
+            # the same nodes the general path below builds through three intermediate tensors
+            dt = least_upper_dtype(self.dtype, dtypes.from_py(x))
+            if dtypes.is_weak(dt):
+                dt = _concrete(dt)
+            a, c = self._cast_to(dt), UOp.const(dt, x)
+            if self.shape:
+                c = c.reshape((1,) * len(self.shape)).expand(self.shape)
+            b = Tensor(c, device=self.device)
+            return (b, a) if reverse else (a, b)
         a, b = self, self._operand(x)
         if reverse:
             a, b = b, a

@@ -83,7 +83,8 @@ def realize(targets: list[UOp], devices: list[str] | None = None) -> dict[UOp, U
     """Compute `targets` (a target with no buffer in its graph goes on its entry of `devices`); returns
     each target's BUFFER node."""
     items, out, var_vals = schedule(targets, devices)
-    _plan_memory(items, set(out.values()))
+    if len(items) > 1:  # one item's buffers have nothing to share with
+        _plan_memory(items, set(out.values()))
     if capture.active is not None:
         for name, val in var_vals.items():
             if capture.var_vals.setdefault(name, val) != val:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator
+from tg_core.dtype import to_numpy_dtype
 from tg_core.plugins.hookspecs import hookimpl
 from tg_core.plugins.specs import DeviceSpec
 
@@ -45,14 +46,9 @@ class PythonDevice(Compiled):
         from tg_core.interpreter import run_kernel
 
         def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
-            arrays = [np.frombuffer(b.opaque, dtype=_storage_dtype(b.dtype)) for b in bufs]
+            arrays = [np.frombuffer(b.opaque, dtype=to_numpy_dtype(b.dtype)) for b in bufs]
             run_kernel(ast, arrays, var_vals)
         return run
-
-
-def _storage_dtype(dt: Any) -> np.dtype:
-    from tg_core.dtype import to_numpy_dtype
-    return to_numpy_dtype(dt)
 
 
 @hookimpl

@@ -14,7 +14,6 @@ from tg_core.dtype import dtypes
 from tg_core.helpers import ContextVar
 from tg_core.schedule.rangeify import create_schedule
 from tg_core.uop.ops import Ops
-from tg_core.uop.rewrite import substitute
 from tg_core.uop.uop import UOp
 
 SCACHE = ContextVar("SCACHE", 1)
@@ -31,25 +30,38 @@ def _canonical_buffer(i: int, like: UOp) -> UOp:
     return UOp(Ops.BUFFER, like.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), ("input", i)), like.src[1]), like.arg)
 
 
-def _normalize(targets: list[UOp]) -> tuple[list[UOp], list[UOp], dict[str, int]]:
-    """The targets with input buffers renamed and bound values stripped; the real input buffers in
-    canonical order; the values of the bound variables."""
-    inputs: list[UOp] = []
-    mapping: dict[UOp, UOp] = {}
+def _normalize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp], dict[str, int]]:
+    """The targets with input buffers renamed and bound values stripped; the canonical input buffers mapped to
+    the real ones (in canonical order); the values of the bound variables. One depth-first pass renames and
+    rebuilds, since this runs on every realize."""
+    done: dict[UOp, UOp] = {}
+    canonical: dict[UOp, UOp] = {}
     var_vals: dict[str, int] = {}
     for t in targets:
-        for u in t.toposort():
-            if u.op is Ops.BUFFER and u not in mapping:
-                mapping[u] = _canonical_buffer(len(inputs), u)
-                inputs.append(u)
-            elif u.op is Ops.BIND and u not in mapping:
-                var, val = u.src
+        stack: list[tuple[UOp, bool]] = [(t, False)]
+        while stack:
+            n, ready = stack.pop()
+            if n in done:
+                continue
+            op = n.op
+            if op is Ops.BUFFER:
+                c = done[n] = _canonical_buffer(len(canonical), n)
+                canonical[c] = n
+            elif op is Ops.BIND:
+                var, val = n.src
                 name = var.arg[0]
                 if var_vals.get(name, val.arg) != val.arg:
                     raise ValueError(f"variable {name} is bound to both {var_vals[name]} and {val.arg} in one realize")
                 var_vals[name] = val.arg
-                mapping[u] = var
-    return [substitute(t, mapping) for t in targets], inputs, var_vals
+                done[n] = var
+            elif not ready:
+                stack.append((n, True))
+                stack.extend((s, False) for s in reversed(n.src) if s not in done)
+            else:
+                src = n.src
+                new_src = tuple([done[s] for s in src])
+                done[n] = n if all(a is b for a, b in zip(src, new_src)) else UOp(op, n.dtype, new_src, n.arg, n.tag)
+    return [done[t] for t in targets], canonical, var_vals
 
 
 def schedule(targets: list[UOp], devices: list[str] | None = None) -> tuple[Items, dict[UOp, UOp], dict[str, int]]:
@@ -73,10 +85,12 @@ def schedule(targets: list[UOp], devices: list[str] | None = None) -> tuple[Item
     return (*_bind(items, outs, inputs, targets, fresh=True), var_vals)
 
 
-def _bind(items: Items, outs: list[UOp], inputs: list[UOp], targets: list[UOp], fresh: bool) -> tuple[Items, dict[UOp, UOp]]:
-    """The schedule with canonical inputs mapped to this call's buffers and, when `fresh`, every buffer
-    the schedule creates replaced by a new one (a cached schedule's own buffers belong to no one)."""
-    mapping: dict[UOp, UOp] = {_canonical_buffer(i, b): b for i, b in enumerate(inputs)}
+def _bind(items: Items, outs: list[UOp], inputs: dict[UOp, UOp], targets: list[UOp],
+          fresh: bool) -> tuple[Items, dict[UOp, UOp]]:
+    """The schedule with canonical inputs (`inputs`: canonical -> this call's buffer) mapped to this call's
+    buffers and, when `fresh`, every buffer the schedule creates replaced by a new one (a cached schedule's
+    own buffers belong to no one)."""
+    mapping: dict[UOp, UOp] = dict(inputs)
     bound: Items = []
     for ast, bufs in items:
         new_bufs = []
