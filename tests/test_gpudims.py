@@ -129,3 +129,13 @@ def test_small_reductions_stay_on_one_work_item():
     ast = kernel(out.index(UOp.const(dtypes.weakint, 0)).store(a.index(r).load().reduce(Ops.ADD, r)))
     new, launch = add_gpudims(ast)
     assert new is ast and launch.local_size == (1, 1, 1)
+
+
+def test_reduction_over_two_ranges_splits_the_larger():
+    a, out = UOp.param(0, dtypes.int32.ptr(40 * 100)), UOp.param(1, dtypes.int32.ptr(1))
+    r0, r1 = UOp.range(40, 0, AxisType.REDUCE), UOp.range(100, 1, AxisType.REDUCE)
+    ast = kernel(out.index(UOp.const(dtypes.weakint, 0)).store(a.index(r0 * 100 + r1).load().reduce(Ops.ADD, r0, r1)))
+    new, launch = add_gpudims(ast)
+    assert launch.local_size == (100, 1, 1)  # the 100-range is shared by 100 work-items; the 40-range stays a loop
+    partial = next(u for u in new.toposort() if u.op is Ops.REDUCE and r0 in u.src[1:])
+    assert [int(r.src[0].arg) for r in partial.src[1:]] == [1, 40]

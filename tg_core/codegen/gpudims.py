@@ -19,6 +19,7 @@ the kernel's DEFINE_VARs, evaluated for each call, and the constant local size).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -95,7 +96,8 @@ def _gate_all(ast: UOp, valid: UOp) -> UOp:
 
 _pm_drop = PatternMatcher([(UPat(Ops.END, name="x"), _drop_ranges)])
 
-# a reduction is shared by a workgroup only when each work-item still gets at least this many elements
+# a reduction is shared by a workgroup when it has at least this many iterations and its largest range at least a
+# wave's worth (32); L is that range's size, at most the maximum local size
 MIN_GROUP_REDUCE = 1024
 
 
@@ -105,7 +107,7 @@ def _size(r: UOp) -> int:
 
 def group_reduce(ast: UOp, max_local: int) -> tuple[UOp, int] | None:
     """A kernel without parallel ranges whose effects are plain stores (a whole-tensor sum, max, mean, ...) would run
-    its reductions on one work-item. Instead each top-level REDUCE is shared by a workgroup of L work-items: its
+    its reductions on one work-item. Instead each big top-level REDUCE is shared by a workgroup of L work-items: its
     largest range r (size N) becomes `r2*L + lidx0` with a fresh range r2 over ceil(N/L) (elements past N give the
     identity, their loads gated), each work-item's partial result goes to an LDS array, a barrier, and every
     work-item combines the L partials; only work-item 0 stores. Returns (new AST, L), or None when no reduction is
@@ -113,11 +115,11 @@ def group_reduce(ast: UOp, max_local: int) -> tuple[UOp, int] | None:
     if any(e.op is not Ops.STORE for e in ast.src):
         return None
     nodes = list(ast.toposort())
-    chosen = {u: max(u.src[1:], key=_size) for u in nodes
-              if u.op is Ops.REDUCE and not u.ranges and _size(max(u.src[1:], key=_size)) >= MIN_GROUP_REDUCE}
+    chosen = {u: max(u.src[1:], key=_size) for u in nodes if u.op is Ops.REDUCE and not u.ranges
+              and math.prod(_size(r) for r in u.src[1:]) >= MIN_GROUP_REDUCE and _size(max(u.src[1:], key=_size)) >= 32}
     if not chosen:
         return None
-    local = max_local
+    local = min(max_local, max(_size(r) for r in chosen.values()))
     lane = UOp.special(local, LOCAL_ID)
     ids = itertools.count(max((u.arg[0] for u in nodes if u.op is Ops.RANGE and isinstance(u.arg[0], int)),
                               default=-1) + 1)
