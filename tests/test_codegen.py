@@ -467,6 +467,57 @@ def test_tail_of_a_triangular_loop():
     np.testing.assert_allclose(res, np.cumsum(x), rtol=1e-5, atol=1e-6)
 
 
+# ---- PACK: B panels in scratch ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,m,k,w,axis", [(5, 32, 7, 16, 1), (4, 12, 9, 4, 1), (3, 8, 1, 8, 1), (8, 5, 6, 4, 0)])
+def test_pack_panels_values_and_loop_order(n, m, k, w, axis):
+    """Panels of B's columns (axis 1), or of A's rows (axis 0: the same copy, reused by every column)."""
+    x, y, out = randn(n, k), randn(k, m), np.zeros((n, m), np.float32)
+    prog = run(matmul(n, m, k), [x, y, out], opts=[Opt(OptOps.PACK, axis, w)])
+    check_program(prog)
+    np.testing.assert_allclose(out, x @ y, rtol=1e-5, atol=1e-5)
+    panel = next(u for u in prog.uops if u.op is Ops.DEFINE_REG and u.dtype.size > 1)
+    assert panel.dtype.size == k * w
+    # the panel loop is outermost; inside it the copy (k x w) comes before the loops that read it
+    assert loops(prog)[0] == (0, f"RANGE r{axis}") or (n, m)[axis] == w
+    stores = [u for u in prog.uops if u.op is Ops.STORE]
+    copy = next(i for i, u in enumerate(prog.uops) if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_REG
+                and u.src[0].src[0] is panel)
+    assert copy < next(i for i, u in enumerate(prog.uops) if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.AFTER
+                       and u.src[0].src[0].src[0] is panel)
+    assert len(stores) >= 2
+
+
+def test_pack_in_a_fused_kernel_with_tiles():
+    """out = relu(x @ y + bias): the bias (which uses the packed axis outside the reduction) reads the right
+    columns; PACK then a register tile over the panel (its columns axis is LOOP axis 2) with a row tail."""
+    n, m, k = 7, 32, 5
+    a, b, bias, out = (UOp.param(0, F32.ptr(n * k)), UOp.param(1, F32.ptr(k * m)), UOp.param(2, F32.ptr(m)),
+                       UOp.param(3, F32.ptr(n * m)))
+    i, j, r = UOp.range(n, 0), UOp.range(m, 1), UOp.range(k, 2, AxisType.REDUCE)
+    acc = (a.index(i * k + r).load() * b.index(r * m + j).load()).reduce(Ops.ADD, r) + bias.index(j).load()
+    ast = kernel(out.index(i * m + j).store(UOp(Ops.MAX, F32, (acc, UOp.const(F32, 0.0)))).end(i, j), name="fused")
+    x, y, bv, res = randn(n, k), randn(k, m), randn(m), np.zeros((n, m), np.float32)
+    prog = run(ast, [x, y, bv, res], opts=[Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)])
+    check_program(prog)
+    np.testing.assert_allclose(res, np.maximum(x @ y + bv, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_pack_errors():
+    with pytest.raises(OptError, match="divides"):
+        apply_opts(matmul(4, 12, 3), [Opt(OptOps.PACK, 1, 8)])
+    with pytest.raises(OptError, match="one reduction"):
+        apply_opts(ew_2d(4, 8), [Opt(OptOps.PACK, 1, 4)])
+    # out[i, j] = sum_k a[i, k, j]: the load uses the rows too, so one panel cannot serve every row
+    a, out = UOp.param(0, F32.ptr(4 * 3 * 8)), UOp.param(1, F32.ptr(4 * 8))
+    i, j, r = UOp.range(4, 0), UOp.range(8, 1), UOp.range(3, 2, AxisType.REDUCE)
+    ast = kernel(out.index(i * 8 + j).store(a.index(i * 24 + r * 8 + j).load().reduce(Ops.ADD, r)).end(i, j))
+    with pytest.raises(OptError, match="exactly axes"):
+        apply_opts(ast, [Opt(OptOps.PACK, 1, 4)])
+    with pytest.raises(OptError, match="bytes of scratch"):
+        apply_opts(matmul(2, 64, 2048), [Opt(OptOps.PACK, 1, 64)])
+
+
 # ---- errors ------------------------------------------------------------------------------------------------
 
 def test_unclosed_range_is_an_error():

@@ -22,11 +22,19 @@ class FastCPU(LLVMRenderer):
 
 
 def test_matmul_gets_a_register_tile():
-    assert cpu_opts(matmul(64, 64, 32)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4)]
+    unpacked = CPUTarget(pack=False)
+    assert cpu_opts(matmul(64, 64, 32), unpacked) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4)]
     # AVX-512: two vectors of 16 columns
-    assert cpu_opts(matmul(64, 64, 32), CPUTarget(vector_bytes=64))[0] == Opt(OptOps.UPCAST, 1, 32)
+    assert cpu_opts(matmul(64, 64, 32), CPUTarget(vector_bytes=64, pack=False))[0] == Opt(OptOps.UPCAST, 1, 32)
     # few columns: all of them; few rows: all of them (the full split leaves no LOOP axis, so the count stays)
-    assert cpu_opts(matmul(3, 10, 8)) == [Opt(OptOps.UPCAST, 1, 10), Opt(OptOps.UPCAST, 0, 3)]
+    assert cpu_opts(matmul(3, 10, 8), unpacked) == [Opt(OptOps.UPCAST, 1, 10), Opt(OptOps.UPCAST, 0, 3)]
+
+
+def test_matmul_packs_b_then_tiles_the_panel():
+    # PACK leaves axes (jo, i) plus the panel's columns jw (axis 2), which become the tile's 16 lanes
+    assert cpu_opts(matmul(64, 64, 32)) == [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
+    # columns the panel width does not divide: no PACK, the plain tile with a tail
+    assert cpu_opts(matmul(64, 40, 32)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4)]
 
 
 def test_elementwise_and_row_reductions_left_to_the_loop_vectorizer():
@@ -56,7 +64,7 @@ def test_strided_axes_are_not_upcast():
     assert cpu_opts(ast, NO_AUTOVEC) == []
 
 
-@pytest.mark.parametrize("n,m,k", [(64, 64, 32), (13, 37, 19), (5, 10, 784), (3, 9, 2)])
+@pytest.mark.parametrize("n,m,k", [(64, 64, 32), (13, 37, 19), (5, 10, 784), (3, 9, 2), (13, 48, 7), (6, 32, 1)])
 def test_tiled_matmul_values(n, m, k):
     x, y, out = randn(n, k), randn(k, m), np.zeros((n, m), np.float32)
     prog = run(matmul(n, m, k), [x, y, out], opts=cpu_opts(matmul(n, m, k)), renderer=FastCPU())
@@ -103,3 +111,23 @@ def test_tiled_loops_are_not_loop_vectorized():
     assert '!"llvm.loop.vectorize.enable", i1 false' in tiled and ", !llvm.loop !0" in tiled
     plain = FastCPU().render(linearize_kernel(row_sum(8, 32)))
     assert "llvm.loop" not in plain
+
+
+def test_scheduler_mlp_with_cpu_opts():
+    """The Tensor MLP's kernels (matmul + bias + relu fused, the 10-column last layer) with the heuristic's
+    opts (PACK, tiles, tails), compiled with the CPU flags, against numpy."""
+    from tg_core import Tensor
+    from test_tensor_llvm import run_llvm
+    import test_tensor_llvm
+    r = np.random.default_rng(5)
+    x, w1, b1, w2 = (r.standard_normal(s).astype(np.float32) for s in ((9, 20), (20, 32), (32,), (32, 10)))
+    t = (Tensor(x) @ Tensor(w1) + Tensor(b1)).relu() @ Tensor(w2)
+
+    def run_opts(ast, bufs):
+        return run(ast, bufs, opts=cpu_opts(ast), renderer=FastCPU())
+    orig, test_tensor_llvm.run = test_tensor_llvm.run, run_opts
+    try:
+        got = run_llvm(t)
+    finally:
+        test_tensor_llvm.run = orig
+    np.testing.assert_allclose(got, np.maximum(x @ w1 + b1, 0) @ w2, rtol=1e-4, atol=1e-4)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from tg_core.codegen.reduce import reduce_combine
-from tg_core.dtype import dtypes
+from tg_core.dtype import AddrSpace, dtypes
 from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
 from tg_core.uop.upat import UPat
@@ -31,6 +31,7 @@ from tg_core.uop.uop import UOp
 class OptOps(Enum):
     UPCAST = "UPCAST"  # an output (LOOP) axis becomes straight-line lanes
     UNROLL = "UNROLL"  # a reduce axis becomes straight-line lanes
+    PACK = "PACK"      # a reduction's operand copied into contiguous panels of `amt` columns (see pack_panels)
 
 
 @dataclass(frozen=True)
@@ -151,9 +152,57 @@ def split_range(ast: UOp, rng: UOp, amt: int, kind: AxisType) -> UOp:
     return substitute(ast, {rng: expr})
 
 
+# the largest panel PACK puts on the stack (the scratch of every core's thread)
+MAX_PANEL_BYTES = 256 * 1024
+
+
+def pack_panels(ast: UOp, j: UOp, amt: int) -> UOp:
+    """PACK: the operand of the kernel's reduction that depends on output axis `j` and the reduce axis `k` only
+    (B of a matmul) is copied, for each group of `amt` columns, into a scratch panel `P[k][amt]` before the
+    loops that use it, and the reduction reads `P[k*amt + jw]` instead. `j` becomes `jo*amt + jw` with `jo`
+    the outermost loop, so one panel serves every row: a unit-stride stream the size of one cache-resident
+    panel instead of a walk down B's columns (a 4 KB stride maps a 16-column panel to few cache sets, so it
+    is refetched from L3 for every row tile). The copy is O(K*N) work against the O(M*N*K) it feeds."""
+    size = j.src[0].arg if j.src[0].op is Ops.CONST else 0
+    if len(ast.src) != 1 or ast.src[0].op is not Ops.END or j not in ast.src[0].src[1:]:
+        raise OptError(f"PACK needs a kernel with one effect ended over axis {j.arg[0]}")
+    if not size or size % amt:
+        raise OptError(f"PACK of axis {j.arg[0]} needs a constant size that {amt} divides")
+    effect = ast.src[0]
+    reds = [u for u in effect.toposort() if u.op is Ops.REDUCE and j in u.src[0].ranges]
+    if len(reds) != 1 or len(reds[0].src) != 2 or reds[0].src[1].src[0].op is not Ops.CONST:
+        raise OptError("PACK needs one reduction over one constant-size axis that uses the packed axis")
+    red, k = reds[0], reds[0].src[1]
+    loads = [u for u in red.src[0].toposort() if u.op is Ops.LOAD and set(u.ranges) == {j, k}]
+    if len(loads) != 1:
+        raise OptError(f"PACK needs one load in the reduction that uses exactly axes {j.arg[0]} and {k.arg[0]}")
+    load, depth = loads[0], k.src[0].arg
+    if depth * amt * load.dtype.itemsize > MAX_PANEL_BYTES:
+        raise OptError(f"a {depth}x{amt} panel of {load.dtype!r} exceeds {MAX_PANEL_BYTES} bytes of scratch")
+    ids = [r.arg[0] for r in kernel_ranges(ast)]
+    fresh = itertools.count(max((i for i in ids if isinstance(i, int)), default=-1) + 1)
+    jo = UOp.range(UOp.const(j.dtype, size // amt), j.arg[0], j.arg[1], j.dtype)
+    jw, pk, pw = (UOp.range(UOp.const(r.dtype, n), next(fresh), AxisType.LOOP, r.dtype)
+                  for r, n in ((j, amt), (k, depth), (j, amt)))
+    # numbered below zero: reduce.py numbers the accumulators from zero
+    panel = UOp(Ops.DEFINE_REG, load.dtype.ptr(depth * amt, AddrSpace.REG), (), -1 - len(
+        [u for u in ast.toposort() if u.op is Ops.DEFINE_REG]))
+    copy = panel.index(pk * amt + pw).store(load.substitute({k: pk, j: jo * amt + pw})).end(pk, pw)
+    packed = panel.after(copy).index(k * amt + jw).load()
+    store = effect.src[0].substitute({load: packed}).substitute({j: jo * amt + jw})
+    others = [r for r in effect.src[1:] if r is not j]
+    return ast.replace(src=(store.end(jo, *others, jw),))
+
+
 def apply_opts(ast: UOp, opts: Sequence[Opt]) -> UOp:
     """`ast` with each opt applied in order (each opt's axis is counted on the AST as the earlier opts left it)."""
     for opt in opts:
+        if opt.op is OptOps.PACK:
+            axes = kernel_ranges(ast, AxisType.LOOP)
+            if not 0 <= opt.axis < len(axes) or opt.amt <= 0:
+                raise OptError(f"{opt}: the kernel has {len(axes)} LOOP axes and PACK needs a panel width > 0")
+            ast = pack_panels(ast, axes[opt.axis], opt.amt)
+            continue
         if opt.op not in _SPLITS:
             raise OptError(f"unknown opt {opt.op}")
         of, kind = _SPLITS[opt.op]
