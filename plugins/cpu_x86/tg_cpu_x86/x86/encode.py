@@ -65,6 +65,10 @@ def _kind_matches(kind: str, op: Operand) -> bool:
             return op.cls == "gpr" and op.size * 8 == int(kind.lstrip("rm"))
         return False
     if isinstance(op, Mem):
+        vsib = op.index is not None and op.index.cls != "gpr"
+        if kind[0] == "v":  # vx128: addresses base + xmm lanes, reading 128 bits
+            return vsib and op.index.cls[0] == kind[1] and op.size * 8 == int(kind[2:])
+        if vsib: return False
         if kind == "m": return True
         return kind.lstrip("rxy").startswith("m") and kind[-1].isdigit() and op.size * 8 == int(kind.lstrip("rxym"))
     if isinstance(op, Imm): return kind in _IMM_WIDTH
@@ -91,7 +95,7 @@ def _describe(op: Operand) -> str:
 def _shape(op: Operand) -> object:
     """What form matching sees of an operand apart from an immediate's value: one shape, one set of kinds."""
     if isinstance(op, Reg): return op.name if op.name == "cl" else (op.cls, op.size)
-    if isinstance(op, Mem): return op.size
+    if isinstance(op, Mem): return op.size, op.index.cls if op.index is not None else None
     return type(op)
 
 
@@ -179,6 +183,12 @@ def _encode(mnemonic: str, ops: tuple[Operand, ...]) -> tuple[Form, bytes, int |
     if any(isinstance(o, Label) for o in ops):
         raise EncodeError(f"{mnemonic}: a label is only allowed as a branch target or as Mem('rip', disp=label)")
     form = select_form(mnemonic, ops)
+    if "gather" in mnemonic:
+        mem = ops[1]
+        assert isinstance(mem, Mem) and mem.index is not None
+        if len({ops[0].num, mem.index.num, ops[2].num}) != 3:
+            raise EncodeError(f"{mnemonic}: destination, index and mask must be three different registers "
+                              "(the same register twice faults)")
     code, disp_at = encode_form(form, ops)
     label_disp = any(isinstance(o, Mem) and isinstance(o.disp, Label) for o in ops)
     return form, code, disp_at if label_disp else None

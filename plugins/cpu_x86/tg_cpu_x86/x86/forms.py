@@ -8,6 +8,7 @@ notation close to the Intel SDM's opcode column:
 
 Operand kinds: r8 r16 r32 r64 (general registers), x y (xmm, ymm), m8..m256 (memory of that many bits),
 m (memory of any size: lea), rmN (register or memory of N bits), xmN / ymN (xmm / ymm or memory of N bits),
+vxN / vyN (gather addresses: memory with an xmm / ymm index, N bits read),
 cl (that register), i8 i16 i32 (immediate sign-extended to the operand size), i64, u8 (unsigned byte).
 
 Roles, one letter per operand: R ModRM.reg, M ModRM.rm, V VEX.vvvv, O low opcode bits (+r), I immediate,
@@ -175,6 +176,15 @@ vpmovsxbd 21 32  vpmovzxbd 31 32  vpmovsxwd 23 64  vpmovzxwd 33 64  vpmovsxdq 25
 """
 
 
+# AVX2 gathers (destination, addresses base + index lanes, mask cleared as lanes load): mnemonic, opcode, W,
+# operand kinds of the 128-bit and of the 256-bit form
+_GATHERS = (
+    ("vgatherdps", "92", "W0", "x vx128 x", "y vy256 y"), ("vpgatherdd", "90", "W0", "x vx128 x", "y vy256 y"),
+    ("vgatherqps", "93", "W0", "x vx64 x", "x vy128 x"), ("vpgatherqd", "91", "W0", "x vx64 x", "x vy128 x"),
+    ("vgatherdpd", "92", "W1", "x vx128 x", "y vx256 y"), ("vpgatherdq", "90", "W1", "x vx128 x", "y vx256 y"),
+    ("vgatherqpd", "93", "W1", "x vx128 x", "y vy256 y"), ("vpgatherqq", "91", "W1", "x vx128 x", "y vy256 y"))
+
+
 def _triples(table: str) -> list[tuple[str, str, str]]:
     words = table.split()
     return [(words[i], words[i + 1], words[i + 2]) for i in range(0, len(words), 3)]
@@ -296,6 +306,9 @@ def _vex_rows() -> list[tuple[str, ...]]:
     add(("vpextrd", "rm32 x u8", "V.128.66.0F3A.W0 16 /r ib", "MRI"))
     add(("vinsertps", "x x xm32 u8", "V.128.66.0F3A.W0 21 /r ib", "RVMI"))
     add(("vextractps", "rm32 x u8", "V.128.66.0F3A.W0 17 /r ib", "MRI"))
+    for name, op, w, narrow, wide in _GATHERS:
+        add((name, narrow, f"V.128.66.0F38.{w} {op} /r", "RMV"))
+        add((name, wide, f"V.256.66.0F38.{w} {op} /r", "RMV"))
     add(("vzeroupper", "", "V.128.NP.0F.W0 77", "")); add(("vzeroall", "", "V.256.NP.0F.W0 77", ""))
     return rows
 

@@ -671,6 +671,47 @@ def sel_divide(ctx: Selector, u: UOp) -> None:
     ctx.extend(d, dt)
 
 
+def sel_int_pow(ctx: Selector, u: UOp) -> None:
+    """x ** y on ints as alu.py defines it: exact modulo the width for y >= 0 (square and multiply); for
+    y < 0 the truncated real power: 1 for x = 1, +-1 for x = -1, else 0."""
+    dt, size = u.dtype, gsize(u.dtype)
+    res, base, e = ctx.out(u), VReg("gpr", size), VReg("gpr", size)
+    top, skip, done = ctx.label(), ctx.label(), ctx.label()
+    ctx.move(base, ctx.reg(u.src[0]), size)
+    ctx.move(e, ctx.reg(u.src[1]), size)
+    ctx.ins("mov", View(res, size), Imm(1), w=(0,))
+    negative = None
+    if _signed(dt):
+        negative = ctx.label()
+        ctx.ins("test", View(e, size), View(e, size), r=(0, 1))
+        ctx.jump("js", negative)
+    ctx.place(top)
+    ctx.ins("test", View(e, size), View(e, size), r=(0, 1))
+    ctx.jump("je", done)
+    ctx.ins("test", View(e, size), Imm(1), r=(0,))
+    ctx.jump("je", skip)
+    ctx.ins("imul", View(res, size), View(base, size), w=(0,), r=(0, 1))
+    ctx.place(skip)
+    ctx.ins("imul", View(base, size), View(base, size), w=(0,), r=(0, 1))
+    ctx.ins("shr", View(e, size), Imm(1), w=(0,), r=(0,))
+    ctx.jump("jmp", top)
+    if negative is not None:
+        not_one = ctx.label()
+        ctx.place(negative)
+        ctx.ins("cmp", View(base, size), Imm(1), r=(0,))
+        ctx.jump("je", done)  # res is 1
+        ctx.ins("mov", View(res, size), Imm(0), w=(0,))
+        ctx.ins("cmp", View(base, size), Imm(-1), r=(0,))
+        ctx.jump("jne", done)
+        ctx.ins("mov", View(res, size), Imm(1), w=(0,))
+        ctx.ins("test", View(e, size), Imm(1), r=(0,))
+        ctx.jump("je", not_one)
+        ctx.ins("mov", View(res, size), Imm(-1), w=(0,))
+        ctx.place(not_one)
+    ctx.place(done)
+    ctx.extend(res, dt)
+
+
 # ---- casts ---------------------------------------------------------------------------------------------
 
 def sel_cast(ctx: Selector, u: UOp) -> None:
@@ -883,6 +924,7 @@ isel_rules = PatternMatcher([
     (UPat((Ops.SHL, Ops.SHR), _I, name="u"), _rule(sel_shift)),
     (UPat(Ops.MAX, _I, name="u"), _rule(sel_int_max)),
     (UPat((Ops.IDIV, Ops.MOD), _I, name="u"), _rule(sel_divide)),
+    (UPat(Ops.POW, INTS, name="u"), _rule(sel_int_pow)),
     (UPat(Ops.CAST, name="u"), _rule(sel_cast)),
     (UPat(Ops.BITCAST, name="u"), _rule(sel_bitcast)),
     (UPat(None, name="u"), _rule(sel_unsupported)),

@@ -101,6 +101,8 @@ class Label:
 class Mem:
     """[base + index*scale + disp], accessing size bytes (0 = no size: lea).
 
+    An xmm/ymm index makes a gather's vector of addresses (VSIB); size is then the bytes all lanes read.
+
     base may be a 64-bit register, "rip" or None (absolute disp32). With base rip, disp may be a Label: the
     assembler fills in the distance to it when it places the code.
     """
@@ -117,7 +119,8 @@ class Mem:
         if b is not None and not (b.cls == "rip" or (b.cls == "gpr" and b.size == 8)):
             raise ValueError(f"memory base must be a 64-bit register or rip, got {b}")
         if i is not None:
-            if i.cls != "gpr" or i.size != 8: raise ValueError(f"memory index must be a 64-bit register, got {i}")
+            if not (i.cls == "gpr" and i.size == 8 or i.cls in ("xmm", "ymm")):
+                raise ValueError(f"memory index must be a 64-bit register (or xmm/ymm for a gather), got {i}")
             if i.name == "rsp": raise ValueError("rsp cannot be a memory index (its number means 'no index' in SIB)")
             if b is not None and b.cls == "rip": raise ValueError("a rip-relative address cannot have an index")
         if self.scale not in (1, 2, 4, 8): raise ValueError(f"memory scale must be 1, 2, 4 or 8, got {self.scale}")
