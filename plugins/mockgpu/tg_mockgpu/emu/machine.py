@@ -95,7 +95,11 @@ class Batch:
         """The EXEC mask of the batch as bool (waves, 32), or None when every lane of every wave is active."""
         if not self._mask_ok:
             e = self.m.s[EXEC][self.idx]
-            self._mask = None if (e == FULL).all() else ((e[:, None] >> LANES) & 1).astype(bool)
+            if (e == FULL).all():
+                self._mask = None
+            else:
+                b = np.ascontiguousarray(e).view(np.uint8).reshape(-1, 4)
+                self._mask = np.unpackbits(b, axis=1, bitorder="little").view(bool)
             self._mask_ok = True
         return self._mask
 

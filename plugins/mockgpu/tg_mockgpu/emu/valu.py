@@ -388,14 +388,14 @@ def mask_bits(bits: np.ndarray) -> np.ndarray:
 
 def lane_bits(mask: np.ndarray | np.generic) -> np.ndarray:
     """(waves,) or (waves, 1) uint32 lane masks -> (waves, 32) bool (a constant gives (1, 32))."""
-    mask = np.asarray(mask, u32).reshape(-1, 1)
-    return ((mask >> LANES) & u32(1)).astype(bool)
+    b = np.ascontiguousarray(mask, u32).reshape(-1).view(np.uint8).reshape(-1, 4)
+    return np.unpackbits(b, axis=1, bitorder="little").view(bool)
 
 
 def mask_source(inst, code: int) -> Callable:
     """A lane-mask source (VCC or an SGPR / constant in VOP3 form) as (waves, 32) bool."""
     rd = scalar_reader(code, 32, False, inst.literal, False)
-    return lambda m, bt: lane_bits(np.broadcast_to(rd(m, bt), (bt.n,)))
+    return lambda m, bt: lane_bits(rd(m, bt))
 
 
 def mask_dest(code: int) -> Callable[[Machine, Batch, np.ndarray], None]:
