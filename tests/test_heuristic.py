@@ -131,3 +131,18 @@ def test_scheduler_mlp_with_cpu_opts():
     finally:
         test_tensor_llvm.run = orig
     np.testing.assert_allclose(got, np.maximum(x @ w1 + b1, 0) @ w2, rtol=1e-4, atol=1e-4)
+
+
+def _col_sum(n: int, m: int):
+    a, out = UOp.param(0, dtypes.float32.ptr(n * m)), UOp.param(1, dtypes.float32.ptr(m))
+    i, j = UOp.range(n, 1, AxisType.REDUCE), UOp.range(m, 0)
+    return kernel(out.index(j).store(a.index(i * m + j).load().reduce(Ops.ADD, i)).end(j), name="col_sum")
+
+
+@pytest.mark.parametrize("n,m", [(33, 64), (5, 19), (3, 8)])
+def test_column_reduction_upcasts_the_columns(n, m):
+    opts = cpu_opts(_col_sum(n, m))
+    assert opts == [Opt(OptOps.UPCAST, 0, min(16, m))]
+    x, out = randn(n, m), np.zeros(m, np.float32)
+    run(_col_sum(n, m), [x, out], opts=opts, renderer=FastCPU())
+    np.testing.assert_allclose(out, x.sum(0), rtol=1e-5, atol=1e-5)

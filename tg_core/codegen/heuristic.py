@@ -10,6 +10,8 @@ A CPU kernel is fast when its inner loop keeps independent work in vector regist
   UPCAST `j` by two vectors and `i` by `tile_rows`, so the reduce loop updates `tile_rows x 2` vector
   accumulators from two vector loads of B and one broadcast of A per row: the GEMM micro-kernel shape
   (4x16 for fp32 on AVX2: 8 accumulators cover the FMA latency x ports, 11 of 16 registers).
+- **Column reductions** (`out[j] = sum_i a[i, j]`, a bias gradient): UPCAST `j` by two vectors, since the
+  reduce loop sits inside `j` and no loop vectorizer widens across it.
 - **Vector width** on the contiguous axis of everything else, and UNROLL of contiguous reduce axes into
   that many separate accumulators. Only for targets that do not vectorize loops themselves: LLVM's loop
   vectorizer already widens a contiguous innermost loop (and, with `reassoc` on the accumulator update,
@@ -93,8 +95,13 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
             width, rows = min(2 * lanes, _const_size(j)), min(target.tile_rows, _const_size(i))
             packed = _packed_tile(ast, j, i, width, rows) if target.pack else None
             return packed if packed is not None else _resolve(ast, [(OptOps.UPCAST, j, width), (OptOps.UPCAST, i, rows)])
-        if not target.auto_vectorize and _const_size(j) >= lanes and all(
-                _stride(ld.src[1], j) in (0, 1) for ld in _loads(ast)):
+        unit = all(_stride(ld.src[1], j) in (0, 1) for ld in _loads(ast))
+        across = [red for red in reduces if j in red.src[0].ranges]
+        if across and unit and _const_size(j) >= lanes:
+            # a reduction down the columns (out[j] = sum_i a[i, j]): its loop is inside j, so no loop
+            # vectorizer widens j; lanes of j make one vector load and one accumulator per vector per step
+            return _resolve(ast, [(OptOps.UPCAST, j, min(2 * lanes, _const_size(j)))])
+        if not target.auto_vectorize and _const_size(j) >= lanes and unit:
             plan.append((OptOps.UPCAST, j, lanes))
     if not target.auto_vectorize:
         for r in kernel_ranges(ast, AxisType.REDUCE):
