@@ -230,6 +230,8 @@ def test_lds_with_barrier_reverses_the_workgroup(gpu):
     ds_store_b32 v4, v5
     s_waitcnt lgkmcnt(0)
     s_barrier
+    buffer_gl0_inv                        // what LLVM's workgroup acquire fence emits: coherent memory, no-ops
+    buffer_gl1_inv
     v_sub_nc_u32 v7, 0x3fc, v4            // (255 - id) * 4
     ds_load_b32 v8, v7
     s_waitcnt lgkmcnt(0)

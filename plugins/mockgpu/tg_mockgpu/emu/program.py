@@ -16,6 +16,8 @@ from tg_mockgpu.rdna3.decode import DecodeError, Inst, decode
 from tg_mockgpu.rdna3.disasm import disasm
 
 VALU_ENCODINGS = ("VOP1", "VOP2", "VOP3", "VOP3SD", "VOPC")
+# cache invalidations (the fences around barriers emit them): memory here is coherent, there is nothing to drop
+CACHE_INVALIDATES = {"buffer_gl0_inv", "buffer_gl1_inv"}
 SALU_ENCODINGS = ("SOP1", "SOP2", "SOPC", "SOPK")
 
 
@@ -64,6 +66,8 @@ def compile_inst(inst: Inst, kernel: str) -> tuple[Callable, str]:
         return compile_ds(inst), NEXT
     if enc in ("GLOBAL", "FLAT", "SCRATCH"):
         return compile_vmem(inst), NEXT
+    if enc == "MUBUF" and inst.op in CACHE_INVALIDATES:
+        return (lambda m, bt: None), NEXT
     raise KeyError(inst.op)
 
 
