@@ -58,26 +58,29 @@ class _Format:
     cos: tuple[float, ...]
 
 
-_F32 = _Format(dtypes.float32, dtypes.int32, 23, 127,
-               exp2=_hex("0x1.0p+0", "0x1.62e43p-1", "0x1.ebfbep-3", "0x1.c6aeccp-5", "0x1.3b2a1cp-7", "0x1.5f48cp-10", "0x1.444p-13"),
-               log2=_hex("0x1.555556p-1", "0x1.9999ecp-2", "0x1.245c44p-2", "0x1.ddced8p-3"),
-               ivln2=_hex("0x1.714p+0", "0x1.47652cp-12"), trim=0xFFFFF000,
-               # float32 sin is evaluated in float64: its polynomials are float64 fits of degree 4
-               sin=_hex("-0x1.555555555516bp-3", "0x1.1111110fd3d43p-7", "-0x1.a019fd9b35ee5p-13", "0x1.71d9a9f41c5a9p-19",
-                    "-0x1.aa285788aaa42p-26"),
-               cos=_hex("0x1.5555555555437p-5", "-0x1.6c16c16b614fcp-10", "0x1.a019ff53a6a1cp-16", "-0x1.27e25f4bb4e6fp-22",
-                    "0x1.1c81c3531fff2p-29"))
-_F64 = _Format(dtypes.float64, dtypes.int64, 52, 1023,
-               exp2=_hex("0x1.0p+0", "0x1.62e42fefa39efp-1", "0x1.ebfbdff82c5aep-3", "0x1.c6b08d704a0c6p-5", "0x1.3b2ab6fb9f1a5p-7",
-                     "0x1.5d87fe78a3f9cp-10", "0x1.430913112c61bp-13", "0x1.ffcbfc6da6ed1p-17", "0x1.62bfc2c86d700p-20",
-                     "0x1.b524ebd13a55fp-24", "0x1.e6228acd1c6e5p-28", "0x1.e9ec1fcb69a7fp-32"),
-               log2=_hex("0x1.5555555555555p-1", "0x1.9999999999a38p-2", "0x1.2492492476cccp-2", "0x1.c71c720159177p-3",
-                         "0x1.745cf9048dd95p-3", "0x1.3b1c355a8f7a2p-3", "0x1.0fbe95d716020p-3", "0x1.0c039c49989c6p-3"),
-               ivln2=_hex("0x1.71547652p+0", "0x1.705fc2eefa2p-33"), trim=0xFFFFFFFF00000000,
-               sin=_hex("-0x1.5555555555555p-3", "0x1.1111111111110p-7", "-0x1.a01a01a019938p-13", "0x1.71de3a546095bp-19",
-                    "-0x1.ae645412c560cp-26", "0x1.61217f0b800d5p-33", "-0x1.ab17d404de5b3p-41"),
-               cos=_hex("0x1.5555555555555p-5", "-0x1.6c16c16c16c16p-10", "0x1.a01a01a019d0ap-16", "-0x1.27e4fb7712d65p-22",
-                    "0x1.1eed8deb97a97p-29", "-0x1.9394ba0cd6ed5p-37", "0x1.ab785b00b4646p-45"))
+_F32 = _Format(
+    dtypes.float32, dtypes.int32, 23, 127,
+    exp2=_hex("0x1.0p+0", "0x1.62e43p-1", "0x1.ebfbep-3", "0x1.c6aeccp-5", "0x1.3b2a1cp-7", "0x1.5f48cp-10",
+              "0x1.444p-13"),
+    log2=_hex("0x1.555556p-1", "0x1.9999ecp-2", "0x1.245c44p-2", "0x1.ddced8p-3"),
+    ivln2=_hex("0x1.714p+0", "0x1.47652cp-12"), trim=0xFFFFF000,
+    # float32 sin is evaluated in float64: its polynomials are float64 fits of degree 4
+    sin=_hex("-0x1.555555555516bp-3", "0x1.1111110fd3d43p-7", "-0x1.a019fd9b35ee5p-13", "0x1.71d9a9f41c5a9p-19",
+             "-0x1.aa285788aaa42p-26"),
+    cos=_hex("0x1.5555555555437p-5", "-0x1.6c16c16b614fcp-10", "0x1.a019ff53a6a1cp-16", "-0x1.27e25f4bb4e6fp-22",
+             "0x1.1c81c3531fff2p-29"))
+_F64 = _Format(
+    dtypes.float64, dtypes.int64, 52, 1023,
+    exp2=_hex("0x1.0p+0", "0x1.62e42fefa39efp-1", "0x1.ebfbdff82c5aep-3", "0x1.c6b08d704a0c6p-5",
+              "0x1.3b2ab6fb9f1a5p-7", "0x1.5d87fe78a3f9cp-10", "0x1.430913112c61bp-13", "0x1.ffcbfc6da6ed1p-17",
+              "0x1.62bfc2c86d700p-20", "0x1.b524ebd13a55fp-24", "0x1.e6228acd1c6e5p-28", "0x1.e9ec1fcb69a7fp-32"),
+    log2=_hex("0x1.5555555555555p-1", "0x1.9999999999a38p-2", "0x1.2492492476cccp-2", "0x1.c71c720159177p-3",
+              "0x1.745cf9048dd95p-3", "0x1.3b1c355a8f7a2p-3", "0x1.0fbe95d716020p-3", "0x1.0c039c49989c6p-3"),
+    ivln2=_hex("0x1.71547652p+0", "0x1.705fc2eefa2p-33"), trim=0xFFFFFFFF00000000,
+    sin=_hex("-0x1.5555555555555p-3", "0x1.1111111111110p-7", "-0x1.a01a01a019938p-13", "0x1.71de3a546095bp-19",
+             "-0x1.ae645412c560cp-26", "0x1.61217f0b800d5p-33", "-0x1.ab17d404de5b3p-41"),
+    cos=_hex("0x1.5555555555555p-5", "-0x1.6c16c16c16c16p-10", "0x1.a01a01a019d0ap-16", "-0x1.27e4fb7712d65p-22",
+             "0x1.1eed8deb97a97p-29", "-0x1.9394ba0cd6ed5p-37", "0x1.ab785b00b4646p-45"))
 _FORMATS = {dtypes.float32: _F32, dtypes.float64: _F64}
 
 # 2/pi in 32-bit words, most significant first (the first word holds the bits of weight 2**-1 .. 2**-32)
@@ -147,7 +150,7 @@ def _exp2(x: UOp, fmt: _Format, lo: UOp | None = None) -> UOp:
 
 
 def _log2_parts(x: UOp, fmt: _Format) -> tuple[UOp, UOp]:
-    """log2(x) = hi + lo for finite x > 0, lo far below hi's last bit (the method of fdlibm's log2):
+    """log2(x) = hi + lo for finite x > 0, lo much smaller than hi but not normalized (fdlibm's log2 method):
     x = 2**e * (1 + f), log(1+f) = f - f*f/2 + s*(f*f/2 + R(s*s)) with s = f/(2+f), the leading f - f*f/2
     trimmed so its product with the high part of 1/ln2 is exact, and e added with its rounding error kept."""
     dt, it = fmt.dtype, fmt.bits
