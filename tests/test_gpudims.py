@@ -139,3 +139,30 @@ def test_reduction_over_two_ranges_splits_the_larger():
     assert launch.local_size == (100, 1, 1)  # the 100-range is shared by 100 work-items; the 40-range stays a loop
     partial = next(u for u in new.toposort() if u.op is Ops.REDUCE and r0 in u.src[1:])
     assert [int(r.src[0].arg) for r in partial.src[1:]] == [1, 40]
+
+
+def test_reductions_of_long_rows_are_shared_by_a_workgroup_per_row():
+    """out[r, c] = x[r, c] - max_j x[r, j]: the max does not depend on c, so each row gets a workgroup that shares
+    it, and c becomes a strided loop in each work-item instead of 3001 work-items each recomputing the max."""
+    R, C = 4, 3001
+    x, out = UOp.param(0, dtypes.float32.ptr(R * C)), UOp.param(1, dtypes.float32.ptr(R * C))
+    r, c, j = UOp.range(R, 0), UOp.range(C, 1), UOp.range(C, 2, AxisType.REDUCE)
+    m = x.index(r * C + j).load().reduce(Ops.MAX, j)
+    ast = kernel(out.index(r * C + c).store(x.index(r * C + c).load() - m).end(r, c))
+    new, launch = add_gpudims(ast)
+    assert launch.evaluate({}) == ((R, 1, 1), (256, 1, 1))
+    nodes = new.toposort()
+    assert sum(u.op is Ops.BARRIER for u in nodes) == 1
+    loops = [u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP]
+    assert len(loops) == 1 and loops[0].src[0].arg == (C + 255) // 256
+    end = next(u for u in new.src if u.op is Ops.END)
+    assert end.src[1:] == (loops[0],) and len(end.src[0].src[0].src) == 3  # the store is gated: 256 does not divide C
+    assert {u.arg for u in nodes if u.op is Ops.SPECIAL} == {"gidx0", "lidx0"}
+
+
+def test_reductions_that_depend_on_the_innermost_range_keep_the_usual_mapping():
+    a, out = UOp.param(0, dtypes.float32.ptr(64 * 2048)), UOp.param(1, dtypes.float32.ptr(64))
+    i, j = UOp.range(64, 0), UOp.range(2048, 1, AxisType.REDUCE)
+    ast = kernel(out.index(i).store(a.index(i * 2048 + j).load().reduce(Ops.ADD, j)).end(i))
+    new, launch = add_gpudims(ast)
+    assert launch.local_size == (64, 1, 1) and not any(u.op is Ops.BARRIER for u in new.toposort())

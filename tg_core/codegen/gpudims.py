@@ -12,6 +12,8 @@ nothing and loads only from a safe address (a gated load reads element 0 and yie
 
 A kernel with no parallel range (a whole-tensor sum, max, mean) would run on one work-item; its big top-level
 reductions are shared by a workgroup instead (`group_reduce`: strided partials, LDS, a barrier, one store).
+Likewise a kernel whose big reductions do not depend on its innermost parallel range (softmax over long rows)
+gets one workgroup per row sharing them, the innermost range a strided loop (`row_groups`).
 
 `add_gpudims` returns the rewritten AST and the launch dimensions (workgroup counts as expressions over
 the kernel's DEFINE_VARs, evaluated for each call, and the constant local size).
@@ -105,6 +107,10 @@ def _size(r: UOp) -> int:
     return int(r.src[0].arg) if r.src[0].op is Ops.CONST else int(r.src[0].vmax)
 
 
+def _shareable(red: UOp) -> bool:
+    return math.prod(_size(r) for r in red.src[1:]) >= MIN_GROUP_REDUCE and max(_size(r) for r in red.src[1:]) >= 32
+
+
 def group_reduce(ast: UOp, max_local: int) -> tuple[UOp, int] | None:
     """A kernel without parallel ranges whose effects are plain stores (a whole-tensor sum, max, mean, ...) would run
     its reductions on one work-item. Instead each big top-level REDUCE is shared by a workgroup of L work-items: its
@@ -115,8 +121,7 @@ def group_reduce(ast: UOp, max_local: int) -> tuple[UOp, int] | None:
     if any(e.op is not Ops.STORE for e in ast.src):
         return None
     nodes = list(ast.toposort())
-    chosen = {u: max(u.src[1:], key=_size) for u in nodes if u.op is Ops.REDUCE and not u.ranges
-              and math.prod(_size(r) for r in u.src[1:]) >= MIN_GROUP_REDUCE and _size(max(u.src[1:], key=_size)) >= 32}
+    chosen = {u: max(u.src[1:], key=_size) for u in nodes if u.op is Ops.REDUCE and not u.ranges and _shareable(u)}
     if not chosen:
         return None
     local = min(max_local, max(_size(r) for r in chosen.values()))
@@ -159,6 +164,45 @@ def _share_reduce(red: UOp, r: UOp, lane: UOp, local: int, ids: Iterator[int], t
     return UOp(Ops.REDUCE, red.dtype, (lds.after(barrier).index(j).load(), j), red.arg)
 
 
+def row_groups(ast: UOp, prange: list[UOp], max_local: int) -> tuple[UOp, LaunchDims] | None:
+    """Parallel ranges whose innermost one (c, size C) big reductions do not depend on (softmax or layernorm over
+    long rows: out[r, c] uses max_j and sum_j of row r) would recompute those reductions for every c. Instead the
+    outer ranges become workgroup ids (one workgroup per row), the reductions are shared by the workgroup's L
+    work-items as in `group_reduce`, and c becomes a loop `c2*L + lidx0` over ceil(C/L) in each work-item (its
+    loads and stores gated when L does not divide C). None when no reduction qualifies."""
+    inner, rows = prange[-1], prange[:-1][-3:]
+    nodes = list(ast.toposort())
+    chosen = {u: max(u.src[1:], key=_size) for u in nodes if u.op is Ops.REDUCE and inner not in u.ranges
+              and set(u.ranges) <= set(rows) and _shareable(u)}
+    if not chosen:
+        return None
+    end = inner.src[0]
+    local = min(max_local, max(_size(inner), *(_size(r) for r in chosen.values())))
+    lane = UOp.special(local, LOCAL_ID)
+    ids = itertools.count(max((u.arg[0] for u in nodes if u.op is Ops.RANGE and isinstance(u.arg[0], int)),
+                              default=-1) + 1)
+    c2 = UOp.range(((end + (local - 1)) // local).simplify(), next(ids), AxisType.LOOP, inner.dtype)
+    col = c2 * local + lane
+    in_range = None if end.op is Ops.CONST and end.arg % local == 0 else col < end
+    done: dict[UOp, UOp] = {inner: col}
+    done.update({r: UOp.special(r.src[0], gid, r.dtype) for gid, r in zip(GROUP_IDS, reversed(rows))})
+    for n in nodes:
+        if n in done:
+            continue
+        src = tuple(done[s] for s in n.src)
+        new = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+        if n.op is Ops.END:
+            rest = [c2 if x is inner else x for x in n.src[1:] if x not in rows]
+            new = UOp(Ops.END, n.dtype, (done[n.src[0]], *rest), n.arg) if rest else done[n.src[0]]
+        elif n.op is Ops.INDEX and in_range is not None and inner in n.ranges:
+            new = new.replace(src=(*new.src[:2], in_range if len(new.src) == 2 else new.src[2] & in_range))
+        elif n in chosen:
+            new = _share_reduce(new, chosen[n], lane, local, ids, len(done))
+        done[n] = new
+    sizes = [r.src[0] for r in reversed(rows)] + [UOp.const(end.dtype, 1)] * (3 - len(rows))
+    return done[ast], LaunchDims((sizes[0], sizes[1], sizes[2]), (local, 1, 1))
+
+
 def add_gpudims(ast: UOp, max_local: int = 256) -> tuple[UOp, LaunchDims]:
     """`ast` with its parallel ranges replaced by GPU ids (see the module docstring), and its launch dims."""
     if ast.op is not Ops.SINK:
@@ -172,6 +216,9 @@ def add_gpudims(ast: UOp, max_local: int = 256) -> tuple[UOp, LaunchDims]:
         if grouped is not None:
             return grouped[0], LaunchDims((one, one, one), (grouped[1], 1, 1))
         return ast, LaunchDims((one, one, one), (1, 1, 1))
+    shared = row_groups(ast, parallel_ranges(ast), max_local)
+    if shared is not None:
+        return shared
     subs: dict[UOp, UOp] = {}
     inner = rngs[-1]
     end = inner.src[0]

@@ -73,6 +73,17 @@ def test_whole_tensor_reductions_end_to_end(n):
     assert Tensor(b > 98, device="AMD").any().numpy() == (b > 98).any()
 
 
+@pytest.mark.xfail(reason="tg-mockgpu does not implement buffer_gl0_inv (LLVM's workgroup acquire after s_barrier) yet",
+                   strict=False)
+@pytest.mark.parametrize("shape", [(5000,), (4, 3001)])
+def test_long_row_softmax_end_to_end(shape):
+    """Reductions over long rows are shared by a workgroup per row (gpudims.row_groups)."""
+    from tg_core.tensor import Tensor
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(Tensor(x, device="AMD").softmax().numpy(), e / e.sum(-1, keepdims=True), atol=1e-7)
+
+
 def test_float64_math_end_to_end():
     """float64 transcendentals run as core's decompositions (gfx1100 has no instructions for them)."""
     from tg_core.tensor import Tensor
