@@ -250,3 +250,20 @@ def test_bad_labels():
     with pytest.raises(EncodeError, match="defined twice"): asm.label("x")
     with pytest.raises(ValueError, match="unknown x86-64 register"): reg("ah")
     assert "ah" not in REGS
+
+
+def test_asm_str_with_labels():
+    asm = Assembler()
+    asm.label("loop")
+    asm.emit("add", "rax", 1)
+    asm.emit("cmp", "rax", "rcx")
+    asm.emit("jl", Label("loop"))
+    asm.emit("vmovss", "xmm0", Mem("rip", disp=Label("one"), size=4))
+    asm.emit("ret")
+    asm.data("one", struct.pack("<f", 1.0), 4)
+    plain = asm.asm_str().splitlines()
+    assert plain == ["add rax, 1", "cmp rax, rcx", "jl 0", "vmovss xmm0, dword ptr [rip + 3]", "ret"]
+    lines = asm.asm_str(labels=True).splitlines()
+    assert lines[0] == "loop:" and lines[1].split()[0] == "0:" and lines[1].endswith("add rax, 1")
+    assert lines[-1].startswith("one:") and f"{asm.labels['one']:#x}" in lines[-1]
+    assert [ln.split("  ")[-1].strip() for ln in lines[1:-1]] == plain
