@@ -28,8 +28,9 @@ MAX_VGPRS = 256                  # VGPRs per wave32 wave
 MAX_WORKGROUP = 1024             # work-items per workgroup
 # bytes of private memory per lane: COMPUTE_TMPRING_SIZE.WAVESIZE is 15 bits of 256-byte units per wave (amd.md 2.3)
 MAX_SCRATCH_LANE = ((1 << 15) - 1) * 256 // WAVE
-# the emulator's residency budget: the VGPR file of the resident waves (bytes), and a cap on waves run together
-VGPR_BUDGET = 256 << 20
+# the emulator's residency budget: bytes of VGPRs, scratch and LDS of the resident workgroups, and a cap on the
+# waves run together (numpy arrays of 8192 x 32 lanes still sit in the caches well enough)
+STATE_BUDGET = 256 << 20
 MAX_RESIDENT_WAVES = 8192
 DISPATCH_PACKET_HEADER = 0x1502  # KERNEL_DISPATCH with barrier and system-scope acquire/release fences (amd.md 3.1)
 
@@ -196,8 +197,8 @@ def resident_batches(global_size: tuple[int, int, int], local_size: tuple[int, i
     ids = np.stack(np.meshgrid(np.arange(gx), np.arange(gy), np.arange(gz), indexing="ij"), -1).transpose(2, 1, 0, 3)
     ids = ids.reshape(-1, 3)
     waves = -(-(local_size[0] * local_size[1] * local_size[2]) // WAVE)
-    per_wave = WAVE * 4 * kd.vgprs() + WAVE * max(kd.private_segment_fixed_size, 4)
-    fit = max(1, min(VGPR_BUDGET // (per_wave * waves), MAX_RESIDENT_WAVES // waves))
+    per_group = waves * WAVE * (4 * kd.vgprs() + max(kd.private_segment_fixed_size, 4)) + kd.group_segment_fixed_size
+    fit = max(1, min(STATE_BUDGET // per_group, MAX_RESIDENT_WAVES // waves))
     return [ids[i:i + fit] for i in range(0, len(ids), fit)]
 
 
