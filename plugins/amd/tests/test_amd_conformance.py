@@ -57,9 +57,6 @@ def test_variable_kernarg_end_to_end():
         np.testing.assert_array_equal((Tensor(a, device="AMD") * Tensor(v.bind(k), device="AMD")).numpy(), a * k)
 
 
-# an emulator gap, not a tg-amd one: remove the mark once tg-mockgpu runs the cache invalidate after barriers
-@pytest.mark.xfail(reason="tg-mockgpu does not implement buffer_gl0_inv (LLVM's workgroup acquire after s_barrier) yet",
-                   strict=False)
 @pytest.mark.parametrize("n", [1 << 16, 100_003])
 def test_whole_tensor_reductions_end_to_end(n):
     """Scalar reductions run on a workgroup sharing the work through LDS (gpudims.group_reduce)."""
@@ -73,8 +70,6 @@ def test_whole_tensor_reductions_end_to_end(n):
     assert Tensor(b > 98, device="AMD").any().numpy() == (b > 98).any()
 
 
-@pytest.mark.xfail(reason="tg-mockgpu does not implement buffer_gl0_inv (LLVM's workgroup acquire after s_barrier) yet",
-                   strict=False)
 @pytest.mark.parametrize("shape", [(5000,), (4, 3001)])
 def test_long_row_softmax_end_to_end(shape):
     """Reductions over long rows are shared by a workgroup per row (gpudims.row_groups)."""
