@@ -313,3 +313,31 @@ def test_tg_kernels_disassembly_matches_objdump(tmp_path) -> None:
     r = AMDRenderer()
     lines = sum(compare(r.render(r.program(ast)), tmp_path)[0] for ast in asts)
     assert lines > 100
+
+
+def _op_matrix_programs() -> None:
+    """Every unary and binary op of core's op matrix in every dtype it tests, plus matmul and conv2d."""
+    from tg_core.tensor import Tensor
+    from tg_core.testing import conformance as C
+    rng = np.random.default_rng(0)
+
+    def t(shape, dt):
+        return Tensor((rng.standard_normal(shape) * 3).astype(dt), device="PYTHON")
+    for _, op, _, dts in C._UNARY:
+        for dt in dts:
+            op(t((4, 6), dt)).numpy()
+    for _, op, _, dts in C._BINARY:
+        for dt in dts:
+            op(t((4, 6), dt), t((6,), dt)).numpy()
+    (t((5, 7), np.float32) @ t((7, 3), np.float32)).numpy()
+    t((1, 2, 5, 5), np.float32).conv2d(t((3, 2, 3, 3), np.float32)).numpy()
+
+
+@pytest.mark.slow
+def test_op_matrix_kernels_disassembly_matches_objdump(tmp_path) -> None:
+    from tg_amd.renderer import AMDRenderer
+    asts = _capture_tg_kernels(_op_matrix_programs)
+    assert len(asts) >= 30
+    r = AMDRenderer()
+    results = [compare(r.render(r.program(ast)), tmp_path) for ast in asts]
+    assert sum(n for n, _ in results) > 1000 and sum(t for _, t in results) > 0

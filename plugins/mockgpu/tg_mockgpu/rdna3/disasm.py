@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tg_mockgpu.rdna3.decode import Inst, decode_all, template, vgpr_half
 from tg_mockgpu.rdna3.operands import INLINE_FLOAT_TEXT, src_operand
-from tg_mockgpu.rdna3.tables import CONSTS, MODS, OPS
+from tg_mockgpu.rdna3.tables import CONSTS, MODS, OPS, T16_SYNTAX
 
 # Registers that print under their own names; 64-bit pairs starting there print as the pair's name.
 SCALAR_NAMES = {106: "vcc_lo", 107: "vcc_hi", 124: "null", 125: "m0", 126: "exec_lo", 127: "exec_hi"}
@@ -272,6 +272,7 @@ def disasm(inst: Inst, true16: bool = True) -> str:
         return f"{half(x)} :: {half(y)}"
     tmpl = template(inst)
     mnemonic = OPS["VOP3" if inst.enc == "VOP3SD" else inst.enc][inst.opcode][0]
+    true16 = true16 or inst.opcode in T16_SYNTAX.get(inst.enc, ())
     vop3 = inst.enc in ("VOP3", "VOP3SD", "VOP3P")
     if "_atomic_" in inst.op and inst.enc != "MUBUF" and inst.fields["glc"]:
         # with glc a FLAT atomic returns the old value: the destination comes first, as wide as the data (half for cmpswap)

@@ -153,9 +153,9 @@ def template(enc: str, text: str) -> tuple[str, tuple]:
     mnem, _, rest = text.partition(" ")
     ops: list = []
     for tok in OPERAND_RE.findall(rest):
-        m = REG_RE.match(tok)
         if tok.startswith(MODIFIERS) or tok in FLAGS:
             continue
+        m = REG_RE.match(re.sub(r"\.[lh]$", "", tok))     # v4.l: a 16-bit half (LLVM 19 prints v_mov_b16 so)
         if m:
             kind, lo, hi = (m.group(1), int(m.group(2)), int(m.group(2))) if m.group(1) else (m.group(3), int(m.group(4)), int(m.group(5)))
             if (kind, lo) not in regs:
@@ -173,8 +173,6 @@ def template(enc: str, text: str) -> tuple[str, tuple]:
             ops.append(("ssrc0", 0, "fmt"))         # s_sendmsg_rtn_*: the message id sits in ssrc0
         elif enc == "SMEM":
             ops.append(("sdata", 0, "dec"))        # s_atc_probe's first operand is a number in the sdata field
-        elif re.match(r"^v\d+\.[lh]$", tok):
-            raise ValueError(f"{enc}: true16 operand {tok} of {text!r}")
         else:
             ops.append(tok)
     return mnem, tuple(ops)
@@ -305,16 +303,16 @@ def modifiers(enc: str, base: dict[int, bytes]) -> dict[int, dict[str, int]]:
 def main() -> None:
     found = scan()
     tables: dict[str, dict[int, tuple]] = {}
+    t16_syntax: dict[str, set[int]] = {}
     for enc, got in found.items():
         rows = {}
         for op, text in sorted(got.items()):
             if enc.startswith("VOPD"):
                 text = vopd_halves(text)[0 if enc == "VOPDX" else 1]
             text = re.sub(r"/\*.*?\*/", "", text)
-            try:
-                rows[op] = template(enc, text)
-            except ValueError as e:     # forms we do not support (true16 v_mov_b16) stay out of the tables
-                print(f"skipped: {e}", file=sys.stderr)
+            rows[op] = template(enc, text)
+            if re.search(r"\bv\d+\.[lh]\b", text):
+                t16_syntax.setdefault(enc, set()).add(op)
         tables[enc] = rows
     for enc in ("SOPP", "SOPK"):
         imm_styles(enc, tables[enc])
@@ -331,10 +329,12 @@ def main() -> None:
     print('"""RDNA3 (gfx1100) opcode tables, generated from llvm-mc-19 by gen_tables.py; data, do not edit by hand.\n')
     print("OPS[enc][opcode] = (LLVM's printed mnemonic, operand template); a template entry is (field, register count) or fixed")
     print("text. CONSTS[enc][opcode][field] says how constants print in a source field: b32, f16, i16 or b64.")
-    print("MODS[enc][opcode][modifier] is the mask of field bits whose modifier LLVM prints (see gen_tables.modifiers).\n\"\"\"")
+    print("MODS[enc][opcode][modifier] is the mask of field bits whose modifier LLVM prints (see gen_tables.modifiers).")
+    print("T16_SYNTAX[enc] holds the opcodes LLVM 19 prints with 16-bit register halves (v1.l) even without true16.\n\"\"\"")
     print("OPS = " + pprint.pformat(tables, width=130, compact=True))
     print("CONSTS = " + pprint.pformat(consts, width=130, compact=True))
     print("MODS = " + pprint.pformat(mods, width=130, compact=True))
+    print("T16_SYNTAX = " + pprint.pformat(t16_syntax, width=130, compact=True))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 OPS[enc][opcode] = (LLVM's printed mnemonic, operand template); a template entry is (field, register count) or fixed
 text. CONSTS[enc][opcode][field] says how constants print in a source field: b32, f16, i16 or b64.
 MODS[enc][opcode][modifier] is the mask of field bits whose modifier LLVM prints (see gen_tables.modifiers).
+T16_SYNTAX[enc] holds the opcodes LLVM 19 prints with 16-bit register halves (v1.l) even without true16.
 """
 OPS = {'DS': {0: ('ds_add_u32', (('addr', 1, 'v'), ('data0', 1, 'v'))),
         1: ('ds_sub_u32', (('addr', 1, 'v'), ('data0', 1, 'v'))),
@@ -568,6 +569,7 @@ OPS = {'DS': {0: ('ds_add_u32', (('addr', 1, 'v'), ('data0', 1, 'v'))),
           24: ('v_ceil_f64_e32', (('vdst', 2, 'v'), ('src0', 2, 'src'))),
           25: ('v_rndne_f64_e32', (('vdst', 2, 'v'), ('src0', 2, 'src'))),
           26: ('v_floor_f64_e32', (('vdst', 2, 'v'), ('src0', 2, 'src'))),
+          28: ('v_mov_b16_e32', (('vdst', 1, 'v'), ('src0', 1, 'src'))),
           32: ('v_fract_f32_e32', (('vdst', 1, 'v'), ('src0', 1, 'src'))),
           33: ('v_trunc_f32_e32', (('vdst', 1, 'v'), ('src0', 1, 'src'))),
           34: ('v_ceil_f32_e32', (('vdst', 1, 'v'), ('src0', 1, 'src'))),
@@ -1390,6 +1392,7 @@ CONSTS = {'VOP1': {1: {'src0': 'b32'},
           24: {'src0': 'b64'},
           25: {'src0': 'b64'},
           26: {'src0': 'b64'},
+          28: {'src0': 'i16'},
           32: {'src0': 'b32'},
           33: {'src0': 'b32'},
           34: {'src0': 'b32'},
@@ -2647,3 +2650,4 @@ MODS = {'VOP3': {0: {'abs': 3, 'clamp': 1, 'neg': 3},
            67: {'neg_hi': 7, 'neg_hi#': 3, 'neg_lo': 7, 'neg_lo#': 3, 'op_sel': 7, 'op_sel#': 3, 'op_sel_hi': 7, 'op_sel_hi#': 3},
            68: {'clamp': 1, 'neg_hi': 7, 'neg_hi#': 3, 'neg_lo': 7, 'neg_lo#': 3},
            69: {'clamp': 1, 'neg_hi': 7, 'neg_hi#': 3, 'neg_lo': 7, 'neg_lo#': 3}}}
+T16_SYNTAX = {'VOP1': {28}}
