@@ -203,12 +203,18 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if (tx is int or tx is float or tx is bool) and not Tensor.no_grad:
             # the common `t + 1`: the constant is made in the result dtype and broadcast as one node chain,
             # the same nodes the general path below builds through three intermediate tensors
-            dt = least_upper_dtype(self.dtype, dtypes.from_py(x))
-            if dtypes.is_weak(dt):
-                dt = _concrete(dt)
-            a, c = self._cast_to(dt), UOp.const(dt, x)
-            if self.shape:
-                c = c.reshape((1,) * len(self.shape)).expand(self.shape)
+            dt = self.dtype
+            if tx is float and not dtypes.is_float(dt):  # least_upper_dtype's rules for a weak scalar, inlined
+                dt = dtypes.default_float
+            elif tx is bool or dtypes.is_weak(dt):
+                dt = _concrete(least_upper_dtype(dt, dtypes.from_py(x)))
+            elif dt is dtypes.bool:
+                dt = dtypes.default_int
+            a, c, shape = self._cast_to(dt), UOp.const(dt, x), self.shape
+            if shape:  # what c.reshape(ones).expand(shape) gives, without re-checking shapes known to be valid
+                ones = (1,) * len(shape)
+                c = UOp(Ops.RESHAPE, dt, (c,), ones)
+                c = c if shape == ones else UOp(Ops.EXPAND, dt, (c,), shape)
             b = Tensor(c, device=self.device)
             return (b, a) if reverse else (a, b)
         a, b = self, self._operand(x)
@@ -658,6 +664,8 @@ class _AutogradMixin:
 def _distinct_values(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     """Each tensor once; two tensors whose (hash-consed, so identical) graphs are equal get separate writes,
     or realized as one node they would share storage."""
+    if len(tensors) == 1:
+        return tensors
     tensors = tuple({id(t): t for t in tensors}.values())
     seen: dict[UOp, Tensor] = {}
     for t in tensors:
