@@ -253,3 +253,14 @@ def test_errors_name_word_address_and_kernel() -> None:
         decode(struct.pack("<II", 0x7E0202FA, 0))
     with pytest.raises(DecodeError, match="unsupported MIMG encoding"):
         decode(struct.pack("<II", 0xF0000000, 0))
+
+
+@needs_llvm
+def test_ds_swizzle_patterns_print_like_llvm() -> None:
+    import random
+    rng = random.Random(5)
+    offsets = [0, 1, 0x8000, 0x80E4, 0x041F, 0x0C1F, 0x001F, 0x001E, 0x003C, 0x0020, 0x7FFF, 0x0C00, 0x81E4]
+    offsets += [rng.randrange(1 << 16) for _ in range(300)] + [rng.randrange(1 << 15) for _ in range(300)]
+    codes = [struct.pack("<II", (0x36 << 26) | (53 << 18) | o, 1 | (8 << 24)) for o in offsets]
+    for code, text in zip(codes, llvm_mc(codes)):
+        assert disasm(decode(code)) == text

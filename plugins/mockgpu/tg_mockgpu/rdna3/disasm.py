@@ -203,6 +203,25 @@ def _mods(inst: Inst) -> dict[str, int]:
     return MODS.get("VOP3" if inst.enc == "VOP3SD" else inst.enc, {}).get(inst.opcode, {})
 
 
+def _swizzle(imm: int) -> str:
+    """ds_swizzle_b32's offset as LLVM names the lane pattern: quad permute, or the and/or/xor masks of lane ids."""
+    if imm & 0x8000:     # quad permute; with any of bits 14:8 set LLVM shows the plain number
+        return "swizzle(QUAD_PERM," + ",".join(str((imm >> 2 * i) & 3) for i in range(4)) + ")" if not imm & 0x7F00 else str(imm)
+    and_m, or_m, xor_m = imm & 0x1F, (imm >> 5) & 0x1F, (imm >> 10) & 0x1F
+    if and_m == 0x1F and or_m == 0 and xor_m and xor_m & (xor_m - 1) == 0:
+        return f"swizzle(SWAP,{xor_m})"
+    if and_m == 0x1F and or_m == 0 and xor_m and (xor_m + 1) & xor_m == 0:
+        return f"swizzle(REVERSE,{xor_m + 1})"
+    group = 32 - and_m
+    if group > 1 and group & (group - 1) == 0 and or_m < group and xor_m == 0:
+        return f"swizzle(BROADCAST,{group},{or_m})"
+    # lane id bit i becomes ((id & and) | or) ^ xor: preserved, inverted, or a constant 0/1
+    bit = lambda m, i: (m >> i) & 1
+    chars = [str(1 ^ bit(xor_m, i)) if bit(or_m, i) else str(bit(xor_m, i)) if not bit(and_m, i) else "ip"[1 - bit(xor_m, i)]
+             for i in range(4, -1, -1)]
+    return f'swizzle(BITMASK_PERM,"{"".join(chars)}")'
+
+
 def _bits_list(value: int, n: int) -> str:
     return "[" + ",".join(str((value >> i) & 1) for i in range(n)) + "]"
 
@@ -236,7 +255,9 @@ def _suffix(inst: Inst, true16: bool) -> str:
         if "clamp" in mods and f["clamp"]:
             out.append("clamp")
     elif inst.enc == "DS":
-        if "2addr" in inst.op:
+        if inst.op == "ds_swizzle_b32":
+            out += [f"offset:{_swizzle(f['offset1'] << 8 | f['offset0'])}"] * bool(f["offset1"] << 8 | f["offset0"])
+        elif "2addr" in inst.op:
             out += [f"offset0:{f['offset0']}"] * bool(f["offset0"]) + [f"offset1:{f['offset1']}"] * bool(f["offset1"])
         elif f["offset1"] << 8 | f["offset0"]:
             out.append(f"offset:{f['offset1'] << 8 | f['offset0']}")
