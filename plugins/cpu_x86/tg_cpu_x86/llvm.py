@@ -18,6 +18,7 @@ from tg_core.codegen.heuristic import CPUTarget, cpu_opts
 from tg_core.codegen.opts import Opt
 from tg_core.renderer.llvmir import LLVMRenderer
 from tg_core.uop.uop import UOp
+from tg_cpu_x86.intpow import pm_int_pow
 
 OPT_LEVEL = 3  # the new pass manager's speed level (-O3): loop and SLP vectorization, unrolling
 
@@ -64,8 +65,9 @@ class CPULLVMRenderer(LLVMRenderer):
     data_layout = str(HOST.target_machine().target_data)
     float_flags = "contract"
     reduce_flags = "reassoc"
-    # exp2/log2/sin/pow as arithmetic: it vectorizes, where a libm call per element does not (softmax 4x faster)
-    extra_matcher = decomp
+    # exp2/log2/sin/pow as arithmetic: it vectorizes, where a libm call per element does not (softmax 4x faster);
+    # integer pow as multiplies (LLVM has no intrinsic for it)
+    extra_matcher = decomp + pm_int_pow
 
     def opts_for(self, ast: UOp) -> list[Opt]:
         return cpu_opts(ast, CPUTarget(vector_bytes=64 if "+avx512f" in HOST.features else 32))
