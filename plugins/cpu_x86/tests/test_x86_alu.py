@@ -67,6 +67,9 @@ def test_int_shifts_and_unary(dt):
     check_alu(Ops.SHL, dt, dt, small, amounts[:len(small)])
     check_alu(Ops.NEG, dt, dt, a)
     check_alu(Ops.MULACC, dt, dt, small, small, small)
+    exps = [0, 1, 2, 3, 5, 13, 31, 63] + ([-1, -2, -3, -1] if not dtypes.is_unsigned(dt) else [7, 8, 9, 100])
+    bases = [3, -3, 2, 0, -1, 7, 2, 3] + [2, -1, -1, 1] if not dtypes.is_unsigned(dt) else [3, 5, 2, 0, 1, 7, 2, 3, 2, 9, 1, 4]
+    check_alu(Ops.POW, dt, dt, bases, exps)  # square and multiply; negative powers truncate
 
 
 def test_division_by_constants():

@@ -14,6 +14,7 @@ from tg_core.dtype import dtypes, to_numpy_dtype
 from tg_core.engine.realize import _buffers
 from tg_core.schedule import create_schedule
 from tg_core.uop import AxisType, Ops, UOp
+from tg_cpu_x86.x86.renderer import X86Renderer
 
 RNG = np.random.default_rng(3)
 
@@ -63,16 +64,19 @@ CASES = {
     "cat_pad": lambda: Tensor(f32(2, 3)).cat(Tensor(f32(2, 2)), dim=1).pad((1, 1), value=-1.0),
     "tril_eye": lambda: Tensor(f32(4, 4)).tril() + Tensor.eye(4),
     "gelu_sigmoid": lambda: Tensor(f32(16)).gelu() + Tensor(f32(16)).sigmoid(),
+    "matmul_tiles": lambda: Tensor(f32(13, 19)) @ Tensor(f32(19, 21)),
     "int64_math": lambda: (Tensor(np.arange(-6, 6, dtype=np.int64)) * 3_000_000_000) // 7,
     "where_bool": lambda: (Tensor(f32(3, 4)) > 0).where(Tensor(f32(3, 4)), -1.0).sum(0),
 }
 
 
+@pytest.mark.parametrize("tuned", [False, True], ids=["plain", "renderer_opts"])
 @pytest.mark.parametrize("name", CASES)
-def test_tensor_kernels_match_numpy(name):
+def test_tensor_kernels_match_numpy(name, tuned):
+    """As scheduled, and with the opts the renderer asks for (lanes, register tiles, peeled tails)."""
     Tensor.manual_seed(11)
     t = CASES[name]()
-    got = run_tensor(t)
+    got = run_tensor(t, X86Renderer().opts_for if tuned else lambda ast: ())
     want = t.numpy()  # the default device, or the reference interpreter
     if want.dtype.kind == "f":
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

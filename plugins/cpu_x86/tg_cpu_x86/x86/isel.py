@@ -226,6 +226,13 @@ class Selector:
             self.cur = saved
         return self.wides[u]
 
+    def fsrc(self, u: UOp) -> Operand:
+        """A float operand: a constant is read from the data section by the instruction itself (no register,
+        nothing to spill), anything else from its register."""
+        if u.op is Ops.CONST and u not in self.vals:
+            return Mem(data=self.const_data(_float_bits(u.arg, u.dtype)), size=rep_size(u.dtype))
+        return self.reg(u)
+
     def src(self, u: UOp, size: int) -> Operand:
         """An int operand: an immediate where the constant fits, else the register at `size` bytes."""
         v = _imm(u, size)
@@ -445,15 +452,23 @@ def sel_end(ctx: Selector, u: UOp) -> None:
 
 # ---- ALU: floats ---------------------------------------------------------------------------------------
 
+def _const_last(u: UOp) -> tuple[UOp, UOp]:
+    """The sources of a float op, a constant second where the op commutes (it can be a memory operand)."""
+    a, b = u.src
+    return (b, a) if a.op is Ops.CONST and b.op is not Ops.CONST and u.op in GroupOp.Commutative else (a, b)
+
+
 def sel_float_binary(ctx: Selector, u: UOp) -> None:
-    a, b = (ctx.reg(s) for s in u.src)
+    a, b = _const_last(u)
+    av, bv = ctx.reg(a), ctx.fsrc(b)
     d = ctx.out(u, in_place=True)
-    ctx.ins(_FLOAT_BIN[u.op] + _SFX[u.dtype], d, a, b, w=(0,), r=(1, 2))
+    ctx.ins(_FLOAT_BIN[u.op] + _SFX[u.dtype], d, av, bv, w=(0,), r=(1, 2))
 
 
 def sel_float_max(ctx: Selector, u: UOp) -> None:
     """max propagating NaN from either side: vmax gives b when either is NaN; a NaN a is then blended in."""
-    a, b = (ctx.reg(s) for s in u.src)
+    a, b = _const_last(u)
+    a, b = ctx.reg(a), ctx.fsrc(b)
     dt = u.dtype
     t, m = ctx.new(dt), VReg("vec", 16)
     ctx.ins("vmax" + _SFX[dt], t, a, b, w=(0,), r=(1, 2))
@@ -931,6 +946,44 @@ isel_rules = PatternMatcher([
 ])
 
 
+_FLAG_WRITERS = frozenset({"cmp", "test", "vucomiss", "vucomisd"})
+
+
+def _reads_flags(op: str) -> bool:
+    return op.startswith(("set", "cmov")) or op.startswith("j") and op != "jmp"
+
+
+def eliminate_dead_code(insts: list[MInst]) -> list[MInst]:
+    """Drop what computes values nobody reads (a compare a pattern already folded, a load of an unused value),
+    then compares whose flags no instruction reads: rules select each uop where the program has it, even when
+    a later rule folded it into its user."""
+    while True:
+        uses: dict[VReg, int] = {}
+        for ins in insts:
+            for v in ins.used_regs():
+                if isinstance(v, VReg):
+                    uses[v] = uses.get(v, 0) + 1
+        keep: list[MInst] = []
+        for ins in insts:
+            defs = ins.defined_regs()
+            own = ins.used_regs()
+            if ins.kind in ("normal", MOVE) and defs and all(
+                    isinstance(v, VReg) and v.fixed is None and uses.get(v, 0) == own.count(v) for v in defs):
+                continue
+            keep.append(ins)
+        out: list[MInst] = []
+        for i, ins in enumerate(keep):
+            if ins.op in _FLAG_WRITERS:
+                nxt = next((x for x in keep[i + 1:] if x.op in _FLAG_WRITERS or _reads_flags(x.op)
+                            or x.kind not in ("normal", MOVE)), None)
+                if nxt is None or not _reads_flags(nxt.op):
+                    continue
+            out.append(ins)
+        if len(out) == len(insts):
+            return out
+        insts = out
+
+
 def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
     """The program as machine instructions on virtual registers (ending in a return), and the constants
     (bytes -> data label) they read."""
@@ -943,6 +996,6 @@ def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
             raise NotImplementedError(f"the X86 renderer has no rule for {u.op.name} (in kernel {program.name})")
         if u.dtype is dtypes.float16 and u.op in _ROUNDED:
             ctx.round_half(ctx.vals[u], ctx.vals[u])
-    insts = ctx.buckets[-1] + [ins for b in ctx.buckets[:-1] for ins in b]
+    insts = eliminate_dead_code(ctx.buckets[-1] + [ins for b in ctx.buckets[:-1] for ins in b])
     insts.append(MInst("ret", kind=RET))
     return MFunction(program.name, insts), ctx.data

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tg_core.codegen.heuristic import CPUTarget, cpu_opts
+from tg_core.codegen.opts import Opt
 from tg_core.codegen.program import Program
 from tg_core.codegen.regalloc import Allocation, allocate
 from tg_core.renderer import Renderer
 from tg_core.renderer.isa import LABEL, Imm, Label, MInst, Mem, Operand, PReg, View
 from tg_core.uop.rewrite import PatternMatcher
+from tg_core.uop.uop import UOp
 from tg_cpu_x86.x86 import operands as x86
 from tg_cpu_x86.x86.abi import X86Arch
 from tg_cpu_x86.x86.encode import Assembler
@@ -73,11 +76,20 @@ def assemble(insts: list[MInst], data: dict[bytes, str]) -> Assembler:
     return asm
 
 
+# Lanes are scalar registers here (no vector instructions yet), so tiles are sized to the 16 xmm registers:
+# 4 lanes on contiguous axes (separate accumulators for reductions), matmul tiles of 3 rows x 8 columns;
+# no packed panels (they need indexed register arrays)
+_TARGET = CPUTarget(vector_bytes=16, tile_rows=3, auto_vectorize=False, pack=False)
+
+
 class X86Renderer(Renderer):
     """Native x86-64 code for the CPU device (DEV=CPU:X86)."""
     name = "X86"
     device = "CPU"
     supported_dtypes = SUPPORTED
+
+    def opts_for(self, ast: UOp) -> list[Opt]:
+        return cpu_opts(ast, _TARGET)
 
     @property
     def extra_matcher(self) -> PatternMatcher | None:  # type: ignore[override]  (imported when first needed)
