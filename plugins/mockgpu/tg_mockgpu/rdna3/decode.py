@@ -1,17 +1,20 @@
 """RDNA3 (gfx1100, wave32) instruction decoder: machine code bytes -> Inst.
 
-The encoding is identified from the first dword (bit prefixes, amd.md 8.1), its fields are cut out by the bit ranges in FORMATS,
-the opcode number is named through the tables generated from llvm-mc-19 (tables.py), and a trailing 32-bit literal is attached
-when a source field holds 255 (or the opcode always carries one: fmamk/fmaak, s_setreg_imm32_b32).
+The encoding is identified from the first dword (bit prefixes, amd.md 8.1), its fields are cut out by the bit
+ranges in FORMATS, the opcode number is named through the tables generated from llvm-mc-19 (tables.py), and a
+trailing 32-bit literal is attached when a source field holds 255 (or the opcode always carries one: fmamk/fmaak,
+s_setreg_imm32_b32).
 
-Inst.fields holds the fields under the names of AMD's ISA guide. Register numbers are given as registers, not as the encoding
-compresses them: SMEM `sbase` is the first SGPR of the pair (field x 2), MUBUF `srsrc` the first SGPR of the quad (field x 4),
-VOPD `vdsty` the real destination VGPR. Memory offsets are signed where the hardware treats them as signed (SMEM, GLOBAL,
-SCRATCH, DS is unsigned). SOPP/SOPK `simm16` stays the raw 16-bit value (see branch_target). VOP3P `opsel_hi` is the 3-bit
-value (bits 60:59 with bit 14 as its bit 2). 9-bit source codes are decoded by operands.src_operand.
+Inst.fields holds the fields under the names of AMD's ISA guide. Register numbers are given as registers, not as
+the encoding compresses them: SMEM `sbase` is the first SGPR of the pair (field x 2), MUBUF `srsrc` the first SGPR
+of the quad (field x 4), VOPD `vdsty` the real destination VGPR. Memory offsets are signed where the hardware
+treats them as signed (SMEM, GLOBAL, SCRATCH; DS and FLAT offsets are unsigned). SOPP/SOPK `simm16` stays the raw
+16-bit value (see branch_target). VOP3P `opsel_hi` is the 3-bit value (bits 60:59 with bit 14 as its bit 2).
+9-bit source codes are decoded by operands.src_operand.
 
-16-bit VALU operands (Inst.t16) address halves of VGPRs: in VOP1/VOP2/VOPC a VGPR number's bit 7 picks the high half of
-v(n & 127), in VOP3 op_sel does; vgpr_half() gives (register, half). LLVM 22 uses both for gfx1100 half-precision code.
+16-bit VALU operands (Inst.t16) address halves of VGPRs: in VOP1/VOP2/VOPC a VGPR number's bit 7 picks the high
+half of v(n & 127), in VOP3 op_sel does; vgpr_half() gives (register, half). LLVM 22 uses both for gfx1100
+half-precision code.
 """
 from __future__ import annotations
 
@@ -46,16 +49,18 @@ FORMATS: dict[str, dict[str, tuple[int, int]]] = {
              "src1": (49, 41), "src2": (58, 50), "omod": (60, 59), "neg": (63, 61)},
     "VOP3SD": {"op": (25, 16), "clamp": (15, 15), "sdst": (14, 8), "vdst": (7, 0), "src0": (40, 32), "src1": (49, 41),
                "src2": (58, 50), "omod": (60, 59), "neg": (63, 61)},
-    "VOP3P": {"op": (22, 16), "clamp": (15, 15), "opsel_hi2": (14, 14), "opsel": (13, 11), "neg_hi": (10, 8), "vdst": (7, 0), "src0": (40, 32),
-              "src1": (49, 41), "src2": (58, 50), "opsel_hi": (60, 59), "neg": (63, 61)},
+    "VOP3P": {"op": (22, 16), "clamp": (15, 15), "opsel_hi2": (14, 14), "opsel": (13, 11), "neg_hi": (10, 8),
+              "vdst": (7, 0), "src0": (40, 32), "src1": (49, 41), "src2": (58, 50), "opsel_hi": (60, 59),
+              "neg": (63, 61)},
     "VOPD": {"opx": (25, 22), "opy": (21, 17), "vsrcx1": (16, 9), "srcx0": (8, 0), "vdstx": (63, 56), "vdsty": (55, 49),
              "vsrcy1": (48, 41), "srcy0": (40, 32)},
     "DS": {"op": (25, 18), "gds": (17, 17), "offset1": (15, 8), "offset0": (7, 0), "vdst": (63, 56), "data1": (55, 48),
            "data0": (47, 40), "addr": (39, 32)},
     "FLAT": {"op": (24, 18), "seg": (17, 16), "slc": (15, 15), "glc": (14, 14), "dlc": (13, 13), "offset": (12, 0),
              "vdst": (63, 56), "sve": (55, 55), "saddr": (54, 48), "data": (47, 40), "addr": (39, 32)},
-    "MUBUF": {"op": (25, 18), "slc": (12, 12), "glc": (14, 14), "dlc": (13, 13), "offset": (11, 0), "soffset": (63, 56),
-              "idxen": (55, 55), "offen": (54, 54), "tfe": (53, 53), "srsrc": (52, 48), "vdata": (47, 40), "vaddr": (39, 32)},
+    "MUBUF": {"op": (25, 18), "slc": (12, 12), "glc": (14, 14), "dlc": (13, 13), "offset": (11, 0),
+              "soffset": (63, 56), "idxen": (55, 55), "offen": (54, 54), "tfe": (53, 53), "srsrc": (52, 48),
+              "vdata": (47, 40), "vaddr": (39, 32)},
 }
 SIZES = {"SOP2": 4, "SOP1": 4, "SOPK": 4, "SOPC": 4, "SOPP": 4, "VOP1": 4, "VOP2": 4, "VOPC": 4}
 FLAT_SEGMENTS = ("FLAT", "SCRATCH", "GLOBAL")
@@ -69,7 +74,7 @@ class DecodeError(ValueError):
 class Inst:
     addr: int
     size: int                      # bytes, including the literal
-    enc: str                       # SOP1 SOP2 SOPK SOPC SOPP SMEM VOP1 VOP2 VOPC VOP3 VOP3SD VOP3P VOPD DS FLAT GLOBAL SCRATCH MUBUF
+    enc: str                       # SOP1/2/K/C/P SMEM VOP1/2/C/3/3SD/3P VOPD DS FLAT GLOBAL SCRATCH MUBUF
     op: str                        # LLVM's mnemonic without _e32/_e64; VOPD: "<x>::<y>"
     opcode: int                    # VOPD: opx << 5 | opy
     fields: dict[str, int] = field(hash=False, compare=True)
@@ -100,8 +105,8 @@ def identify(w0: int) -> str:
     named8 = {0xCC: "VOP3P", 0xCD: "VINTERP", 0xCE: "LDSDIR"}
     if top8 in named8:
         return named8[top8]
-    named6 = {0x32: "VOPD", 0x35: "VOP3", 0x36: "DS", 0x37: "FLAT", 0x38: "MUBUF", 0x3A: "MTBUF", 0x3C: "MIMG", 0x3D: "SMEM",
-              0x3E: "EXP"}
+    named6 = {0x32: "VOPD", 0x35: "VOP3", 0x36: "DS", 0x37: "FLAT", 0x38: "MUBUF", 0x3A: "MTBUF", 0x3C: "MIMG",
+              0x3D: "SMEM", 0x3E: "EXP"}
     return named6.get(top6, "unknown")
 
 
@@ -130,10 +135,11 @@ def _strip(mnemonic: str) -> str:
 
 @functools.cache
 def t16_fields(table: str, opcode: int) -> frozenset[str]:
-    """The 16-bit operands of a VOP1/VOP2/VOPC/VOP3 opcode, which name a half of a VGPR (LLVM 22 emits these "true16" forms
-    for gfx1100: `v_add_f16_e32 v1.h, v0.l, v0.h`). Sources: those whose constants LLVM prints as 16-bit (CONSTS f16/i16;
-    VOP2/VOPC vsrc1 has src0's type). Destination: when the result type, the first type in the mnemonic, is 16-bit, except
-    packed results (_pk_, whose 16-bit halves fill a dword) and v_sad_u16 (a 32-bit sum); v_sat_pk_u8_i16 packs to 16 bits."""
+    """The 16-bit operands of a VOP1/VOP2/VOPC/VOP3 opcode, which name a half of a VGPR (LLVM 22 emits these
+    "true16" forms for gfx1100: `v_add_f16_e32 v1.h, v0.l, v0.h`). Sources: those whose constants LLVM prints as
+    16-bit (CONSTS f16/i16; VOP2/VOPC vsrc1 has src0's type). Destination: when the result type, the first type in
+    the mnemonic, is 16-bit, except packed results (_pk_, whose 16-bit halves fill a dword) and v_sad_u16 (a 32-bit
+    sum); v_sat_pk_u8_i16 packs two bytes into 16 bits."""
     if table not in ("VOP1", "VOP2", "VOPC", "VOP3") or opcode not in OPS[table]:
         return frozenset()
     mnemonic, tmpl = OPS[table][opcode]
@@ -142,17 +148,17 @@ def t16_fields(table: str, opcode: int) -> frozenset[str]:
     if "src0" in out and table in ("VOP2", "VOPC"):
         out.add("vsrc1")
     types = re.findall(r"_([fiub](?:8|16|32|64))(?=_|$)", _strip(mnemonic))
-    packed = "_pk_" in mnemonic and not mnemonic.startswith("v_sat_pk_u8_i16")
-    if types and types[0].endswith("16") and not packed and not mnemonic.startswith("v_sad_") or mnemonic.startswith("v_sat_pk_u8_i16"):
+    sat_pk = mnemonic.startswith("v_sat_pk_u8_i16")
+    if sat_pk or types and types[0].endswith("16") and "_pk_" not in mnemonic and not mnemonic.startswith("v_sad_"):
         out.add("vdst")
     fields = {t[0] for t in tmpl if isinstance(t, tuple) and t[2] in ("v", "src")}
     return frozenset(out & fields)
 
 
 def vgpr_half(inst: Inst, field: str) -> tuple[int, int]:
-    """(VGPR number, half: 0 low / 1 high) of a 16-bit operand field (one in inst.t16) that holds a VGPR. VOP1/VOP2/VOPC use
-    bit 7 of the VGPR number for the half (so they reach v0-v127 only); VOP3 takes the half from op_sel (bit 0-2 for
-    src0-src2, bit 3 for vdst)."""
+    """(VGPR number, half: 0 low / 1 high) of a 16-bit operand field (one in inst.t16) that holds a VGPR.
+    VOP1/VOP2/VOPC use bit 7 of the VGPR number for the half (so they reach v0-v127 only); VOP3 takes the half from
+    op_sel (bit 0-2 for src0-src2, bit 3 for vdst)."""
     value = inst.fields[field] - (256 if field.startswith("src") else 0)
     if inst.enc in ("VOP3", "VOP3SD"):
         bit = 3 if field == "vdst" else int(field[-1])
@@ -169,7 +175,7 @@ def template(inst: Inst) -> tuple:
 
 
 def operand_regs(inst: Inst) -> dict[str, int]:
-    """How many consecutive registers each register operand field spans (e.g. v_lshlrev_b64: vdst 2, src0 1, src1 2)."""
+    """How many consecutive registers each register operand field spans (v_lshlrev_b64: vdst 2, src0 1, src1 2)."""
     return {t[0]: t[1] for t in template(inst) if isinstance(t, tuple) and t[2] != "imm"}
 
 
@@ -179,7 +185,7 @@ def decode(code: bytes, addr: int = 0, pos: int = 0, kernel: str | None = None) 
         raise DecodeError(f"truncated instruction at address 0x{addr:X}: {len(code) - pos} byte(s) left, need 4")
     w0 = struct.unpack_from("<I", code, pos)[0]
     enc = identify(w0)
-    if enc not in FORMATS and enc != "VOP3":
+    if enc not in FORMATS:
         raise DecodeError(f"unsupported {enc} encoding: {_where(code, pos, addr, kernel)}")
     size = SIZES.get(enc, 8)
     if pos + size > len(code):
@@ -222,7 +228,7 @@ def decode(code: bytes, addr: int = 0, pos: int = 0, kernel: str | None = None) 
         if k in used and f[k] in DPP_CODES:
             raise DecodeError(f"{DPP_CODES[f[k]]} operands are not supported: {_where(code, pos, addr, kernel)}")
     needs_literal = (any(k in used and f[k] == LITERAL for k in SRC_FIELDS) or opcode in ALWAYS_LITERAL.get(enc, ())
-                     or (enc == "VOPD" and (f["opx"] in VOPD_LITERAL_OPS or f["opy"] in VOPD_LITERAL_OPS)))
+                     or enc == "VOPD" and (f["opx"] in VOPD_LITERAL_OPS or f["opy"] in VOPD_LITERAL_OPS))
     if not needs_literal:
         return inst
     if pos + size + 4 > len(code):

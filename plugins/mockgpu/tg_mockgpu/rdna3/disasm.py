@@ -1,8 +1,9 @@
 """RDNA3 disassembler: Inst -> text in llvm-objdump-19's syntax (without its address/encoding comment).
 
-Operands come from the operand template of the opcode (tables.py); constants print by the operand's width and type as LLVM does
-(CONSTS); modifiers, offsets, cache bits and the named SOPP/SOPK immediates (waitcnt, s_delay_alu, depctr, hwreg, sendmsg) are
-formatted here. Tests compare every line with llvm-objdump-19 and llvm-mc-19.
+Operands come from the operand template of the opcode (tables.py); constants print by the operand's width and type
+as LLVM does (CONSTS); modifiers (MODS), offsets, cache bits and the named SOPP/SOPK immediates (waitcnt,
+s_delay_alu, depctr, hwreg, sendmsg) and ds_swizzle patterns are formatted here. Tests compare every line with
+llvm-objdump-19 and llvm-mc-19, and true16 forms with LLVM 22's own assembly.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ PAIR_NAMES = {106: "vcc", 126: "exec"}
 SRC_NAMES = {235: "src_shared_base", 236: "src_shared_limit", 237: "src_private_base", 238: "src_private_limit",
              239: "src_pops_exiting_wave_id", 251: "src_vccz", 252: "src_execz", 253: "src_scc", 254: "src_lds_direct"}
 INV2PI_TEXT = {"b32": "0.15915494", "f16": "0.15915494", "b64": "0.15915494309189532"}
-F16_INLINE_BITS = {240: 0x3800, 241: 0xB800, 242: 0x3C00, 243: 0xBC00, 244: 0x4000, 245: 0xC000, 246: 0x4400, 247: 0xC400,
-                   248: 0x3118}
+F16_INLINE_BITS = {240: 0x3800, 241: 0xB800, 242: 0x3C00, 243: 0xBC00, 244: 0x4000, 245: 0xC000, 246: 0x4400,
+                   247: 0xC400, 248: 0x3118}
 
 # s_waitcnt: (name, shift, width) in print order; a field at its maximum means "no wait" and is left out.
 WAITCNT = (("vmcnt", 10, 6), ("expcnt", 0, 3), ("lgkmcnt", 4, 6))
@@ -28,14 +29,15 @@ DELAY_IDS = ("NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4", "
              "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2", "SALU_CYCLE_3")
 DELAY_SKIPS = ("SAME", "NEXT", "SKIP_1", "SKIP_2", "SKIP_3", "SKIP_4")
 HWREGS = {1: "HW_REG_MODE", 2: "HW_REG_STATUS", 3: "HW_REG_TRAPSTS", 5: "HW_REG_GPR_ALLOC", 6: "HW_REG_LDS_ALLOC",
-          7: "HW_REG_IB_STS", 15: "HW_REG_SH_MEM_BASES", 18: "HW_REG_PERF_SNAPSHOT_PC_LO", 19: "HW_REG_PERF_SNAPSHOT_PC_HI",
-          20: "HW_REG_FLAT_SCR_LO", 21: "HW_REG_FLAT_SCR_HI", 23: "HW_REG_HW_ID1", 24: "HW_REG_HW_ID2",
-          27: "HW_REG_PERF_SNAPSHOT_DATA", 29: "HW_REG_SHADER_CYCLES"}
+          7: "HW_REG_IB_STS", 15: "HW_REG_SH_MEM_BASES", 18: "HW_REG_PERF_SNAPSHOT_PC_LO",
+          19: "HW_REG_PERF_SNAPSHOT_PC_HI", 20: "HW_REG_FLAT_SCR_LO", 21: "HW_REG_FLAT_SCR_HI", 23: "HW_REG_HW_ID1",
+          24: "HW_REG_HW_ID2", 27: "HW_REG_PERF_SNAPSHOT_DATA", 29: "HW_REG_SHADER_CYCLES"}
 UC_VERSIONS = {0: "UC_VERSION_GFX7", 4: "UC_VERSION_GFX10", 6: "UC_VERSION_GFX11", 9: "UC_VERSION_GFX12"}
 UC_VERSION_BITS = ((0x8000, "UC_VERSION_MDP_BIT"), (0x4000, "UC_VERSION_W32_BIT"), (0x2000, "UC_VERSION_W64_BIT"))
-SENDMSGS = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "MSG_STALL_WAVE_GEN", 6: "MSG_HALT_WAVES",
-            9: "MSG_GS_ALLOC_REQ", 128: "MSG_RTN_GET_DOORBELL", 129: "MSG_RTN_GET_DDID", 130: "MSG_RTN_GET_TMA",
-            131: "MSG_RTN_GET_REALTIME", 132: "MSG_RTN_SAVE_WAVE", 133: "MSG_RTN_GET_TBA", 134: "MSG_RTN_GET_TBA_TO_PC"}
+SENDMSGS = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "MSG_STALL_WAVE_GEN",
+            6: "MSG_HALT_WAVES", 9: "MSG_GS_ALLOC_REQ", 128: "MSG_RTN_GET_DOORBELL", 129: "MSG_RTN_GET_DDID",
+            130: "MSG_RTN_GET_TMA", 131: "MSG_RTN_GET_REALTIME", 132: "MSG_RTN_SAVE_WAVE", 133: "MSG_RTN_GET_TBA",
+            134: "MSG_RTN_GET_TBA_TO_PC"}
 
 
 def _regs(prefix: str, first: int, n: int) -> str:
@@ -195,7 +197,8 @@ def _with_mods(inst: Inst, fld: str, text: str) -> str:
             text = f"sext({text})"
         elif mods.get("neg", 0) & f["neg"] & bit:
             # a negated constant prints as neg(c); registers and |c| take a plain minus
-            text = f"neg({text})" if src_operand(f[fld])[0] in ("inline_int", "inline_float", "literal") and text[0] != "|" else f"-{text}"
+            constant = src_operand(f[fld])[0] in ("inline_int", "inline_float", "literal")
+            text = f"neg({text})" if constant and text[0] != "|" else f"-{text}"
     return text
 
 
@@ -206,7 +209,9 @@ def _mods(inst: Inst) -> dict[str, int]:
 def _swizzle(imm: int) -> str:
     """ds_swizzle_b32's offset as LLVM names the lane pattern: quad permute, or the and/or/xor masks of lane ids."""
     if imm & 0x8000:     # quad permute; with any of bits 14:8 set LLVM shows the plain number
-        return "swizzle(QUAD_PERM," + ",".join(str((imm >> 2 * i) & 3) for i in range(4)) + ")" if not imm & 0x7F00 else str(imm)
+        if imm & 0x7F00:
+            return str(imm)
+        return "swizzle(QUAD_PERM," + ",".join(str((imm >> 2 * i) & 3) for i in range(4)) + ")"
     and_m, or_m, xor_m = imm & 0x1F, (imm >> 5) & 0x1F, (imm >> 10) & 0x1F
     if and_m == 0x1F and or_m == 0 and xor_m and xor_m & (xor_m - 1) == 0:
         return f"swizzle(SWAP,{xor_m})"
@@ -217,8 +222,8 @@ def _swizzle(imm: int) -> str:
         return f"swizzle(BROADCAST,{group},{or_m})"
     # lane id bit i becomes ((id & and) | or) ^ xor: preserved, inverted, or a constant 0/1
     bit = lambda m, i: (m >> i) & 1
-    chars = [str(1 ^ bit(xor_m, i)) if bit(or_m, i) else str(bit(xor_m, i)) if not bit(and_m, i) else "ip"[1 - bit(xor_m, i)]
-             for i in range(4, -1, -1)]
+    chars = [str(1 ^ bit(xor_m, i)) if bit(or_m, i) else str(bit(xor_m, i)) if not bit(and_m, i)
+             else "ip"[1 - bit(xor_m, i)] for i in range(4, -1, -1)]
     return f'swizzle(BITMASK_PERM,"{"".join(chars)}")'
 
 
@@ -284,8 +289,9 @@ def _smem_offset(inst: Inst) -> str:
 
 
 def disasm(inst: Inst, true16: bool = True) -> str:
-    """One instruction in llvm-objdump's syntax. 16-bit VALU operands print as VGPR halves (v1.l, v0.h) as LLVM 22 writes
-    them for gfx1100; true16=False gives LLVM 19's default syntax instead (v128 for v0.h in VOP1/2/C, op_sel:[...] in VOP3)."""
+    """One instruction in llvm-objdump's syntax. 16-bit VALU operands print as VGPR halves (v1.l, v0.h) as LLVM 22
+    writes them for gfx1100; true16=False gives LLVM 19's default syntax instead (v128 for v0.h in VOP1/2/C,
+    op_sel:[...] in VOP3)."""
     if inst.enc == "VOPD":
         x = OPS["VOPDX"][inst.fields["opx"]]
         y = OPS["VOPDY"][inst.fields["opy"]]
@@ -296,7 +302,8 @@ def disasm(inst: Inst, true16: bool = True) -> str:
     true16 = true16 or inst.opcode in T16_SYNTAX.get(inst.enc, ())
     vop3 = inst.enc in ("VOP3", "VOP3SD", "VOP3P")
     if "_atomic_" in inst.op and inst.enc != "MUBUF" and inst.fields["glc"]:
-        # with glc a FLAT atomic returns the old value: the destination comes first, as wide as the data (half for cmpswap)
+        # with glc a FLAT atomic returns the old value: the destination comes first, as wide as the data
+        # (half of it for cmpswap, whose data is the new value and the compare value)
         data = next(t for t in tmpl if isinstance(t, tuple) and t[0] == "data")
         tmpl = (("vdst", data[1] // 2 if "cmpswap" in inst.op else data[1], "v"),) + tmpl
     if inst.op == "s_endpgm" and inst.fields["simm16"]:

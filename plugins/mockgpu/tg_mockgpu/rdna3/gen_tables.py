@@ -1,13 +1,15 @@
 """Development aid: regenerate tables.py from llvm-mc-19 (`python -m tg_mockgpu.rdna3.gen_tables > tables.py`).
 
-Not imported at run time. For every encoding it builds instruction words for every opcode number with distinct, known register
-numbers in each field, lets llvm-mc-19 disassemble them, and reads back
+Not imported at run time. For every encoding it builds instruction words for every opcode number with distinct,
+known register numbers in each field, lets llvm-mc-19 disassemble them, and reads back
   - the mnemonic LLVM prints (the opcode table),
-  - the operand template: which field each printed operand comes from and how many registers it spans, plus fixed text
-    operands such as the implicit `vcc_lo` of v_add_co_ci_u32_e32,
-  - for every 9-bit source field, how LLVM prints constants in it (32-bit, f16, i16 or 64-bit operand), found by putting the
-    inline constant 1/(2pi) and a literal in it.
-The resulting tables are committed as data; tests then check the decoder against llvm-mc independently.
+  - the operand template: which field each printed operand comes from and how many registers it spans, plus fixed
+    text operands such as the implicit `vcc_lo` of v_add_co_ci_u32_e32,
+  - for every 9-bit source field, how LLVM prints constants in it (32-bit, f16, i16 or 64-bit operand), found by
+    putting the inline constant 1/(2pi) and a literal in it,
+  - how SOPP/SOPK immediates print, and which VOP3/VOP3P modifiers LLVM prints per opcode and operand.
+The resulting tables are committed as data; tests then check the decoder against llvm-mc independently (and that
+a fresh generation gives the committed file).
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ def words(*ws: int) -> bytes:
 
 def llvm_mc(cases: list[bytes], sentinel: str = "s_code_end") -> list[str | None]:
     """Disassemble every case; the text of each, or None when llvm-mc does not read it as exactly one valid instruction.
-    llvm-mc reads its input as one byte stream, so four copies of a sentinel instruction follow each case to keep them apart."""
+    llvm-mc reads its input as one byte stream, so four copies of a sentinel instruction follow each case to keep
+    them apart."""
     sent = words(SENTINELS[sentinel]) * 4
     text = "\n".join(" ".join(f"0x{b:02x}" for b in c + sent) for c in cases) + "\n"
     p = subprocess.run(LLVM_MC, input=text, capture_output=True, text=True, check=False)
@@ -64,10 +67,11 @@ REGS = {
     "VOP1": {("v", 4): "vdst", ("s", 4): "vdst", ("v", 8): "src0", ("s", 8): "src0"},
     "VOP2": {("v", 4): "vdst", ("v", 8): "src0", ("v", 12): "vsrc1"},
     "VOPC": {("v", 8): "src0", ("v", 12): "vsrc1"},
-    "VOP3": {("v", 4): "vdst", ("s", 4): "vdst", ("s", 20): "sdst", ("v", 8): "src0", ("s", 8): "src0", ("v", 12): "src1", ("s", 12): "src1",
-             ("v", 16): "src2", ("s", 16): "src2"},
+    "VOP3": {("v", 4): "vdst", ("s", 4): "vdst", ("s", 20): "sdst", ("v", 8): "src0", ("s", 8): "src0",
+             ("v", 12): "src1", ("s", 12): "src1", ("v", 16): "src2", ("s", 16): "src2"},
     "VOP3P": {("v", 4): "vdst", ("v", 8): "src0", ("v", 12): "src1", ("v", 16): "src2"},
-    "VOPD": {("v", 0): "vdstx", ("v", 1): "srcx0", ("v", 2): "vsrcx1", ("v", 3): "vdsty", ("v", 4): "srcy0", ("v", 5): "vsrcy1"},
+    "VOPD": {("v", 0): "vdstx", ("v", 1): "srcx0", ("v", 2): "vsrcx1", ("v", 3): "vdsty", ("v", 4): "srcy0",
+             ("v", 5): "vsrcy1"},
     "DS": {("v", 1): "addr", ("v", 2): "data0", ("v", 4): "data1", ("v", 8): "vdst"},
     "FLAT": {("v", 2): "addr", ("v", 4): "data", ("s", 10): "saddr", ("v", 8): "vdst"},
     "MUBUF": {("v", 2): "vaddr", ("v", 4): "vdata", ("s", 8): "srsrc", ("v", 8): "vdata"},
@@ -75,7 +79,7 @@ REGS = {
 
 
 def variants(enc: str, op: int) -> list[bytes]:
-    """Candidate encodings of one opcode, most operands first; the first one llvm-mc accepts cleanly defines the template."""
+    """Candidate encodings of one opcode, most operands first; the first llvm-mc accepts cleanly gives the template."""
     lit = words(LIT)
     if enc == "SOP2":
         b = lambda s0: words((2 << 30) | (op << 23) | (4 << 16) | (12 << 8) | s0)
@@ -108,22 +112,25 @@ def variants(enc: str, op: int) -> list[bytes]:
             sd = (20 << 8) if op in VOP3SD_OPS else 0
             b = lambda s0, s1, s2: words((0x35 << 26) | (op << 16) | sd | 4, s0 | (s1 << 9) | (s2 << 18))
         else:   # op_sel_hi defaults to all ones, which LLVM does not print
-            b = lambda s0, s1, s2: words((0xCC << 24) | (op << 16) | (1 << 14) | 4, s0 | (s1 << 9) | (s2 << 18) | (3 << 27))
-        return [b(V + 8, V + 12, V + 16), b(V + 8, V + 12, 16), b(V + 8, 12, 16), b(V + 8, V + 12, 0), b(V + 8, 12, 0),
-                b(V + 8, 0, 0), b(8, 12, 0), b(8, 0, 0), b(0, 0, 0), b(255, V + 12, V + 16) + lit, b(255, V + 12, 0) + lit]
+            b = lambda s0, s1, s2: words((0xCC << 24) | (op << 16) | (1 << 14) | 4,
+                                         s0 | (s1 << 9) | (s2 << 18) | (3 << 27))
+        return [b(V + 8, V + 12, V + 16), b(V + 8, V + 12, 16), b(V + 8, 12, 16), b(V + 8, V + 12, 0),
+                b(V + 8, 12, 0), b(V + 8, 0, 0), b(8, 12, 0), b(8, 0, 0), b(0, 0, 0), b(255, V + 12, V + 16) + lit,
+                b(255, V + 12, 0) + lit]
     if enc in ("VOPDX", "VOPDY"):
         opx, opy = (op, 4) if enc == "VOPDX" else (3, op)
         lo = lambda x1: (0x32 << 26) | (opx << 22) | (opy << 17) | (x1 << 9) | (V + 1)
         hi = lambda y1: (V + 4) | (y1 << 9) | (1 << 17)
-        return [words(lo(2), hi(5)), words(lo(2), hi(5)) + lit, words(lo(0), hi(5)), words(lo(2), hi(0)), words(lo(0), hi(0)),
-                words(lo(0), hi(5)) + lit, words(lo(2), hi(0)) + lit]
+        return [words(lo(2), hi(5)), words(lo(2), hi(5)) + lit, words(lo(0), hi(5)), words(lo(2), hi(0)),
+                words(lo(0), hi(0)), words(lo(0), hi(5)) + lit, words(lo(2), hi(0)) + lit]
     if enc == "DS":
         b = lambda a, d0, d1, vd: words((0x36 << 26) | (op << 18), a | (d0 << 8) | (d1 << 16) | (vd << 24))
         return [b(1, 2, 4, 8), b(1, 2, 0, 8), b(1, 2, 4, 0), b(1, 2, 0, 0), b(1, 0, 0, 8), b(0, 2, 0, 0), b(0, 0, 0, 8),
                 b(1, 0, 0, 0), b(0, 0, 0, 0)]
     if enc in ("FLAT", "SCRATCH", "GLOBAL"):
         seg = ("FLAT", "SCRATCH", "GLOBAL").index(enc)
-        b = lambda saddr, sve: words((0x37 << 26) | (op << 18) | (seg << 16), 2 | (4 << 8) | (saddr << 16) | (sve << 23) | (8 << 24))
+        b = lambda saddr, sve: words((0x37 << 26) | (op << 18) | (seg << 16),
+                                     2 | (4 << 8) | (saddr << 16) | (sve << 23) | (8 << 24))
         return [b(124, 1), b(124, 0), b(10, 0)] if enc == "SCRATCH" else [b(124, 0), b(10, 0), b(124, 1)]
     if enc == "MUBUF":
         return [words((0x38 << 26) | (op << 18), 2 | (4 << 8) | (2 << 16) | (128 << 24))]
@@ -131,8 +138,8 @@ def variants(enc: str, op: int) -> list[bytes]:
 
 
 OPCODE_SPACE = {"SOP2": 96, "SOP1": 256, "SOPK": 28, "SOPC": 128, "SOPP": 128, "SMEM": 256, "VOP1": 256, "VOP2": 62,
-                "VOPC": 256, "VOP3": 1024, "VOP3P": 128, "VOPDX": 16, "VOPDY": 32, "DS": 256, "FLAT": 128, "SCRATCH": 128,
-                "GLOBAL": 128, "MUBUF": 256}
+                "VOPC": 256, "VOP3": 1024, "VOP3P": 128, "VOPDX": 16, "VOPDY": 32, "DS": 256, "FLAT": 128,
+                "SCRATCH": 128, "GLOBAL": 128, "MUBUF": 256}
 
 REG_RE = re.compile(r"^([sv])(\d+)$|^([sv])\[(\d+):(\d+)\]$")
 OPERAND_RE = re.compile(r"[^,\[\s(]+(?:\[[^\]]*\])?(?:\([^)]*\))?")
@@ -145,8 +152,9 @@ IMM_FIELD = {"SOPP": "simm16", "SOPK": "simm16", "SMEM": "offset"}
 
 
 def template(enc: str, text: str) -> tuple[str, tuple]:
-    """Split LLVM's text into the printed mnemonic and an operand template. Each operand is (field, register count, kind) with
-    kind "v" (VGPR field), "s" (scalar operand code), "src" (9-bit source code: register or constant), "imm" (the literal),
+    """Split LLVM's text into the printed mnemonic and an operand template. Each operand is (field, register count,
+    kind) with kind "v" (VGPR field), "s" (scalar operand code), "src" (9-bit source code: register or constant),
+    "imm" (the literal),
     or for immediates "hex"/"dec"/"fmt" (printed in hex, in decimal, or by a named formatter), or a fixed string such as
     "vcc_lo" or "off". Modifiers (offset:, glc, clamp, ...) are dropped."""
     regs = REGS["VOPD" if enc.startswith("VOPD") else "FLAT" if enc in ("SCRATCH", "GLOBAL") else enc]
@@ -157,7 +165,10 @@ def template(enc: str, text: str) -> tuple[str, tuple]:
             continue
         m = REG_RE.match(re.sub(r"\.[lh]$", "", tok))     # v4.l: a 16-bit half (LLVM 19 prints v_mov_b16 so)
         if m:
-            kind, lo, hi = (m.group(1), int(m.group(2)), int(m.group(2))) if m.group(1) else (m.group(3), int(m.group(4)), int(m.group(5)))
+            if m.group(1):
+                kind, lo, hi = m.group(1), int(m.group(2)), int(m.group(2))
+            else:
+                kind, lo, hi = m.group(3), int(m.group(4)), int(m.group(5))
             if (kind, lo) not in regs:
                 raise ValueError(f"{enc}: cannot place register {tok} of {text!r}")
             field = regs[(kind, lo)]
@@ -165,7 +176,7 @@ def template(enc: str, text: str) -> tuple[str, tuple]:
         elif tok == f"0x{LIT:x}":
             ops.append(("literal", 1, "imm"))
         elif enc in IMM_FIELD and not (enc == "SMEM" and tok == "16"):
-            # how LLVM prints the immediate: "hex", "dec", or "fmt" (waitcnt fields, hwreg(), sendmsg(): named formatters)
+            # how LLVM prints it: "hex", "dec", or "fmt" (waitcnt, hwreg(), sendmsg(): named formatters)
             style = "hex" if tok.startswith("0x") else "dec" if re.match(r"^-?\d+$", tok) else "fmt"
             if not any(o[0] == IMM_FIELD[enc] for o in ops if isinstance(o, tuple)):
                 ops.append((IMM_FIELD[enc], 0, style))
@@ -241,8 +252,9 @@ def const_classes(enc: str, base: dict[int, bytes], texts: dict[int, tuple]) -> 
 
 
 def imm_styles(enc: str, rows: dict[int, tuple]) -> None:
-    """Refine how SOPP/SOPK immediates print, from two probes (16 and 0x8123): "hex" always hex, "u16" decimal for 0..64 and
-    hex otherwise, "dec" unsigned decimal (branch offsets, s_call_b64), "fmt" a named formatter (waitcnt, hwreg, sendmsg)."""
+    """Refine how SOPP/SOPK immediates print, from two probes (16 and 0x8123): "hex" always hex, "u16" decimal for
+    0..64 and hex otherwise, "dec" unsigned decimal (branch offsets, s_call_b64), "fmt" a named formatter (waitcnt,
+    hwreg, sendmsg)."""
     ops = [op for op, (_, t) in rows.items() if any(isinstance(o, tuple) and o[0] == "simm16" for o in t)]
     if enc == "SOPP":
         probe = lambda op, imm: words((0x17F << 23) | (op << 16) | imm)
@@ -258,22 +270,25 @@ def imm_styles(enc: str, rows: dict[int, tuple]) -> None:
         rows[op] = (mnem, tuple((o[0], 0, style) if isinstance(o, tuple) and o[0] == "simm16" else o for o in tmpl))
 
 
-# Modifier probes: name -> ((bits in dword 0, bits in dword 1) per probed operand bit, mark LLVM prints). A bit is probed on its
-# own because LLVM rejects bits for operands an opcode does not have.
-VOP3_MOD_PROBES = {"abs": ([(1 << 8 + i, 0) for i in range(3)], "|"), "neg": ([(0, 1 << 29 + i) for i in range(3)], "-"),
+# Modifier probes: name -> ((bits in dword 0, bits in dword 1) per probed operand bit, mark LLVM prints). A bit is
+# probed on its own because LLVM rejects bits for operands an opcode does not have.
+VOP3_MOD_PROBES = {"abs": ([(1 << 8 + i, 0) for i in range(3)], "|"),
+                   "neg": ([(0, 1 << 29 + i) for i in range(3)], "-"),
                    "sext": ([(0, 1 << 29 + i) for i in range(3)], "sext("), "clamp": ([(1 << 15, 0)], "clamp"),
                    "omod": ([(0, 1 << 27)], "mul:2"), "op_sel": ([(1 << 11 + i, 0) for i in range(4)], "op_sel:")}
 VOP3P_MOD_PROBES = {"op_sel": ([(1 << 11 + i, 0) for i in range(3)], "op_sel:"),
                     "op_sel_hi": ([(0, 1 << 27), (0, 1 << 28), (1 << 14, 0)], "op_sel_hi:"),
-                    "neg_lo": ([(0, 1 << 29 + i) for i in range(3)], "neg_lo:"), "neg_hi": ([(1 << 8 + i, 0) for i in range(3)], "neg_hi:"),
+                    "neg_lo": ([(0, 1 << 29 + i) for i in range(3)], "neg_lo:"),
+                    "neg_hi": ([(1 << 8 + i, 0) for i in range(3)], "neg_hi:"),
                     "clamp": ([(1 << 15, 0)], "clamp"), "neg": ([(0, 1 << 29 + i) for i in range(3)], "-"),
                     "abs": ([(1 << 8 + i, 0) for i in range(3)], "|")}
 
 
 def modifiers(enc: str, base: dict[int, bytes]) -> dict[int, dict[str, int]]:
-    """Which VOP3/VOP3P modifiers LLVM prints for each opcode, as a mask of the field bits it prints them for; for op_sel and
-    op_sel_hi also the number of printed entries (MODS[...]["op_sel#"]). "sext" marks integer operands whose neg bit prints as
-    sext(x); for VOP3P, "neg"/"abs" mean the neg/neg_hi bits print as -x / |x| on the operands (v_fma_mix*)."""
+    """Which VOP3/VOP3P modifiers LLVM prints for each opcode, as a mask of the field bits it prints them for; for
+    op_sel and op_sel_hi also the number of printed entries (MODS[...]["op_sel#"]). "sext" marks integer operands
+    whose neg bit prints as sext(x); for VOP3P, "neg"/"abs" mean the neg/neg_hi bits print as -x / |x| on the
+    operands (v_fma_mix*)."""
     probes = VOP3_MOD_PROBES if enc == "VOP3" else VOP3P_MOD_PROBES
     cases, keys = [], []
     for op, word in base.items():
@@ -327,14 +342,15 @@ def main() -> None:
         if enc in ("VOP3", "VOP3P"):
             mods[enc] = modifiers(enc, base)
     print('"""RDNA3 (gfx1100) opcode tables, generated from llvm-mc-19 by gen_tables.py; data, do not edit by hand.\n')
-    print("OPS[enc][opcode] = (LLVM's printed mnemonic, operand template); a template entry is (field, register count) or fixed")
-    print("text. CONSTS[enc][opcode][field] says how constants print in a source field: b32, f16, i16 or b64.")
-    print("MODS[enc][opcode][modifier] is the mask of field bits whose modifier LLVM prints (see gen_tables.modifiers).")
-    print("T16_SYNTAX[enc] holds the opcodes LLVM 19 prints with 16-bit register halves (v1.l) even without true16.\n\"\"\"")
-    print("OPS = " + pprint.pformat(tables, width=130, compact=True))
-    print("CONSTS = " + pprint.pformat(consts, width=130, compact=True))
-    print("MODS = " + pprint.pformat(mods, width=130, compact=True))
-    print("T16_SYNTAX = " + pprint.pformat(t16_syntax, width=130, compact=True))
+    print("OPS[enc][opcode] = (LLVM's printed mnemonic, operand template); a template entry is (field, register")
+    print("count, kind) or fixed text (see gen_tables.template). CONSTS[enc][opcode][field] says how constants print")
+    print("in a source field: b32, f16, i16 or b64. MODS[enc][opcode][modifier] is the mask of field bits whose")
+    print("modifier LLVM prints (see gen_tables.modifiers). T16_SYNTAX[enc] holds the opcodes LLVM 19 prints with")
+    print("16-bit register halves (v1.l) even without true16.\n\"\"\"")
+    print("OPS = " + pprint.pformat(tables, width=120, compact=True))
+    print("CONSTS = " + pprint.pformat(consts, width=120, compact=True))
+    print("MODS = " + pprint.pformat(mods, width=120, compact=True))
+    print("T16_SYNTAX = " + pprint.pformat(t16_syntax, width=120, compact=True))
 
 
 if __name__ == "__main__":

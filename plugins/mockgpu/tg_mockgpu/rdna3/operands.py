@@ -1,6 +1,7 @@
 """RDNA3 operand codes: the 9-bit source code (and the 7/8-bit scalar codes, which are its first 128 values).
 
-Numbers checked against llvm-mc-19 (tests/test_mockgpu_decode.py disassembles every code): gfx11 puts NULL at 124 and M0 at 125.
+Numbers checked against llvm-mc-19 (tests/test_mockgpu_decode.py disassembles every code): gfx11 puts NULL at 124
+and M0 at 125.
 """
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ SPECIAL = {106: "vcc_lo", 107: "vcc_hi", 124: "null", 125: "m0", 126: "exec_lo",
 def src_operand(code: int) -> tuple[str, int]:
     """Decode a source code into (kind, value).
 
-    kind: "sgpr" (value = SGPR number), "ttmp" (trap temp number), "vgpr" (VGPR number), "inline_int" (the integer),
-    "inline_float" (value = the code, 240..248; its bits depend on the operand width, see INLINE_FLOATS), "literal"
-    (value 0: the instruction's literal), or a special register name from SPECIAL with value 0 (vcc_lo, vcc_hi, null, m0,
-    exec_lo, exec_hi, vccz, execz, scc, src_shared_base, ..., lds_direct, dpp8, dpp16).
+    kind: "sgpr" (value = SGPR number), "ttmp" (trap temp number), "vgpr" (VGPR number), "inline_int" (the
+    integer), "inline_float" (value = the code, 240..248; its bits depend on the operand width, see INLINE_FLOATS),
+    "literal" (value 0: the instruction's literal), or a special register name from SPECIAL with value 0 (vcc_lo,
+    vcc_hi, null, m0, exec_lo, exec_hi, vccz, execz, scc, src_shared_base, ..., lds_direct, dpp8, dpp16).
     """
     if not 0 <= code < 512:
         raise ValueError(f"operand code {code} out of range: source codes are 9-bit (0..511)")
@@ -47,7 +48,7 @@ def src_operand(code: int) -> tuple[str, int]:
 
 
 def inline_value(code: int, bits: int) -> int:
-    """The bit pattern an inline constant stands for in an operand of `bits` (16, 32 or 64) width; integers sign-extend."""
+    """The bit pattern an inline constant stands for in an operand `bits` (16, 32 or 64) wide; integers sign-extend."""
     kind, value = src_operand(code)
     if kind == "inline_int":
         return value & ((1 << bits) - 1)
