@@ -20,7 +20,9 @@ from tg_core.renderer.llvmir import LLVMRenderer
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.intpow import pm_int_pow
 
-OPT_LEVEL = 3  # the new pass manager's speed level (-O3): loop and SLP vectorization, unrolling
+# the new pass manager's speed level. -O2 already runs the loop and SLP vectorizers; -O3 took twice as long to
+# compile the MLP forward's kernels (0.34 s against 0.15 s here) and ran them no faster
+OPT_LEVEL = 2
 
 _init_lock = threading.Lock()
 _initialized = False
