@@ -1,5 +1,6 @@
-"""The RDNA3 decoder against llvm-mc-19: instruction forms LLVM emits for tensor kernels are assembled by llvm-mc (one call)
-and must decode to the same mnemonic, size, operand fields and text; operand codes; errors for what we cannot decode."""
+"""The RDNA3 decoder against llvm-mc-19: instruction forms LLVM emits for tensor kernels are assembled by llvm-mc
+(one call) and must decode to the same mnemonic, size, operand fields and text; operand codes; errors for what we
+cannot decode."""
 from __future__ import annotations
 
 import re
@@ -14,10 +15,11 @@ from tg_mockgpu.rdna3.disasm import disasm
 from tg_mockgpu.rdna3.gen_tables import llvm_mc
 from tg_mockgpu.rdna3.operands import INLINE_FLOATS, inline_value, src_operand
 
-needs_llvm = pytest.mark.skipif(shutil.which("llvm-mc-19") is None, reason="llvm-mc-19 (Debian package llvm-19) is not installed")
+needs_llvm = pytest.mark.skipif(shutil.which("llvm-mc-19") is None,
+                                reason="llvm-mc-19 (Debian package llvm-19) is not installed")
 
-# (assembly, expected encoding, expected fields): fields are checked where given (register numbers as the decoder reports
-# them: 9-bit source codes, v = 256 + n), every case is checked for mnemonic, size and text.
+# (assembly, expected encoding, expected fields): fields are checked where given (register numbers as the decoder
+# reports them: 9-bit source codes, v = 256 + n), every case is checked for mnemonic, size and text.
 V = 256
 FORMS: list[tuple[str, str, dict]] = [
     # scalar ALU, 64-bit address math, compares, exec masking, constants and literals
@@ -88,8 +90,8 @@ FORMS: list[tuple[str, str, dict]] = [
     ("v_cmp_class_f32_e64 vcc_lo, v3, 0x260", "VOP3", {"vdst": 106, "src1": 255}),
     ("v_cmp_ge_f32_e64 s0, 0, v8", "VOP3", {"vdst": 0, "src0": 128, "src1": V + 8}),
     ("v_cndmask_b32_e64 v5, 0, 0x42800000, vcc_lo", "VOP3", {"src0": 128, "src1": 255, "src2": 106}),
-    ("v_fma_f32 v0, -v1, v2, |v3| clamp", "VOP3", {"vdst": 0, "src0": V + 1, "src1": V + 2, "src2": V + 3, "neg": 1, "abs": 4,
-                                                  "clamp": 1}),
+    ("v_fma_f32 v0, -v1, v2, |v3| clamp", "VOP3", {"vdst": 0, "src0": V + 1, "src1": V + 2, "src2": V + 3, "neg": 1,
+                                                  "abs": 4, "clamp": 1}),
     ("v_add_f32_e64 v0, v1, v2 mul:2", "VOP3", {"omod": 1}),
     ("v_ldexp_f32 v3, v3, v5", "VOP3", {}),
     ("v_lshl_or_b32 v0, s15, 8, v0", "VOP3", {"src0": 15, "src1": 136, "src2": V}),
@@ -117,8 +119,8 @@ FORMS: list[tuple[str, str, dict]] = [
     ("v_pk_fma_f16 v0, v1, v2, v3 neg_lo:[1,0,0] neg_hi:[0,1,0] clamp", "VOP3P", {"neg": 1, "neg_hi": 2, "clamp": 1,
                                                                                   "opsel_hi": 7}),
     ("v_pk_mul_lo_u16 v0, v1, v2", "VOP3P", {}),
-    ("v_dual_mul_f32 v0, v1, v2 :: v_dual_add_f32 v3, v4, v5", "VOPD", {"vdstx": 0, "srcx0": V + 1, "vsrcx1": 2, "vdsty": 3,
-                                                                        "srcy0": V + 4, "vsrcy1": 5}),
+    ("v_dual_mul_f32 v0, v1, v2 :: v_dual_add_f32 v3, v4, v5", "VOPD",
+     {"vdstx": 0, "srcx0": V + 1, "vsrcx1": 2, "vdsty": 3, "srcy0": V + 4, "vsrcy1": 5}),
     ("v_dual_fmaak_f32 v0, v1, v2, 0x11223344 :: v_dual_mov_b32 v3, v4", "VOPD", {}),
     ("v_dual_mov_b32 v6, 0 :: v_dual_lshlrev_b32 v1, 2, v0", "VOPD", {"srcx0": 128}),
     # LDS, global, flat and scratch memory
@@ -156,15 +158,18 @@ def assemble(lines: list[str]) -> list[tuple[str, bytes]]:
 
 @needs_llvm
 def test_forms_decode_like_llvm_mc() -> None:
-    """Mnemonic, size and fields against the assembler; text against llvm-mc's disassembly of the same bytes (the two print
-    a few immediates differently, e.g. branch offsets: -3 vs 65533)."""
+    """Mnemonic, size and fields against the assembler; text against llvm-mc's disassembly of the same bytes (the
+    two print a few immediates differently, e.g. branch offsets: -3 vs 65533)."""
     bad = []
     assembled = assemble([f[0] for f in FORMS])
     shown = llvm_mc([code for _, code in assembled], "v_nop")    # FORMS has s_code_end, the default sentinel
     for (src, enc, fields), (text, code), dis in zip(FORMS, assembled, shown):
         inst = decode(code)
         mnemonic = text.split()[0]
-        want_op = "::".join(h.split()[0] for h in text.split(" :: ")) if enc == "VOPD" else re.sub(r"_e(32|64)$", "", mnemonic)
+        if enc == "VOPD":
+            want_op = "::".join(half.split()[0] for half in text.split(" :: "))
+        else:
+            want_op = re.sub(r"_e(32|64)$", "", mnemonic)
         wrong = {k: (inst.fields.get(k), v) for k, v in fields.items() if inst.fields.get(k) != v}
         if (inst.enc, inst.op, inst.size) != (enc, want_op, len(code)) or wrong or disasm(inst, true16=False) != dis:
             bad.append(f"{src}: {code.hex()} -> {inst.enc} {inst.op} size {inst.size}, fields (ours, want) {wrong}, "
@@ -199,7 +204,8 @@ def test_operand_codes_match_llvm() -> None:
         want = {"sgpr": f"s{value}", "vgpr": f"v{value}", "ttmp": f"ttmp{value}", "inline_int": str(value),
                 "literal": "0x12345678"}.get(kind)
         if kind == "inline_float":
-            assert struct.unpack("<f", struct.pack("<I", inline_value(code, 32)))[0] == pytest.approx(float(shown)), code
+            as_float = struct.unpack("<f", struct.pack("<I", inline_value(code, 32)))[0]
+            assert as_float == pytest.approx(float(shown)), code
         elif want is not None:
             assert shown == want, (code, kind, value, shown)
         else:
@@ -212,7 +218,7 @@ def test_operand_codes_match_llvm() -> None:
 
 
 def test_inline_constants_per_width() -> None:
-    assert inline_value(242, 32) == 0x3F800000 and inline_value(242, 16) == 0x3C00 and inline_value(242, 64) == 0x3FF << 52
+    assert (inline_value(242, 32), inline_value(242, 16), inline_value(242, 64)) == (0x3F800000, 0x3C00, 0x3FF << 52)
     assert inline_value(193, 32) == 0xFFFFFFFF and inline_value(208, 16) == 0xFFF0 and inline_value(192, 64) == 64
     assert set(INLINE_FLOATS) == set(range(240, 249))
     with pytest.raises(ValueError, match="not an inline constant"):
@@ -233,7 +239,8 @@ def test_true16_halves() -> None:
     mul = decode(struct.pack("<I", 0x6B030100))              # v_mul_f16_e32 v1.h, v0.l, v0.h
     assert mul.t16 == {"vdst", "src0", "vsrc1"}
     assert [vgpr_half(mul, f) for f in ("vdst", "src0", "vsrc1")] == [(1, 1), (0, 0), (0, 1)]
-    assert disasm(mul) == "v_mul_f16_e32 v1.h, v0.l, v0.h" and disasm(mul, true16=False) == "v_mul_f16_e32 v129, v0, v128"
+    assert disasm(mul) == "v_mul_f16_e32 v1.h, v0.l, v0.h"
+    assert disasm(mul, true16=False) == "v_mul_f16_e32 v129, v0, v128"
     fma = decode(bytes.fromhex("011048d603070e04"))           # v_fma_f16 v1, v3, v3, v3 op_sel:[0,1,0,0]
     assert fma.op == "v_fma_f16" and vgpr_half(fma, "src1") == (3, 1) and vgpr_half(fma, "vdst") == (1, 0)
     assert disasm(fma) == "v_fma_f16 v1.l, v3.l, v3.h, v3.l"

@@ -1,8 +1,8 @@
 """Every opcode of every encoding, with random operands and modifiers, decoded and disassembled by us and by llvm-mc-19.
 
-Instruction words are built from random raw fields; llvm-mc-19 disassembles them (one call per encoding) and every word it
-accepts as exactly one valid instruction must decode to an Inst of the same size whose text equals llvm-mc's. A coverage check
-makes sure every opcode in our tables was compared at least once.
+Instruction words are built from random raw fields; llvm-mc-19 disassembles them (one call per encoding) and every
+word it accepts as exactly one valid instruction must decode to an Inst of the same size whose text equals
+llvm-mc's. A coverage check makes sure every opcode in our tables was compared at least once.
 """
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from tg_mockgpu.rdna3.disasm import disasm
 from tg_mockgpu.rdna3.gen_tables import llvm_mc
 from tg_mockgpu.rdna3.tables import CONSTS, OPS
 
-pytestmark = pytest.mark.skipif(shutil.which("llvm-mc-19") is None, reason="llvm-mc-19 (Debian package llvm-19) is not installed")
+pytestmark = pytest.mark.skipif(shutil.which("llvm-mc-19") is None,
+                                reason="llvm-mc-19 (Debian package llvm-19) is not installed")
 
 PREFIX = {"SOP2": (0b10, 30), "SOP1": (0x17D, 23), "SOPK": (0xB, 28), "SOPC": (0x17E, 23), "SOPP": (0x17F, 23),
-          "SMEM": (0x3D, 26), "VOP1": (0x3F, 25), "VOP2": (0, 31), "VOPC": (0x3E, 25), "VOP3": (0x35, 26), "VOP3SD": (0x35, 26),
+          "SMEM": (0x3D, 26), "VOP1": (0x3F, 25), "VOP2": (0, 31), "VOPC": (0x3E, 25), "VOP3": (0x35, 26),
+          "VOP3SD": (0x35, 26),
           "VOP3P": (0xCC, 24), "VOPD": (0x32, 26), "DS": (0x36, 26), "FLAT": (0x37, 26), "MUBUF": (0x38, 26)}
 SHORT = {"SOP2", "SOP1", "SOPK", "SOPC", "SOPP", "VOP1", "VOP2", "VOPC"}
 SEG = {"FLAT": 0, "SCRATCH": 1, "GLOBAL": 2}
@@ -28,7 +30,7 @@ SRC9 = ("src0", "src1", "src2", "srcx0", "srcy0")
 
 
 def encode(fmt: str, fields: dict[str, int], literal: int | None = None) -> bytes:
-    """Pack raw fields into an instruction word by the decoder's bit ranges (an independent check comes from llvm-mc)."""
+    """Pack raw fields into an instruction word by the decoder's bit ranges (llvm-mc is the independent check)."""
     value, shift = PREFIX[fmt]
     bits = value << shift
     for name, v in fields.items():
@@ -55,8 +57,8 @@ def src_code(rng: random.Random, n: int, wide: bool = True) -> int:
 
 
 def random_case(enc: str, opcode: int, rng: random.Random, plain: bool, sgpr_srcs: bool = False) -> bytes:
-    """One random instruction; `plain` keeps to registers and no modifiers (the form every opcode should accept), with SGPRs
-    in src1/src2 if `sgpr_srcs` (carry-in, lane select and cndmask masks must be scalar)."""
+    """One random instruction; `plain` keeps to registers and no modifiers (the form every opcode should accept),
+    with SGPRs in src1/src2 if `sgpr_srcs` (carry-in, lane select and cndmask masks must be scalar)."""
     tmpl = OPS[enc][opcode][1]
     used = {t[0]: t for t in tmpl if isinstance(t, tuple)}
     fmt = "VOP3SD" if enc == "VOP3" and opcode in VOP3SD_OPCODES else "FLAT" if enc in SEG else enc
@@ -96,7 +98,8 @@ def random_case(enc: str, opcode: int, rng: random.Random, plain: bool, sgpr_src
     if fmt == "VOP3SD" and plain:
         f["sdst"] = rng.randrange(0, 100)
     if fmt == "VOP3P" and not plain:
-        f["opsel"], f["opsel_hi"], f["neg"], f["neg_hi"] = (rng.randrange(8), rng.randrange(4), rng.randrange(8), rng.randrange(8))
+        f["opsel"], f["opsel_hi"] = rng.randrange(8), rng.randrange(4)
+        f["neg"], f["neg_hi"] = rng.randrange(8), rng.randrange(8)
         f["opsel_hi2"], f["clamp"] = rng.randrange(2), rng.randrange(2)
     if fmt == "VOP3P" and plain and not OPS[enc][opcode][0].startswith("v_fma_mix"):
         f["opsel_hi"], f["opsel_hi2"] = 3, 1          # the default LLVM leaves unprinted
@@ -130,7 +133,7 @@ def random_case(enc: str, opcode: int, rng: random.Random, plain: bool, sgpr_src
 
 
 def vopd_case(opx: int, opy: int, rng: random.Random, plain: bool) -> bytes:
-    # VOPD needs its two halves' sources in different VGPR banks (register number mod 4) and destinations of opposite parity.
+    # VOPD needs its halves' sources in different VGPR banks (number mod 4) and destinations of opposite parity
     f = {"opx": opx, "opy": opy, "srcx0": 256 + 4 * rng.randrange(60), "vsrcx1": 4 * rng.randrange(60) + 1,
          "srcy0": 256 + 4 * rng.randrange(60) + 2, "vsrcy1": 4 * rng.randrange(60) + 3, "vdstx": 2 * rng.randrange(120),
          "vdsty": rng.randrange(120)}
@@ -143,8 +146,8 @@ def vopd_case(opx: int, opy: int, rng: random.Random, plain: bool) -> bytes:
     return encode("VOPD", f, rng.randrange(1 << 32) if needs_literal else None)
 
 
-ENCODINGS = ["SOP2", "SOP1", "SOPK", "SOPC", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "DS", "FLAT", "GLOBAL",
-             "SCRATCH", "MUBUF"]
+ENCODINGS = ["SOP2", "SOP1", "SOPK", "SOPC", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "DS", "FLAT",
+             "GLOBAL", "SCRATCH", "MUBUF"]
 
 
 def check(cases: list[tuple[tuple, bytes]], sentinel: str = "s_code_end") -> set:
@@ -177,14 +180,16 @@ def test_every_opcode_matches_llvm_mc(enc: str) -> None:
 
 def test_every_vopd_pair_matches_llvm_mc() -> None:
     rng = random.Random("rdna3-vopd")
-    cases = [(("VOPD", x, y), vopd_case(x, y, rng, plain=k == 0)) for x in OPS["VOPDX"] for y in OPS["VOPDY"] for k in range(2)]
+    cases = [(("VOPD", x, y), vopd_case(x, y, rng, plain=k == 0))
+             for x in OPS["VOPDX"] for y in OPS["VOPDY"] for k in range(2)]
     seen = check(cases)
     assert {k[1] for k in seen} == set(OPS["VOPDX"]) and {k[2] for k in seen} == set(OPS["VOPDY"])
 
 
 def test_true16_halves_match_llvm_mc_real_true16(monkeypatch) -> None:
-    """VOP1/VOP2/VOPC 16-bit operands name VGPR halves (bit 7 = high half): against llvm-mc-19 -mattr=+real-true16 for the
-    opcodes LLVM 19 already prints that way (its VOP3 true16 syntax differs from LLVM 22's, which the kernel tests cover)."""
+    """VOP1/VOP2/VOPC 16-bit operands name VGPR halves (bit 7 = high half): against llvm-mc-19 -mattr=+real-true16
+    for the opcodes LLVM 19 already prints that way (its VOP3 true16 syntax differs from LLVM 22's, which the kernel
+    tests cover)."""
     import tg_mockgpu.rdna3.gen_tables as gen
     from tg_mockgpu.rdna3.decode import t16_fields
     monkeypatch.setattr(gen, "LLVM_MC", gen.LLVM_MC + ["-mattr=+real-true16"])
@@ -212,5 +217,6 @@ def test_committed_tables_are_what_gen_tables_makes() -> None:
     from pathlib import Path
 
     import tg_mockgpu.rdna3 as pkg
-    out = subprocess.run([sys.executable, "-m", "tg_mockgpu.rdna3.gen_tables"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "tg_mockgpu.rdna3.gen_tables"], capture_output=True, text=True,
+                         check=True)
     assert out.stdout == (Path(pkg.__file__).parent / "tables.py").read_text()

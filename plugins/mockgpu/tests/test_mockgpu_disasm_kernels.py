@@ -1,7 +1,9 @@
-"""Real gfx1100 kernels compiled by llvmlite (LLVM 22): our disassembly of every instruction must equal llvm-objdump-19's.
+"""Real gfx1100 kernels compiled by llvmlite (LLVM 22): our disassembly of every instruction must equal
+llvm-objdump-19's (and, for true16 instructions LLVM 19 cannot print, LLVM 22's own assembly).
 
-Hand-written IR covers what tensor kernels need (f32/f16/f64/i32/i64 arithmetic, integer division, conversions, the hardware
-transcendentals, LDS with barriers, loops and divergent branches); the tg-amd renderer adds kernels tg itself generates.
+Hand-written IR covers what tensor kernels need (f32/f16/f64/i32/i64 arithmetic, integer division, conversions, the
+hardware transcendentals, LDS with barriers, loops and divergent branches); the tg-amd renderer adds kernels tg
+itself generates.
 """
 from __future__ import annotations
 
@@ -26,13 +28,20 @@ declare void @llvm.amdgcn.s.barrier()
 """
 
 
-def ir_kernel(name: str, params: str, body: str, wg: int = 256, decls: str = "") -> str:
-    return (f"{HEADER}{decls}\ndefine amdgpu_kernel void @{name}({params}) \"amdgpu-flat-work-group-size\"=\"1,{wg}\" {{\n"
-            f"entry:\n  %tid = call i32 @llvm.amdgcn.workitem.id.x()\n  %wg = call i32 @llvm.amdgcn.workgroup.id.x()\n"
-            f"  %wgb = shl i32 %wg, 8\n  %i = add i32 %wgb, %tid\n{body}\n}}\n")
+def ptrs(*names: str) -> str:
+    return ", ".join(f"ptr addrspace(1) noalias %{n}" for n in names)
 
 
-P3 = "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a, ptr addrspace(1) noalias %b, i32 %n"
+def ir_kernel(name: str, params: str, body: str, decls: tuple[str, ...] = ()) -> str:
+    """A 256-work-item kernel whose body starts with %tid, %wg and the global index %i."""
+    declare = "".join(f"declare {d}\n" for d in decls)
+    return (f"{HEADER}{declare}define amdgpu_kernel void @{name}({params}) "
+            f"\"amdgpu-flat-work-group-size\"=\"1,256\" {{\nentry:\n  %tid = call i32 @llvm.amdgcn.workitem.id.x()\n"
+            f"  %wg = call i32 @llvm.amdgcn.workgroup.id.x()\n  %wgb = shl i32 %wg, 8\n  %i = add i32 %wgb, %tid\n"
+            f"{body}\n}}\n")
+
+
+P3 = ptrs("out", "a", "b") + ", i32 %n"
 
 KERNELS = {
     # exp2/log2/sqrt/sin/fdiv as LLVM expands them, sdiv by a constant, a gated tail
@@ -60,12 +69,11 @@ body:
   store float %r, ptr addrspace(1) %po
   br label %exit
 exit:
-  ret void""", decls="declare float @llvm.exp2.f32(float)\ndeclare float @llvm.sqrt.f32(float)\ndeclare float @llvm.sin.f32(float)\n"
-                    "declare float @llvm.log2.f32(float)\ndeclare float @llvm.maxnum.f32(float, float)\n"
-                    "declare float @llvm.floor.f32(float)\ndeclare float @llvm.trunc.f32(float)"),
+  ret void""", decls=("float @llvm.exp2.f32(float)", "float @llvm.sqrt.f32(float)", "float @llvm.sin.f32(float)",
+                      "float @llvm.log2.f32(float)", "float @llvm.maxnum.f32(float, float)",
+                      "float @llvm.floor.f32(float)", "float @llvm.trunc.f32(float)")),
     # integer division and remainder by a run-time value, 64-bit integer math, min/max/select, int<->float conversions
-    "int_math": ir_kernel("int_math", "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %o64, "
-                          "ptr addrspace(1) noalias %a, i32 %d, i64 %k", """
+    "int_math": ir_kernel("int_math", ptrs("out", "o64", "a") + ", i32 %d, i64 %k", """
   %pa = getelementptr i32, ptr addrspace(1) %a, i32 %i
   %x = load i32, ptr addrspace(1) %pa
   %q = sdiv i32 %x, %d
@@ -92,10 +100,9 @@ exit:
   store i32 %sel, ptr addrspace(1) %po
   %p64 = getelementptr i64, ptr addrspace(1) %o64, i32 %i
   store i64 %dv, ptr addrspace(1) %p64
-  ret void""", decls="declare i32 @llvm.smin.i32(i32, i32)\ndeclare i32 @llvm.umax.i32(i32, i32)\ndeclare i32 @llvm.abs.i32(i32, i1)"),
+  ret void""", decls=("i32 @llvm.smin.i32(i32, i32)", "i32 @llvm.umax.i32(i32, i32)", "i32 @llvm.abs.i32(i32, i1)")),
     # half precision arithmetic and conversions, bytes and shorts
-    "half": ir_kernel("half", "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a, ptr addrspace(1) noalias %b, "
-                      "ptr addrspace(1) noalias %c8", """
+    "half": ir_kernel("half", ptrs("out", "a", "b", "c8"), """
   %pa = getelementptr half, ptr addrspace(1) %a, i32 %i
   %pb = getelementptr half, ptr addrspace(1) %b, i32 %i
   %x = load half, ptr addrspace(1) %pa
@@ -117,10 +124,9 @@ exit:
   store half %r, ptr addrspace(1) %po
   %ti = fptosi half %r to i8
   store i8 %ti, ptr addrspace(1) %pc
-  ret void""", decls="declare half @llvm.maxnum.f16(half, half)\ndeclare float @llvm.exp2.f32(float)"),
+  ret void""", decls=("half @llvm.maxnum.f16(half, half)", "float @llvm.exp2.f32(float)")),
     # 16-bit math on both halves of packed data: VOP3 true16 forms (op_sel halves), 16-bit integers, f16 compares
-    "half_packed": ir_kernel("half_packed", "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a, "
-                             "ptr addrspace(1) noalias %o16", """
+    "half_packed": ir_kernel("half_packed", ptrs("out", "a", "o16"), """
   %pa = getelementptr <2 x half>, ptr addrspace(1) %a, i32 %i
   %v = load <2 x half>, ptr addrspace(1) %pa
   %x = extractelement <2 x half> %v, i32 0
@@ -144,10 +150,10 @@ exit:
   store <2 x half> %r, ptr addrspace(1) %po
   %p16 = getelementptr i16, ptr addrspace(1) %o16, i32 %i
   store i16 %sh, ptr addrspace(1) %p16
-  ret void""", decls="declare half @llvm.fma.f16(half, half, half)\ndeclare half @llvm.sqrt.f16(half)\n"
-                    "declare half @llvm.exp2.f16(half)\ndeclare half @llvm.floor.f16(half)\ndeclare half @llvm.minnum.f16(half, half)"),
+  ret void""", decls=("half @llvm.fma.f16(half, half, half)", "half @llvm.sqrt.f16(half)", "half @llvm.exp2.f16(half)",
+                      "half @llvm.floor.f16(half)", "half @llvm.minnum.f16(half, half)")),
     # double precision: arithmetic, division, conversions
-    "f64": ir_kernel("f64", "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a", """
+    "f64": ir_kernel("f64", ptrs("out", "a"), """
   %pa = getelementptr double, ptr addrspace(1) %a, i32 %i
   %x = load double, ptr addrspace(1) %pa
   %m = fmul double %x, 3.0
@@ -161,14 +167,15 @@ exit:
   %sel = select i1 %c, double %back, double %x
   %po = getelementptr double, ptr addrspace(1) %out, i32 %i
   store double %sel, ptr addrspace(1) %po
-  ret void""", decls="declare double @llvm.sqrt.f64(double)"),
+  ret void""", decls=("double @llvm.sqrt.f64(double)",)),
     # a workgroup reduction: a strided loop, LDS tree with barriers, divergent control flow, wave 0 writes
     "lds_reduce": """
 @lds = internal addrspace(3) global [256 x float] undef, align 16
 declare i32 @llvm.amdgcn.workitem.id.x()
 declare i32 @llvm.amdgcn.workgroup.id.x()
 declare void @llvm.amdgcn.s.barrier()
-define amdgpu_kernel void @lds_reduce(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %in, i32 %n) "amdgpu-flat-work-group-size"="1,256" {
+define amdgpu_kernel void @lds_reduce(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %in, i32 %n)
+    "amdgpu-flat-work-group-size"="1,256" {
 entry:
   %t = call i32 @llvm.amdgcn.workitem.id.x()
   %g = call i32 @llvm.amdgcn.workgroup.id.x()
@@ -220,24 +227,26 @@ exit:
 }
 """,
     # many loads with immediate offsets and vector math: the clause/VOPD/waitcnt chains of unrolled kernels
-    "unrolled": ir_kernel("unrolled", "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a", """
+    "unrolled": ir_kernel("unrolled", ptrs("out", "a"), """
   %base = mul i32 %i, 16
   %p0 = getelementptr float, ptr addrspace(1) %a, i32 %base
 """ + "".join(f"""  %p{k} = getelementptr float, ptr addrspace(1) %p0, i32 {k}
   %v{k} = load float, ptr addrspace(1) %p{k}
   %e{k} = fmul float %v{k}, {1.0 + k}
-""" for k in range(1, 16)) + "".join(f"  %s{k} = fadd float %s{k - 1}, %e{k}\n" for k in range(2, 16)).replace("%s1,", "%e1,") + """
+""" for k in range(1, 16)) + "  %s2 = fadd float %e1, %e2\n" + "".join(
+        f"  %s{k} = fadd float %s{k - 1}, %e{k}\n" for k in range(3, 16)) + """
   %mx = call float @llvm.maxnum.f32(float %s15, float %e3)
   %po = getelementptr float, ptr addrspace(1) %out, i32 %i
   store float %mx, ptr addrspace(1) %po
-  ret void""", decls="declare float @llvm.maxnum.f32(float, float)"),
+  ret void""", decls=("float @llvm.maxnum.f32(float, float)",)),
 }
 
 
 def objdump_lines(obj: bytes, tmp_path) -> list[str]:
     path = tmp_path / "k.o"
     path.write_bytes(obj)
-    out = subprocess.run(["llvm-objdump-19", "-d", "--mcpu=gfx1100", str(path)], capture_output=True, text=True, check=True)
+    out = subprocess.run(["llvm-objdump-19", "-d", "--mcpu=gfx1100", str(path)], capture_output=True, text=True,
+                         check=True)
     # instruction lines start with a tab; the text ends where objdump's "// address: words" comment starts
     return [line.split("//")[0].strip() for line in out.stdout.splitlines() if line.startswith("\t")]
 
@@ -249,9 +258,9 @@ def llvm22_lines(asm: str) -> list[str]:
 
 
 def compare(ir: str, tmp_path) -> tuple[int, int]:
-    """Our text for every instruction against llvm-objdump-19; instructions with 16-bit operands (true16 forms, which
-    LLVM 19 cannot print) against LLVM 22's assembly of the same kernel instead. Returns (lines compared, how many of them
-    against LLVM 22)."""
+    """Our text for every instruction against llvm-objdump-19; instructions with 16-bit operands (true16 forms,
+    which LLVM 19 cannot print) against LLVM 22's assembly of the same kernel instead. Returns (lines compared, how
+    many of them against LLVM 22)."""
     comp = AMDCompiler()
     obj = comp.compile(ir)
     ref, asm = objdump_lines(obj, tmp_path), llvm22_lines(comp.assembly(ir))
