@@ -1,12 +1,13 @@
-"""Multi-core kernels: the outermost parallel range split across cores by a `core_id` variable.
+"""Multi-core kernels: a parallel range split across cores by a `core_id` variable.
 
 `split_cores(ast, cores)` rewrites a kernel AST so that core `c` (the int DEFINE_VAR named `core_id`, in
-[0, cores)) runs rows [c*n//cores, (c+1)*n//cores) of the outermost LOOP range of n rows: the range becomes
-one of (c+1)*n//cores - c*n//cores iterations (a constant when cores divides n) offset by c*n//cores. The
-core count is baked in as a constant; a device runs the same compiled function once per core with its
-`core_id`, and renderers see it as an ordinary variable. Only a range that every effect of the kernel is
-inside may be split (otherwise some store would run on every core), and only a kernel with enough work
-(`work_estimate`) is: starting threads costs more than a small kernel.
+[0, cores)) runs rows [c*n//cores, (c+1)*n//cores) of a LOOP range of n rows, the outermost one with at
+least two rows per core: the range becomes one of (c+1)*n//cores - c*n//cores iterations (a constant when
+cores divides n) offset by c*n//cores. The core count is baked in as a constant; a device runs the same
+compiled function once per core with its `core_id`, and renderers see it as an ordinary variable. Only a
+range that every effect of the kernel is inside may be split (otherwise some store would run on every
+core), and only a kernel with enough work (`work_estimate`) is: starting threads costs more than a small
+kernel.
 """
 from __future__ import annotations
 
@@ -19,17 +20,16 @@ CORE_ID = "core_id"
 MIN_WORK = 1 << 17
 
 
-def outer_parallel_range(ast: UOp) -> UOp | None:
-    """The LOOP range every effect of the kernel is inside, outermost; None if there is no such range."""
-    outer: UOp | None = None
+def parallel_ranges(ast: UOp) -> list[UOp]:
+    """The LOOP ranges every effect of the kernel is inside, outermost first. Each iteration of one of them
+    writes its own output elements, so its iterations may run on different cores."""
+    common: list[UOp] | None = None
     for effect in ast.src:
-        if effect.op is not Ops.END or len(effect.src) < 2:
-            return None
-        first = effect.src[1]
-        if first.arg[1] is not AxisType.LOOP or (outer is not None and first is not outer):
-            return None
-        outer = first
-    return outer
+        if effect.op is not Ops.END:
+            return []
+        loops = [r for r in effect.src[1:] if r.arg[1] is AxisType.LOOP]
+        common = loops if common is None else [r for r in common if r in loops]
+    return common or []
 
 
 def work_estimate(ast: UOp) -> int:
@@ -51,9 +51,10 @@ def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK) -> UOp:
         return ast
     if any(u.op is Ops.DEFINE_VAR and u.arg[0] == CORE_ID for u in ast.toposort()):
         raise ValueError(f"kernel already has a variable named {CORE_ID!r}, which multi-core splitting reserves")
-    rng = outer_parallel_range(ast)
-    # two rows per core at least: a range of one iteration is folded away by codegen's simplification
-    if rng is None or rng.src[0].vmax < 2 * cores or work_estimate(ast) < min_work:
+    # the outermost with two rows per core at least (a range of one iteration is folded away by codegen's
+    # simplification): a batch of 2 splits its columns instead
+    rng = next((r for r in parallel_ranges(ast) if r.src[0].vmax >= 2 * cores), None)
+    if rng is None or work_estimate(ast) < min_work:
         return ast
     n, core = rng.src[0], UOp.variable(CORE_ID, 0, cores - 1)
     if n.op is Ops.CONST and n.arg % cores == 0:

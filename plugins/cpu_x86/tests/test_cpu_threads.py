@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from tg_core.codegen.threads import CORE_ID, core_count, outer_parallel_range, split_cores, work_estimate
+from tg_core.codegen.threads import CORE_ID, core_count, parallel_ranges, split_cores, work_estimate
 from tg_core.device import Buffer, Device
 from tg_core.dtype import dtypes
 from tg_core.uop import AxisType, KernelInfo, Ops, UOp
@@ -31,7 +31,7 @@ def rows_kernel(n: UOp | int, m: int = 3):
 
 def test_split_structure():
     ast = rows_kernel(12)
-    assert outer_parallel_range(ast).arg == (0, AxisType.LOOP)
+    assert [r.arg for r in parallel_ranges(ast)] == [(0, AxisType.LOOP), (1, AxisType.LOOP)]
     assert work_estimate(ast) == 12 * 3 * 16
     split = split_cores(ast, 3, min_work=0)
     assert core_count(split) == 3 and core_count(ast) == 1
@@ -60,18 +60,27 @@ def test_what_is_not_split():
     small = rows_kernel(12)
     assert split_cores(small, 2) is small  # too little work for the default threshold
     assert split_cores(small, 1, min_work=0) is small
-    assert split_cores(rows_kernel(3), 2, min_work=0) is rows_kernel(3)  # fewer than two rows per core
+    assert split_cores(rows_kernel(3, m=3), 2, min_work=0) is rows_kernel(3, m=3)  # no range of 2 rows per core
     # a reduction to one value has no parallel range
     inp, out = UOp.param(0, dtypes.float32.ptr(1 << 20)), UOp.param(1, dtypes.float32.ptr(1))
     k = UOp.range(1 << 20, 0, AxisType.REDUCE)
     total = inp.index(k).load().reduce(Ops.ADD, k)
     scalar = sink(out.index(UOp.const(dtypes.weakint, 0)).store(total))
-    assert outer_parallel_range(scalar) is None and split_cores(scalar, 2, min_work=0) is scalar
+    assert parallel_ranges(scalar) == [] and split_cores(scalar, 2, min_work=0) is scalar
     # two effects not inside one outer range
     a, b = UOp.param(0, dtypes.int32.ptr(8)), UOp.param(1, dtypes.int32.ptr(8))
     r0, r1 = UOp.range(8, 0), UOp.range(8, 1)
     two = sink(a.index(r0).store(r0.cast(dtypes.int32)).end(r0), b.index(r1).store(r1.cast(dtypes.int32)).end(r1))
     assert split_cores(two, 2, min_work=0) is two
+
+
+def test_inner_range_split_when_the_outer_is_short():
+    """A batch of 2 rows on 2 cores: the columns are split instead (each core runs both rows)."""
+    ast = rows_kernel(2, m=12)
+    split = split_cores(ast, 2, min_work=0)
+    loops = split.src[0].src[1:]
+    assert loops[0] is ast.src[0].src[1]  # the row range is untouched
+    assert loops[1].src[0].op is Ops.CONST and loops[1].src[0].arg == 6  # 12 columns / 2 cores
 
 
 def test_bad_input():
@@ -93,16 +102,16 @@ def cpu():
 
 
 @pytest.mark.parametrize("cores", [2, 3])
-@pytest.mark.parametrize("n", [4, 13, 64])
-def test_split_kernels_run_on_the_pool(cpu, cores, n):
+@pytest.mark.parametrize("n, m", [(4, 3), (13, 3), (64, 3), (2, 5), (1, 7)])
+def test_split_kernels_run_on_the_pool(cpu, cores, n, m):
     cpu.configure_threads(cores, 0)
     inp = Buffer.from_numpy(np.arange(16, dtype=np.int32), "CPU")
-    out = Buffer.from_numpy(np.full(64 * 3, -7, np.int32), "CPU")
-    runner = cpu.get_runner(rows_kernel(n))
-    assert runner.cores == (cores if n >= 2 * cores else 1)  # two rows per core at least
+    out = Buffer.from_numpy(np.full(64 * m, -7, np.int32), "CPU")
+    runner = cpu.get_runner(rows_kernel(n, m))
+    assert runner.cores == (cores if max(n, m) >= 2 * cores else 1)  # two rows per core at least
     runner([inp, out], {})
-    want = np.full(64 * 3, -7, np.int32)
-    want[:n * 3] = np.arange(n * 3) + np.arange(16).sum()
+    want = np.full(64 * m, -7, np.int32)
+    want[:n * m] = np.arange(n * m) + np.arange(16).sum()
     np.testing.assert_array_equal(out.numpy(), want)
 
 
