@@ -202,7 +202,8 @@ class _Scan:
         heapq.heappush(self.queue, (iv.start, 0 if iv.tiny else 1, self.seq, iv))
 
     def fixed_free(self, reg: PReg, start: int, end: int) -> bool:
-        return all(f.end < start or f.start > end for f in self.fixed.get(reg, ()))
+        fixed = self.fixed.get(reg)
+        return fixed is None or all(f.end < start or f.start > end for f in fixed)
 
     def hinted(self, v: VReg) -> PReg | None:
         h = v.hint
@@ -295,9 +296,9 @@ def _map_operand(o: Operand, f) -> Operand:
 
 def map_regs(ins: MInst, f) -> MInst:
     """`ins` with every virtual register v replaced by f(v)."""
-    return dataclasses.replace(ins, operands=tuple(_map_operand(o, f) for o in ins.operands),
-                               implicit_writes=tuple(f(r) if isinstance(r, VReg) else r for r in ins.implicit_writes),
-                               implicit_reads=tuple(f(r) if isinstance(r, VReg) else r for r in ins.implicit_reads))
+    return MInst(ins.op, tuple(_map_operand(o, f) for o in ins.operands), ins.writes, ins.reads, ins.kind, ins.target,
+                 tuple(f(r) if isinstance(r, VReg) else r for r in ins.implicit_writes),
+                 tuple(f(r) if isinstance(r, VReg) else r for r in ins.implicit_reads), ins.comment)
 
 
 def _resolve_frame(ins: MInst, frame: Frame) -> MInst:

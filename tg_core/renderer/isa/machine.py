@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Union
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PReg:
-    """A physical register: its name, its register class ("gpr", "vec", ...) and its hardware number."""
+    """A physical register: its name, its register class ("gpr", "vec", ...) and its hardware number. A target
+    makes each once, so identity is equality (and hashing is cheap: the allocator hashes them constantly)."""
     name: str
     cls: str
     num: int
@@ -114,20 +115,26 @@ class MInst:
     implicit_writes: tuple[Reg, ...] = ()
     implicit_reads: tuple[Reg, ...] = ()
     comment: str = field(default="", compare=False)
+    _uses: tuple[Reg, ...] = field(init=False, repr=False, compare=False)
+    _defs: tuple[Reg, ...] = field(init=False, repr=False, compare=False)
 
-    def used_regs(self) -> list[Reg]:
-        """Registers read, in operand order (implicit ones last); a read position may hold an immediate."""
-        out: list[Reg] = []
+    def __post_init__(self) -> None:
+        # computed once: the allocator and dead-code passes ask for them many times
+        uses: list[Reg] = []
         for i, o in enumerate(self.operands):
             if isinstance(o, Mem):
-                out.extend(o.regs())
+                uses.extend(o.regs())
             elif i in self.reads and not isinstance(o, (Imm, Label)):
-                out.append(base_reg(o))
-        out.extend(self.implicit_reads)
-        return out
+                uses.append(base_reg(o))
+        self._uses = (*uses, *self.implicit_reads)
+        self._defs = (*(base_reg(self.operands[i]) for i in self.writes), *self.implicit_writes)
 
-    def defined_regs(self) -> list[Reg]:
-        return [base_reg(self.operands[i]) for i in self.writes] + list(self.implicit_writes)
+    def used_regs(self) -> tuple[Reg, ...]:
+        """Registers read, in operand order (implicit ones last); a read position may hold an immediate."""
+        return self._uses
+
+    def defined_regs(self) -> tuple[Reg, ...]:
+        return self._defs
 
     def __str__(self) -> str:
         if self.kind == LABEL:

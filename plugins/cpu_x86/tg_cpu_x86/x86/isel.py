@@ -477,8 +477,19 @@ def sel_float_max(ctx: Selector, u: UOp) -> None:
     ctx.ins("vblendv" + _PK[dt], d, t, a, m, w=(0,), r=(1, 2, 3))
 
 
-def sel_mulacc(ctx: Selector, u: UOp) -> None:
-    a, b, c = (ctx.reg(s) for s in u.src)
+def sel_fused_add(ctx: Selector, u: UOp) -> UOp | None:
+    """a*b + c as one FMA when the product has no other use (contraction, as the LLVM renderer's `contract`);
+    not for float16, whose product must round to float16 first."""
+    if u.dtype is dtypes.float16:
+        return None
+    for m, c in (u.src, u.src[::-1]):
+        if m.op is Ops.MUL and ctx.users.get(m) == [u]:
+            return _rule(sel_mulacc)(ctx, u, srcs=(m.src[0], m.src[1], c))
+    return None
+
+
+def sel_mulacc(ctx: Selector, u: UOp, srcs: tuple[UOp, ...] | None = None) -> None:
+    a, b, c = (ctx.reg(s) for s in (srcs or u.src))
     d = ctx.out(u, in_place=True)
     if dtypes.is_float(u.dtype):
         if d is a or d is b and d is not c:
@@ -921,6 +932,7 @@ isel_rules = PatternMatcher([
     (UPat(Ops.RANGE, name="u"), _rule(sel_range)),
     (UPat(Ops.END, name="u"), _rule(sel_end)),
     # floats
+    (UPat(Ops.ADD, FLOATS, name="u"), sel_fused_add),
     (UPat((Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV), FLOATS, name="u"), _rule(sel_float_binary)),
     (UPat(Ops.MAX, FLOATS, name="u"), _rule(sel_float_max)),
     (UPat(Ops.MULACC, name="u"), _rule(sel_mulacc)),
@@ -957,31 +969,42 @@ def eliminate_dead_code(insts: list[MInst]) -> list[MInst]:
     """Drop what computes values nobody reads (a compare a pattern already folded, a load of an unused value),
     then compares whose flags no instruction reads: rules select each uop where the program has it, even when
     a later rule folded it into its user."""
-    while True:
-        uses: dict[VReg, int] = {}
-        for ins in insts:
-            for v in ins.used_regs():
-                if isinstance(v, VReg):
-                    uses[v] = uses.get(v, 0) + 1
-        keep: list[MInst] = []
-        for ins in insts:
-            defs = ins.defined_regs()
-            own = ins.used_regs()
-            if ins.kind in ("normal", MOVE) and defs and all(
-                    isinstance(v, VReg) and v.fixed is None and uses.get(v, 0) == own.count(v) for v in defs):
-                continue
-            keep.append(ins)
-        out: list[MInst] = []
-        for i, ins in enumerate(keep):
-            if ins.op in _FLAG_WRITERS:
-                nxt = next((x for x in keep[i + 1:] if x.op in _FLAG_WRITERS or _reads_flags(x.op)
-                            or x.kind not in ("normal", MOVE)), None)
+    uses: dict[VReg, int] = {}
+    sites: dict[VReg, list[int]] = {}
+    for i, ins in enumerate(insts):
+        for v in ins.used_regs():
+            if isinstance(v, VReg):
+                uses[v] = uses.get(v, 0) + 1
+        for v in ins.defined_regs():
+            if isinstance(v, VReg):
+                sites.setdefault(v, []).append(i)
+    alive = [True] * len(insts)
+
+    def dead(ins: MInst) -> bool:
+        own = ins.used_regs()
+        return ins.kind in ("normal", MOVE) and bool(ins.defined_regs()) and all(
+            isinstance(v, VReg) and v.fixed is None and uses.get(v, 0) == own.count(v) for v in ins.defined_regs())
+
+    def remove(i: int, work: list[int]) -> None:
+        alive[i] = False
+        for v in insts[i].used_regs():
+            if isinstance(v, VReg):
+                uses[v] -= 1
+                work.extend(sites.get(v, ()))
+    work = list(range(len(insts)))
+    while work:
+        while work:
+            i = work.pop()
+            if alive[i] and dead(insts[i]):
+                remove(i, work)
+        live = [i for i in range(len(insts)) if alive[i]]
+        for k, i in enumerate(live):
+            if insts[i].op in _FLAG_WRITERS:
+                nxt = next((insts[j] for j in live[k + 1:] if insts[j].op in _FLAG_WRITERS or
+                            _reads_flags(insts[j].op) or insts[j].kind not in ("normal", MOVE)), None)
                 if nxt is None or not _reads_flags(nxt.op):
-                    continue
-            out.append(ins)
-        if len(out) == len(insts):
-            return out
-        insts = out
+                    remove(i, work)
+    return [ins for i, ins in enumerate(insts) if alive[i]]
 
 
 def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:

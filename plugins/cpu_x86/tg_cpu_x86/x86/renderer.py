@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tg_core.codegen.heuristic import CPUTarget, cpu_opts
-from tg_core.codegen.opts import Opt
+from tg_core.codegen.opts import Opt, OptOps
 from tg_core.codegen.program import Program
 from tg_core.codegen.regalloc import Allocation, allocate
 from tg_core.renderer import Renderer
@@ -76,10 +76,11 @@ def assemble(insts: list[MInst], data: dict[bytes, str]) -> Assembler:
     return asm
 
 
-# Lanes are scalar registers here (no vector instructions yet), so tiles are sized to the 16 xmm registers:
-# 4 lanes on contiguous axes (separate accumulators for reductions), matmul tiles of 3 rows x 8 columns;
-# no packed panels (they need indexed register arrays)
-_TARGET = CPUTarget(vector_bytes=16, tile_rows=3, auto_vectorize=False, pack=False)
+# Lanes are scalar registers here (no vector instructions yet): 4 lanes on contiguous axes (separate
+# accumulators for reductions), and matmul register tiles of 3 rows x 4 columns, whose 12 accumulators, 3 row
+# values and a column value fill the 16 xmm registers; no packed panels (they need indexed register arrays)
+_LANES = CPUTarget(vector_bytes=16, auto_vectorize=False, pack=False)
+_TILE = CPUTarget(vector_bytes=8, tile_rows=3, auto_vectorize=False, pack=False)
 
 
 class X86Renderer(Renderer):
@@ -89,7 +90,10 @@ class X86Renderer(Renderer):
     supported_dtypes = SUPPORTED
 
     def opts_for(self, ast: UOp) -> list[Opt]:
-        return cpu_opts(ast, _TARGET)
+        opts = cpu_opts(ast, _LANES)
+        if sum(o.op is OptOps.UPCAST for o in opts) == 2:  # a register tile: size it for scalar accumulators
+            opts = cpu_opts(ast, _TILE)
+        return opts
 
     @property
     def extra_matcher(self) -> PatternMatcher | None:  # type: ignore[override]  (imported when first needed)
