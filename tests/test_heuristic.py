@@ -146,3 +146,21 @@ def test_column_reduction_upcasts_the_columns(n, m):
     x, out = randn(n, m), np.zeros(m, np.float32)
     run(_col_sum(n, m), [x, out], opts=opts, renderer=FastCPU())
     np.testing.assert_allclose(out, x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def _matmul_bt(n: int, m: int, k: int):
+    """out = x @ y.T with y stored (m, k): B's columns are rows of y."""
+    a, b, out = (UOp.param(0, dtypes.float32.ptr(n * k)), UOp.param(1, dtypes.float32.ptr(m * k)),
+                 UOp.param(2, dtypes.float32.ptr(n * m)))
+    i, j, r = UOp.range(n, 0), UOp.range(m, 1), UOp.range(k, 2, AxisType.REDUCE)
+    acc = (a.index(i * k + r).load() * b.index(j * k + r).load()).reduce(Ops.ADD, r)
+    return kernel(out.index(i * m + j).store(acc).end(i, j), name="matmul_bt")
+
+
+def test_transposed_b_is_packed_then_tiled():
+    assert cpu_opts(_matmul_bt(64, 64, 32))[0] == Opt(OptOps.PACK, 1, 16)
+    assert cpu_opts(_matmul_bt(64, 64, 32), CPUTarget(pack=False)) == []  # no unit-stride B: left to LLVM
+    n, m, k = 9, 32, 13
+    x, y, out = randn(n, k), randn(m, k), np.zeros((n, m), np.float32)
+    run(_matmul_bt(n, m, k), [x, y, out], opts=cpu_opts(_matmul_bt(n, m, k)), renderer=FastCPU())
+    np.testing.assert_allclose(out, x @ y.T, rtol=1e-4, atol=1e-4)

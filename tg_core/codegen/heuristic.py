@@ -61,13 +61,14 @@ def _loads(x: UOp) -> list[UOp]:
     return [u.src[0] for u in x.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
 
 
-def _matmul_rows(red: UOp, j: UOp, loops: list[UOp]) -> UOp | None:
+def _matmul_rows(red: UOp, j: UOp, loops: list[UOp], unit: bool = True) -> UOp | None:
     """For a REDUCE(ADD) of products over loads, an output axis `i` other than `j` that one load of the
-    reduction does not use while another does not use `j`: upcasting both reuses every load across lanes."""
+    reduction does not use while another does not use `j`: upcasting both reuses every load across lanes.
+    With `unit`, a load must also be unit-stride in `j` (vector loads without packing)."""
     if red.arg is not Ops.ADD:
         return None
     loads = _loads(red.src[0])
-    if not any(_stride(ld.src[1], j) == 1 for ld in loads):
+    if unit and not any(_stride(ld.src[1], j) == 1 for ld in loads):
         return None
     without_j = [ld for ld in loads if j not in ld.src[1].ranges]
     for i in reversed(loops):
@@ -90,11 +91,15 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
     plan: list[tuple[OptOps, UOp, int]] = []
     if j is not None:
         reduces = [u for u in ast.toposort() if u.op is Ops.REDUCE]
-        i = next((m for red in reduces if (m := _matmul_rows(red, j, loops)) is not None), None)
-        if i is not None and _const_size(j) >= lanes:
+        for unit in (False, True):  # packed panels are unit-stride whatever B's layout (x @ w.T)
+            i = next((m for red in reduces if (m := _matmul_rows(red, j, loops, unit)) is not None), None)
+            if i is None or _const_size(j) < lanes:
+                continue
             width, rows = min(2 * lanes, _const_size(j)), min(target.tile_rows, _const_size(i))
-            packed = _packed_tile(ast, j, i, width, rows) if target.pack else None
-            return packed if packed is not None else _resolve(ast, [(OptOps.UPCAST, j, width), (OptOps.UPCAST, i, rows)])
+            if target.pack and (packed := _packed_tile(ast, j, i, width, rows)) is not None:
+                return packed
+            if unit:
+                return _resolve(ast, [(OptOps.UPCAST, j, width), (OptOps.UPCAST, i, rows)])
         unit = all(_stride(ld.src[1], j) in (0, 1) for ld in _loads(ast))
         across = [red for red in reduces if j in red.src[0].ranges]
         if across and unit and _const_size(j) >= lanes:
