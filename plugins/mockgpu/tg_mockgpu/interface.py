@@ -58,6 +58,7 @@ class MockInterface:
         self.loaded: dict[int, tuple[CodeObject, int, dict[str, Program]]] = {}
         self.dispatch_id = 0
         self.queue = self.mem.alloc(256)     # stands in for the amd_queue_t a queue pointer would point at
+        self.kernarg_va, self.kernarg_size = 0, 0
         self.last = DispatchStats()
 
     # ---- memory ----
@@ -113,25 +114,31 @@ class MockInterface:
         kd = ks.descriptor
         check_launch(entry, kd, global_size, local_size)
         prog, pc = self.program(code, entry)
-        kbuf = self.mem.alloc(max(len(kernargs), kd.kernarg_size, 1) + 128)
-        try:
-            self.mem.write(kbuf, kernargs)
-            packet = kbuf + (-(-max(len(kernargs), kd.kernarg_size) // 64) * 64)
-            self.mem.write(packet, dispatch_packet(global_size, local_size, kd, self.load(code) + ks.descriptor_offset,
-                                                   kbuf))
-            self.dispatch_id += 1
-            user = user_sgpr_values(kd, {"dispatch_ptr": packet, "queue_ptr": self.queue, "kernarg_segment_ptr": kbuf,
-                                         "dispatch_id": self.dispatch_id})
-            t0 = time.perf_counter()
-            self.last = DispatchStats()
-            for groups in resident_batches(global_size, local_size, kd):
-                m = start_waves(self.mem, kd, entry, groups, local_size, user)
-                run(m, prog, pc)
-                self.last.lane_instructions += m.lane_count
-                self.last.waves += m.nwaves
-            self.last.seconds = time.perf_counter() - t0
-        finally:
-            self.mem.free(kbuf)
+        kbuf = self._kernarg_segment(max(len(kernargs), kd.kernarg_size, 1) + 128)
+        self.mem.write(kbuf, kernargs)
+        packet = kbuf + (-(-max(len(kernargs), kd.kernarg_size) // 64) * 64)
+        self.mem.write(packet, dispatch_packet(global_size, local_size, kd, self.load(code) + ks.descriptor_offset, kbuf))
+        self.dispatch_id += 1
+        user = user_sgpr_values(kd, {"dispatch_ptr": packet, "queue_ptr": self.queue, "kernarg_segment_ptr": kbuf,
+                                     "dispatch_id": self.dispatch_id})
+        t0 = time.perf_counter()
+        self.last = DispatchStats()
+        for groups in resident_batches(global_size, local_size, kd):
+            m = start_waves(self.mem, kd, entry, groups, local_size, user)
+            run(m, prog, pc)
+            self.last.lane_instructions += m.lane_count
+            self.last.waves += m.nwaves
+        self.last.seconds = time.perf_counter() - t0
+
+    def _kernarg_segment(self, nbytes: int) -> int:
+        """GPU memory for a dispatch's kernargs and packet: one region, reused (dispatches are synchronous), grown
+        when a dispatch needs more."""
+        if self.kernarg_size < nbytes:
+            if self.kernarg_va:
+                self.mem.free(self.kernarg_va)
+            self.kernarg_size = max(nbytes, PAGE_SIZE)
+            self.kernarg_va = self.mem.alloc(self.kernarg_size)
+        return self.kernarg_va
 
     def close(self) -> None:
         self.loaded.clear()
@@ -193,9 +200,9 @@ def user_sgpr_values(kd: KernelDescriptor, values: dict[str, int]) -> list[int]:
 def resident_batches(global_size: tuple[int, int, int], local_size: tuple[int, int, int],
                      kd: KernelDescriptor) -> list[np.ndarray]:
     """Workgroup ids (n, 3) in dispatch order (x fastest), split into batches that fit the residency budget."""
-    gx, gy, gz = global_size
-    ids = np.stack(np.meshgrid(np.arange(gx), np.arange(gy), np.arange(gz), indexing="ij"), -1).transpose(2, 1, 0, 3)
-    ids = ids.reshape(-1, 3)
+    gx, gy, _ = global_size
+    flat = np.arange(global_size[0] * global_size[1] * global_size[2])
+    ids = np.stack([flat % gx, flat // gx % gy, flat // (gx * gy)], -1)
     waves = -(-(local_size[0] * local_size[1] * local_size[2]) // WAVE)
     per_group = waves * WAVE * (4 * kd.vgprs() + max(kd.private_segment_fixed_size, 4)) + kd.group_segment_fixed_size
     fit = max(1, min(STATE_BUDGET // per_group, MAX_RESIDENT_WAVES // waves))
