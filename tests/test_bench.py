@@ -12,7 +12,8 @@ import numpy as np
 from tg_core import bench
 
 ROOT = Path(__file__).resolve().parents[1]
-FIELDS = {"name", "size", "verified", "tg_s", "numpy_s", "ratio", "throughput", "unit", "max_error", "error", "extra"}
+FIELDS = {"name", "size", "verified", "tg_s", "numpy_s", "ratio", "tg_cpu_s", "numpy_cpu_s", "throughput", "unit",
+          "max_error", "error", "extra"}
 
 
 def _tg(*args: str) -> subprocess.CompletedProcess:
@@ -31,6 +32,7 @@ def test_quick_json_report_on_python():
         assert set(c) == FIELDS
         assert c["verified"] is True and c["error"] is None and c["max_error"] is None, c
         assert c["tg_s"] > 0 and c["numpy_s"] > 0
+        assert (c["tg_cpu_s"] is None) == (c["name"] == "first_mlp")
         assert abs(c["ratio"] - c["numpy_s"] / c["tg_s"]) <= 1e-9 * c["ratio"]
     units = {c["name"]: c["unit"] for c in report["cases"]}
     assert units == {"elementwise": "GB/s", "sum": "GB/s", "matmul": "GFLOP/s", "softmax": "GB/s", "mlp": "GFLOP/s",

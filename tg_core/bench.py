@@ -1,6 +1,7 @@
 """`tg bench`: how fast a device runs the workloads the project tracks, beside numpy in the same run.
 
-Each case builds its inputs once, runs tg once (warm-up: scheduling, codegen and compilation happen here)
+Wall time is what the ratio uses; the process's CPU time of the same best runs is reported beside it
+(on a shared machine it separates tg's own cost from waiting for a core). Each case builds its inputs once, runs tg once (warm-up: scheduling, codegen and compilation happen here)
 and checks that result against numpy; a wrong result is reported and not timed. Then tg and numpy are each
 timed best-of-N (wall time, tg including its device synchronize), and the case prints both times, the ratio
 numpy_time / tg_time (> 1: tg is faster) and the throughput (GFLOP/s for compute, GB/s for memory-bound
@@ -43,6 +44,8 @@ class Result:
     tg_s: float | None = None
     numpy_s: float | None = None
     ratio: float | None = None              # numpy_s / tg_s: > 1 means tg is faster
+    tg_cpu_s: float | None = None           # CPU time of this process (all threads): on a busy machine it
+    numpy_cpu_s: float | None = None        # shows what wall time hides (e.g. launch overhead)
     throughput: float | None = None
     unit: str = ""                          # "GFLOP/s", "GB/s" or "us/kernel" (none for first_mlp)
     max_error: float | None = None          # the largest error of a result that does not match numpy
@@ -64,13 +67,15 @@ FULL = Sizes(1 << 24, 1 << 24, (512, 1024), (4096, 1024), (256, 784, 1024, 1024,
 QUICK = Sizes(1 << 16, 1 << 16, (32, 64), (64, 128), (16, 784, 64, 64, 10), 50)
 
 
-def _best(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
+def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    """The best wall time and the best CPU time of this process (all its threads) over `repeat` runs."""
+    wall, cpu = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return min(wall), min(cpu)
 
 
 def _check(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> float | None:
@@ -108,8 +113,8 @@ class _Bench:
             res.error = f"result differs from numpy (max abs error {res.max_error:.3g})"
             return res
         res.verified = True
-        res.tg_s = _best(lambda: (tg_fn(), self.dev.synchronize()), self.repeat)
-        res.numpy_s = _best(np_fn, self.repeat)
+        res.tg_s, res.tg_cpu_s = _best(lambda: (tg_fn(), self.dev.synchronize()), self.repeat)
+        res.numpy_s, res.numpy_cpu_s = _best(np_fn, self.repeat)
         res.ratio = res.numpy_s / res.tg_s
         res.throughput, res.unit = work / res.tg_s / 1e9, unit
         return res
@@ -298,12 +303,14 @@ def format_report(report: dict[str, Any]) -> str:
     head = (f"tg bench on {report['device']}" + (f" ({report['renderer']} renderer)" if report["renderer"] else "")
             + f", best of {report['repeat']}" + (", quick sizes" if report["quick"] else "")
             + "; ratio = numpy time / tg time (> 1: tg is faster)")
-    rows = [("case", "size", "tg", "numpy", "ratio", "throughput")]
+    rows = [("case", "size", "tg", "numpy", "ratio", "throughput (tg CPU time)")]
     for r in report["cases"]:
         if not r["verified"]:
             rows.append((r["name"], r["size"], "-", "-", "-", f"WRONG/FAILED: {r['error']}"))
             continue
         extra = f"{r['throughput']:.3g} {r['unit']}" if r["throughput"] is not None else ""
+        if r["tg_cpu_s"] is not None:
+            extra += f" (CPU {_fmt_time(r['tg_cpu_s'])})"
         if "import_s" in r["extra"]:
             extra = f"(import took {_fmt_time(r['extra']['import_s'])})"
         rows.append((r["name"], r["size"], _fmt_time(r["tg_s"]), _fmt_time(r["numpy_s"]), f"{r['ratio']:.2f}x", extra))

@@ -8,9 +8,10 @@ fresh ones.
 """
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 
-from tg_core.dtype import dtypes
+from tg_core.dtype import DType, dtypes
 from tg_core.helpers import ContextVar
 from tg_core.schedule.rangeify import create_schedule
 from tg_core.uop.ops import Ops
@@ -27,7 +28,13 @@ stats = {"hits": 0, "misses": 0}
 
 
 def _canonical_buffer(i: int, like: UOp) -> UOp:
-    return UOp(Ops.BUFFER, like.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), ("input", i)), like.src[1]), like.arg)
+    return _canonical(i, like.dtype, like.src[1], like.arg)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical(i: int, dtype: DType, device: UOp, size: int) -> UOp:
+    # remembered: every realize renames its inputs, and these few nodes are the same each time
+    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), ("input", i)), device), size)
 
 
 def _normalize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp], dict[str, int]]:
