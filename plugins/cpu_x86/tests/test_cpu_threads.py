@@ -157,3 +157,23 @@ def test_pool_runs_parts_concurrently():
         pool.close()
     with pytest.raises(RuntimeError, match="closed"):
         pool.run(part, [[0]])
+
+
+def test_split_kernels_run_in_a_forked_child(cpu):
+    """A forked child has no worker threads of its parent: its pool starts its own."""
+    import os
+    cpu.configure_threads(2, 0)
+    inp = Buffer.from_numpy(np.arange(16, dtype=np.int32), "CPU")
+    cpu.get_runner(rows_kernel(64))([inp, Buffer("CPU", 64 * 3, dtypes.int32)], {})  # workers started here
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if the split kernel ran and computed the right values
+        import signal
+        signal.alarm(20)  # a pool waiting for a worker that does not exist would hang: die instead
+        try:
+            out = Buffer("CPU", 64 * 3, dtypes.int32)
+            cpu.get_runner(rows_kernel(64))([inp, out], {})
+            os._exit(0 if out.numpy().tolist() == list(range(64 * 3 + 120))[120:] else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -13,6 +13,7 @@ import ctypes
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,16 +47,27 @@ class CorePool:
     def __init__(self, cores: int):
         self.cores = cores
         self._parts: list[tuple[Callable[..., Any], Any] | None] = [None] * cores
-        self._go = [threading.Lock() for _ in range(cores - 1)]
-        self._done = [threading.Lock() for _ in range(cores - 1)]
         self._errors: list[BaseException] = []
         self._closed = False
+        self._start()
+        # a forked child has only the forking thread: it gets workers of its own
+        me = weakref.ref(self)
+
+        def restart() -> None:
+            pool = me()
+            if pool is not None and not pool._closed:
+                pool._start()
+        os.register_at_fork(after_in_child=restart)
+
+    def _start(self) -> None:
         self._run_lock = threading.Lock()  # one split kernel at a time uses the workers
+        self._go = [threading.Lock() for _ in range(self.cores - 1)]
+        self._done = [threading.Lock() for _ in range(self.cores - 1)]
         for go, done in zip(self._go, self._done):
             go.acquire()
             done.acquire()
         self._threads = [threading.Thread(target=self._worker, args=(i,), name=f"tg-cpu-{i + 1}", daemon=True)
-                         for i in range(cores - 1)]
+                         for i in range(self.cores - 1)]
         for t in self._threads:
             t.start()
 
