@@ -257,3 +257,19 @@ def test_thread_options_are_checked(cpu):
         cpu.configure_threads(-1)
     with pytest.raises(ValueError, match="thread_min_work"):
         cpu.configure_threads(1, -5)
+
+
+def test_renderer_output_must_be_ir_or_machine_code():
+    class Bad(CPULLVMRenderer):
+        name = "BAD"
+
+        def render(self, program):
+            return bytearray(b"\xc3")
+
+    dev = CPUDevice("CPU", {})
+    dev.renderer = Bad
+    try:
+        with pytest.raises(TypeError, match=r"BAD renderer returned bytearray; .*LLVM IR \(str\) or x86-64 machine code"):
+            dev.get_runner(_scale_kernel(dtypes.int32))
+    finally:
+        dev.close()

@@ -232,7 +232,7 @@ class CPUDevice(Compiled):
                         from tg_cpu_x86.llvm import LLVMCompiler
                         self._llvm = LLVMCompiler()
                     loaded = self._llvm.load(src, fn_name)
-                elif isinstance(src, (bytes, bytearray)):
+                elif isinstance(src, bytes):
                     loaded = ExecMemory(src)
                 else:
                     raise TypeError(f"the {self.render_with.name} renderer returned {type(src).__name__}; the CPU "
