@@ -16,6 +16,7 @@ from tg_core.codegen.program import Program
 from tg_core.codegen.regalloc import Allocation, allocate
 from tg_core.renderer import Renderer
 from tg_core.renderer.isa import LABEL, Imm, Label, MInst, Mem, Operand, PReg, View
+from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.x86 import operands as x86
@@ -81,6 +82,7 @@ def assemble(insts: list[MInst], data: dict[bytes, str]) -> Assembler:
 # values and a column value fill the 16 xmm registers; no packed panels (they need indexed register arrays)
 _LANES = CPUTarget(vector_bytes=16, auto_vectorize=False, pack=False)
 _TILE = CPUTarget(vector_bytes=8, tile_rows=3, auto_vectorize=False, pack=False)
+_HEAVY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 
 
 class X86Renderer(Renderer):
@@ -90,10 +92,18 @@ class X86Renderer(Renderer):
     supported_dtypes = SUPPORTED
 
     def opts_for(self, ast: UOp) -> list[Opt]:
+        """Register tiles for matmul-like kernels; otherwise scalar lanes only where they split a short chain
+        (a reduction's accumulators, a column reduction's), not for elementwise work (an out-of-order core
+        already overlaps its iterations; lanes only cost compile time) nor around transcendentals, whose lanes
+        add register pressure and code (measured: softmax 2.7x slower, and 4x longer to compile, with them)."""
         opts = cpu_opts(ast, _LANES)
         if sum(o.op is OptOps.UPCAST for o in opts) == 2:  # a register tile: size it for scalar accumulators
-            opts = cpu_opts(ast, _TILE)
-        return opts
+            return cpu_opts(ast, _TILE)
+        nodes = ast.toposort()
+        if any(u.op in _HEAVY for u in nodes) or not any(u.op is Ops.REDUCE for u in nodes):
+            return []
+        # separate accumulators for contiguous reductions; a lone UPCAST is a column reduction's accumulators
+        return [o for o in opts if o.op is OptOps.UNROLL] or opts
 
     @property
     def extra_matcher(self) -> PatternMatcher | None:  # type: ignore[override]  (imported when first needed)
