@@ -271,3 +271,31 @@ def test_ds_swizzle_patterns_print_like_llvm() -> None:
     codes = [struct.pack("<II", (0x36 << 26) | (53 << 18) | o, 1 | (8 << 24)) for o in offsets]
     for code, text in zip(codes, llvm_mc(codes)):
         assert disasm(decode(code)) == text
+
+
+@needs_llvm
+def test_literals_print_by_the_value_the_operand_sees() -> None:
+    """A literal equal to an inline constant prints like one, per operand class (f32/i32, f16, i16, f64, i64) and
+    for K constants and s_setreg_imm32_b32: against llvm-mc-19."""
+    import random
+    rng = random.Random(11)
+    lits = [0, 7, 64, 65, 0xFFFFFFF0, 0xFFFFFFEF, 0x3F800000, 0x3E22F983, 0x3FF00000, 0xBFF00000, 0x40000000, 0x3C00,
+            0xBC00, 0x3118, 0x3FC45F30, 0x10007, 0xFFFF0007, 0xC000, 0x3800]
+    lits += [rng.randrange(1 << 32) for _ in range(10)] + [rng.randrange(-16, 65) & 0xFFFFFFFF for _ in range(5)]
+    vop3 = {259: "src0", 293: "src1", 306: "src0", 771: "src1", 807: "src0", 828: "src1", 395: "src0", 584: "src2"}
+    cases = []
+    for op, field in vop3.items():
+        srcs = {"src0": V + 8, "src1": V + 12, "src2": V + 16, field: 255}
+        hi = srcs["src0"] | srcs["src1"] << 9 | srcs["src2"] << 18
+        cases += [struct.pack("<III", (0x35 << 26) | (op << 16) | 4, hi, lit) for lit in lits]
+    for lit in lits:
+        cases += [struct.pack("<II", (0x17D << 23) | (4 << 16) | (1 << 8) | 255, lit),      # s_mov_b64
+                  struct.pack("<II", (44 << 25) | (4 << 17) | (12 << 9) | (V + 8), lit),       # v_fmamk_f32 K
+                  struct.pack("<II", (55 << 25) | (4 << 17) | (12 << 9) | 255, lit),           # v_fmamk_f16 src0 = K
+                  struct.pack("<II", (0xB << 28) | (19 << 23) | 0x1801, lit)]                 # s_setreg_imm32_b32
+    compared = 0
+    for code, text in zip(cases, llvm_mc(cases)):
+        if text is not None and "nvalid" not in text:
+            compared += 1
+            assert disasm(decode(code), true16=False) == text, code.hex()
+    assert compared > 150

@@ -8,7 +8,7 @@ llvm-objdump-19 and llvm-mc-19, and true16 forms with LLVM 22's own assembly.
 from __future__ import annotations
 
 from tg_mockgpu.rdna3.decode import Inst, decode_all, template, vgpr_half
-from tg_mockgpu.rdna3.operands import INLINE_FLOAT_TEXT, src_operand
+from tg_mockgpu.rdna3.operands import INLINE_FLOAT_TEXT, INLINE_FLOATS, src_operand
 from tg_mockgpu.rdna3.tables import CONSTS, MODS, OPS, T16_SYNTAX
 
 # Registers that print under their own names; 64-bit pairs starting there print as the pair's name.
@@ -16,9 +16,13 @@ SCALAR_NAMES = {106: "vcc_lo", 107: "vcc_hi", 124: "null", 125: "m0", 126: "exec
 PAIR_NAMES = {106: "vcc", 126: "exec"}
 SRC_NAMES = {235: "src_shared_base", 236: "src_shared_limit", 237: "src_private_base", 238: "src_private_limit",
              239: "src_pops_exiting_wave_id", 251: "src_vccz", 252: "src_execz", 253: "src_scc", 254: "src_lds_direct"}
-INV2PI_TEXT = {"b32": "0.15915494", "f16": "0.15915494", "b64": "0.15915494309189532"}
+INV2PI_TEXT = {"b32": "0.15915494", "f16": "0.15915494", "f64": "0.15915494309189532", "i64": "0.15915494309189532"}
 F16_INLINE_BITS = {240: 0x3800, 241: 0xB800, 242: 0x3C00, 243: 0xBC00, 244: 0x4000, 245: 0xC000, 246: 0x4400,
                    247: 0xC400, 248: 0x3118}
+# bit patterns of the float inline constants per width -> their code, to print literals that equal one as LLVM does
+F32_INLINE = {v[0]: c for c, v in INLINE_FLOATS.items()}
+F16_INLINE = {v[1]: c for c, v in INLINE_FLOATS.items()}
+F64_INLINE = {v[2]: c for c, v in INLINE_FLOATS.items()}
 
 # s_waitcnt: (name, shift, width) in print order; a field at its maximum means "no wait" and is left out.
 WAITCNT = (("vmcnt", 10, 6), ("expcnt", 0, 3), ("lgkmcnt", 4, 6))
@@ -58,7 +62,7 @@ def scalar(code: int, n: int = 1) -> str:
 
 
 def source(code: int, n: int, cls: str, literal: int | None) -> str:
-    """A 9-bit source operand; cls (b32, f16, i16, b64) says how LLVM prints constants in it."""
+    """A 9-bit source operand; cls (b32, f16, i16, f64, i64) says how LLVM prints constants in it."""
     kind, value = src_operand(code)
     if kind == "vgpr":
         return _regs("v", value, n)
@@ -67,16 +71,40 @@ def source(code: int, n: int, cls: str, literal: int | None) -> str:
     if kind == "inline_int":
         return str(value)
     if kind == "inline_float":
-        if cls == "i16":
-            return f"0x{F16_INLINE_BITS[code]:x}"
-        return INV2PI_TEXT[cls] if code == 248 else INLINE_FLOAT_TEXT[code]
+        return f"0x{F16_INLINE_BITS[code]:x}" if cls == "i16" else _float_text(code, cls)
     if kind == "literal":
         if literal is None:
             raise ValueError("literal operand without a literal")
-        return f"0x{literal & 0xFFFF:x}" if cls in ("f16", "i16") else f"0x{literal:x}"
+        return literal_text(literal, cls)
     if code in SRC_NAMES:
         return SRC_NAMES[code]
     raise ValueError(f"source operand code {code} ({kind}) has no text form")
+
+
+def _float_text(code: int, cls: str) -> str:
+    return INV2PI_TEXT[cls] if code == 248 else INLINE_FLOAT_TEXT[code]
+
+
+def literal_text(literal: int, cls: str) -> str:
+    """A 32-bit literal as LLVM prints it for an operand of class cls: by the value the operand sees, so a literal
+    that equals an inline constant prints like one (7, 1.0); 16-bit operands see its low half, f64 operands its
+    value shifted into the high dword, i64 and other 64-bit operands its zero extension."""
+    signed = literal - (1 << 32) if literal >> 31 else literal
+    if cls == "f16":
+        half = literal & 0xFFFF
+        small = half - (1 << 16) if half >> 15 else half
+        return str(small) if -16 <= small <= 64 else _float_text(F16_INLINE[half], cls) if half in F16_INLINE \
+            else f"0x{half:x}"
+    if cls == "f64":
+        return "0" if literal == 0 else _float_text(F64_INLINE[literal << 32], cls) if literal << 32 in F64_INLINE \
+            else f"0x{literal:x}"
+    if cls == "i64":
+        return str(literal) if literal <= 64 else f"0x{literal:x}"
+    if -16 <= signed <= 64:
+        return str(signed)
+    if literal in F32_INLINE:      # b32, and i16 operands too: LLVM compares the whole 32-bit value here
+        return _float_text(F32_INLINE[literal], cls if cls == "b32" else "b32")
+    return f"0x{literal & 0xFFFF:x}" if cls == "i16" else f"0x{literal:x}"
 
 
 def _u16(value: int) -> str:
@@ -148,7 +176,7 @@ def _format_imm(op: str, value: int, style: str) -> str:
 def _const_class(inst: Inst, fld: str, n: int) -> str:
     table = "VOP3" if inst.enc == "VOP3SD" else inst.enc
     cls = CONSTS.get(table, {}).get(inst.opcode, {}).get(fld)
-    return cls or ("b64" if n == 2 else "b32")
+    return cls or ("i64" if n == 2 else "b32")      # scalar 64-bit operands print like i64
 
 
 def _operand(inst: Inst, t: tuple | str, vop3_mods: bool, true16: bool) -> str:
@@ -163,8 +191,8 @@ def _operand(inst: Inst, t: tuple | str, vop3_mods: bool, true16: bool) -> str:
             return source(f["soffset"], 1, "b32", None)
         return t
     fld, n, kind = t
-    if fld == "literal":          # the K constant of fmamk/fmaak and s_setreg_imm32_b32 prints all 32 bits
-        return source(255, 1, "b32", inst.literal)
+    if fld == "literal":          # the K constant of fmamk/fmaak prints in hex; s_setreg_imm32_b32's as a b32 value
+        return literal_text(inst.literal, "b32") if inst.enc == "SOPK" else f"0x{inst.literal:x}"
     if kind in ("hex", "u16", "dec", "fmt"):
         return _format_imm(inst.op, f[fld], kind)
     if true16 and fld in inst.t16 and (kind == "v" or f[fld] >= 256):

@@ -100,7 +100,7 @@ def variants(enc: str, op: int) -> list[bytes]:
         return [b(124), b(12)]
     if enc == "VOP1":
         b = lambda s0: words((0x3F << 25) | (4 << 17) | (op << 9) | s0)
-        return [b(V + 8), b(8), b(255) + lit]
+        return [b(V + 8), b(8), b(255) + lit, words((0x3F << 25) | (op << 9))]     # the last for v_nop, v_pipeflush
     if enc == "VOP2":
         b = lambda s0: words((op << 25) | (4 << 17) | (12 << 9) | s0)
         return [b(V + 8), b(V + 8) + lit, b(255) + lit]
@@ -116,7 +116,7 @@ def variants(enc: str, op: int) -> list[bytes]:
                                          s0 | (s1 << 9) | (s2 << 18) | (3 << 27))
         return [b(V + 8, V + 12, V + 16), b(V + 8, V + 12, 16), b(V + 8, 12, 16), b(V + 8, V + 12, 0),
                 b(V + 8, 12, 0), b(V + 8, 0, 0), b(8, 12, 0), b(8, 0, 0), b(0, 0, 0), b(255, V + 12, V + 16) + lit,
-                b(255, V + 12, 0) + lit]
+                b(255, V + 12, 0) + lit] + ([words((0x35 << 26) | (op << 16), 0)] if enc == "VOP3" else [])
     if enc in ("VOPDX", "VOPDY"):
         opx, opy = (op, 4) if enc == "VOPDX" else (3, op)
         lo = lambda x1: (0x32 << 26) | (opx << 22) | (opy << 17) | (x1 << 9) | (V + 1)
@@ -210,8 +210,10 @@ def scan() -> dict[str, dict[int, str]]:
 
 SRC_FIELDS = {"VOP1": ("src0",), "VOP2": ("src0",), "VOPC": ("src0",), "VOP3": ("src0", "src1", "src2"),
               "VOP3P": ("src0", "src1", "src2")}
-CONST_CLASS = {("0.15915494", "0x12345678"): "b32", ("0.15915494", "0x5678"): "f16", ("0x3118", "0x5678"): "i16",
-               ("0.15915494309189532", "0x12345678"): "b64"}
+# (1/(2pi) inline, literal 0x12345678, literal 7) as printed -> the constant class of the operand
+CONST_CLASS = {("0.15915494", "0x12345678", "7"): "b32", ("0.15915494", "0x5678", "7"): "f16",
+               ("0x3118", "0x5678", "7"): "i16", ("0.15915494309189532", "0x12345678", "0x7"): "f64",
+               ("0.15915494309189532", "0x12345678", "7"): "i64"}
 
 
 def const_classes(enc: str, base: dict[int, bytes], texts: dict[int, tuple]) -> dict[int, dict[str, str]]:
@@ -223,30 +225,31 @@ def const_classes(enc: str, base: dict[int, bytes], texts: dict[int, tuple]) -> 
         for f in SRC_FIELDS[enc]:
             if not any(o[0] == f for o in ops if isinstance(o, tuple)):
                 continue
-            for code in (248, 255):
+            for code, literal in ((248, None), (255, LIT), (255, 7)):
                 if enc in ("VOP3", "VOP3P"):
                     lo, hi = struct.unpack("<II", word[:8])
                     hi = (hi & ~(0x1FF << shift[f])) | (code << shift[f])
                     w = words(lo, hi)
                 else:
                     w = words((struct.unpack("<I", word[:4])[0] & ~0x1FF) | code)
-                lit = word[len(w):]          # an opcode that always carries a literal keeps it (src0 then shares it)
-                cases.append(w + (lit or words(LIT)) if code == 255 else w + lit)
+                # an opcode that always carries a literal keeps it; with src0 = 255 src0 shares it
+                kept = word[len(w):]
+                cases.append(w + (words(literal) if literal is not None else kept))
                 keys.append((op, f))
     outs = llvm_mc(cases)
     seen: dict[tuple, list] = {}
     for key, text in zip(keys, outs):
         seen.setdefault(key, []).append(text)
     res: dict[int, dict[str, str]] = {}
-    for (op, f), (inl, lit) in seen.items():
-        if inl is None or lit is None or "Invalid" in inl + lit:   # the field takes no constants
+    for (op, f), shown in seen.items():
+        if None in shown or any("Invalid" in t for t in shown):   # the field takes no constants
             continue
         _, ops = texts[op]
         pos = [i for i, o in enumerate(ops) if o[0] == f][0]
-        tok = lambda t: OPERAND_RE.findall(t.partition(" ")[2])[pos]
-        cls = CONST_CLASS.get((tok(inl).strip("|-"), tok(lit).strip("|-")))
+        tok = lambda t: OPERAND_RE.findall(t.partition(" ")[2])[pos].strip("|-")
+        cls = CONST_CLASS.get(tuple(tok(t) for t in shown))
         if cls is None:
-            raise ValueError(f"{enc} op {op} {f}: unknown constant printing {inl!r} / {lit!r}")
+            raise ValueError(f"{enc} op {op} {f}: unknown constant printing {shown!r}")
         res.setdefault(op, {})[f] = cls
     return res
 
@@ -344,7 +347,7 @@ def main() -> None:
     print('"""RDNA3 (gfx1100) opcode tables, generated from llvm-mc-19 by gen_tables.py; data, do not edit by hand.\n')
     print("OPS[enc][opcode] = (LLVM's printed mnemonic, operand template); a template entry is (field, register")
     print("count, kind) or fixed text (see gen_tables.template). CONSTS[enc][opcode][field] says how constants print")
-    print("in a source field: b32, f16, i16 or b64. MODS[enc][opcode][modifier] is the mask of field bits whose")
+    print("in a source field: b32, f16, i16, f64 or i64. MODS[enc][opcode][modifier] is the mask of field bits whose")
     print("modifier LLVM prints (see gen_tables.modifiers). T16_SYNTAX[enc] holds the opcodes LLVM 19 prints with")
     print("16-bit register halves (v1.l) even without true16.\n\"\"\"")
     print("OPS = " + pprint.pformat(tables, width=120, compact=True))
