@@ -1,10 +1,11 @@
 """`tg bench`: how fast a device runs the workloads the project tracks, beside numpy in the same run.
 
 Wall time is what the ratio uses; the process's CPU time of the same best runs is reported beside it
-(on a shared machine it separates tg's own cost from waiting for a core). Each case builds its inputs once, runs tg once (warm-up: scheduling, codegen and compilation happen here)
-and checks that result against numpy; a wrong result is reported and not timed. Then tg and numpy are each
-timed best-of-N (wall time, tg including its device synchronize), and the case prints both times, the ratio
-numpy_time / tg_time (> 1: tg is faster) and the throughput (GFLOP/s for compute, GB/s for memory-bound
+(on a shared machine it separates tg's own cost from waiting for a core). Each case builds its inputs once,
+runs tg once (warm-up: scheduling, codegen and compilation happen here) and checks that result against
+numpy; a wrong result is reported and not timed. Then tg and numpy are each timed best-of-N (tg including
+its device synchronize), and the case prints both times, the ratio numpy_time / tg_time (> 1: tg is
+faster) and the throughput (GFLOP/s for compute, GB/s for memory-bound
 cases, microseconds per kernel for launch overhead).
 
 Cases (full size; `--quick` uses small sizes for smoke runs):

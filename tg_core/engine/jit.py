@@ -107,7 +107,8 @@ def _describe(t: Any, key: tuple) -> str:
     chain, size, _, _ = key
     views = [f"{op.name.lower()}{arg if arg is not None else ''}" for op, arg in reversed(chain)
              if not (op is Ops.RESHAPE and len(chain) == 1)]
-    return f"{t.dtype.name} {t.shape} on {t.device}" + (f" (a view of {size} elements: {', '.join(views)})" if views else "")
+    where = f"{t.dtype.name} {t.shape} on {t.device}"
+    return where + (f" (a view of {size} elements: {', '.join(views)})" if views else "")
 
 
 class TinyJit(Generic[R]):
@@ -150,8 +151,8 @@ class TinyJit(Generic[R]):
             elif isinstance(a, UOp):
                 if a.op is not Ops.BIND:
                     label = _labels(args, kwargs)[len(structure)]
-                    raise JitError(f"TinyJit({self.name}): {label} is an unbound {a.op.name} UOp; pass a bound variable "
-                                   "(UOp.variable(name, lo, hi).bind(value)) or a Tensor")
+                    raise JitError(f"TinyJit({self.name}): {label} is an unbound {a.op.name} UOp; pass a bound "
+                                   "variable (UOp.variable(name, lo, hi).bind(value)) or a Tensor")
                 binds = binds or {}
                 binds[a.src[0].arg[0]] = a
                 structure.append(("variable", a.src[0]))
@@ -230,7 +231,8 @@ class TinyJit(Generic[R]):
             if base is not None:
                 _origins.pop(base, None)
         items = _plan(_make_items(recorded, [buffer_of(n) for n in nodes]), {id(b) for b in rng_keys})
-        self.captured = CapturedJit(items, structure, _labels(args, kwargs), keys, desc, nodes, dict(var_vals), _template(ret, out_of), rng_keys)
+        self.captured = CapturedJit(items, structure, _labels(args, kwargs), keys, desc, nodes, dict(var_vals),
+                                    _template(ret, out_of), rng_keys)
         self.cnt = 2
         return ret
 
@@ -330,7 +332,8 @@ def _make_items(recorded: list[tuple[Callable, list[Buffer], UOp]], in_bufs: lis
     for runner, bufs, ast in recorded:
         inputs = tuple((p, slot[id(b)]) for p, b in enumerate(bufs) if id(b) in slot)
         fixed = [None if id(b) in slot else b for b in bufs]
-        names = () if ast.op is Ops.COPY else tuple(sorted({u.arg[0] for u in ast.toposort() if u.op is Ops.DEFINE_VAR}))
+        names = () if ast.op is Ops.COPY else \
+            tuple(sorted({u.arg[0] for u in ast.toposort() if u.op is Ops.DEFINE_VAR}))
         items.append(JitItem(runner, fixed, inputs, names, ast))
     return items
 

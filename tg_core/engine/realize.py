@@ -89,8 +89,8 @@ def realize(targets: list[UOp], devices: list[str] | None = None) -> dict[UOp, U
         for name, val in var_vals.items():
             if capture.var_vals.setdefault(name, val) != val:
                 from tg_core.engine.jit import JitError
-                raise JitError(f"TinyJit({capture.active}): variable {name} is bound to {capture.var_vals[name]} and to "
-                               f"{val} in one call; a replay gives each variable one value")
+                raise JitError(f"TinyJit({capture.active}): variable {name} is bound to {capture.var_vals[name]} "
+                               f"and to {val} in one call; a replay gives each variable one value")
     for ast, nodes in items:
         bufs = [buffer_of(n) for n in nodes]
         if ast.op is Ops.COPY:
