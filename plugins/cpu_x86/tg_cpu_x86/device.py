@@ -224,6 +224,9 @@ class CPUDevice(Compiled):
 
     def _load(self, src: str | bytes, fn_name: str) -> int:
         """The address of the kernel in `src`, compiled and loaded once per source."""
+        if not isinstance(src, (str, bytes)):
+            raise TypeError(f"the {self.render_with.name} renderer returned {type(src).__name__}; the CPU device "
+                            "loads LLVM IR (str) or x86-64 machine code (bytes)")
         with self._lock:
             loaded = self._loaded.get(src)
             if loaded is None:
@@ -232,11 +235,8 @@ class CPUDevice(Compiled):
                         from tg_cpu_x86.llvm import LLVMCompiler
                         self._llvm = LLVMCompiler()
                     loaded = self._llvm.load(src, fn_name)
-                elif isinstance(src, bytes):
-                    loaded = ExecMemory(src)
                 else:
-                    raise TypeError(f"the {self.render_with.name} renderer returned {type(src).__name__}; the CPU "
-                                    "device loads LLVM IR (str) or x86-64 machine code (bytes)")
+                    loaded = ExecMemory(src)
                 self._loaded[src] = loaded
             return loaded.address
 
