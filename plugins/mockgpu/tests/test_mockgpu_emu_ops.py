@@ -66,6 +66,9 @@ def fma32(a, b, c):
 VECTOR = [
     ("v_add_nc_u32 v4, v2, v3", "u32", lambda a, b: a + b),
     ("v_sub_nc_u32 v4, v2, v3", "u32", lambda a, b: a - b),
+    ("v_sub_nc_u32_e64 v4, v2, v3 clamp", "u32", lambda a, b: np.where(a > b, a - b, 0)),
+    ("v_add_nc_i32 v4, v2, v3 clamp", "u32", lambda a, b: np.clip(I(a).astype(np.int64) + I(b), -2**31, 2**31 - 1).astype(i32)),
+    ("v_add_nc_u16 v4, v2, v3 clamp", "u32", lambda a, b: np.minimum((a & 0xFFFF) + (b & 0xFFFF), 0xFFFF)),
     ("v_subrev_nc_u32 v4, v2, v3", "u32", lambda a, b: b - a),
     ("v_mul_lo_u32 v4, v2, v3", "u32", lambda a, b: a * b),
     ("v_mul_hi_u32 v4, v2, v3", "u32", mulhi_u),

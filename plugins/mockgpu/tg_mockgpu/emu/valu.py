@@ -338,19 +338,20 @@ def typed_dest(inst, typ: str, vdst: int | None = None) -> Callable[[Machine, Ba
             hi = _bit(f.get("opsel", 0), 3)
     w = vdst_writer(r, bits, hi)
     clamp, omod = f.get("clamp", 0), f.get("omod", 0)
-    if (clamp or omod) and not is_float:
-        if omod:
-            raise EmulatorError(f"{inst.op}: output modifier on an integer result")
-        raise EmulatorError(f"{inst.op}: integer clamping (saturation) is not implemented")
+    if omod and not is_float:
+        raise EmulatorError(f"{inst.op}: output modifier on an integer result")
+    if clamp and not is_float and bits == 64:
+        raise EmulatorError(f"{inst.op}: 64-bit integer clamping is not implemented")
     scale = {0: None, 1: 2.0, 2: 4.0, 3: 0.5}[omod]
     ut = UINT[bits]
+    lo, hi = (0, 1) if is_float else (np.iinfo(ty).min, np.iinfo(ty).max)
 
     def store(m: Machine, bt: Batch, val) -> None:
         v = np.asarray(val)
         if scale is not None:
             v = v * ty(scale)
-        if clamp:
-            v = np.where(np.isnan(v), 0, np.clip(v, 0, 1))
+        if clamp:   # floats to [0, 1] (NaN to 0); integers saturate (their sources were widened, see compile_generic)
+            v = np.where(np.isnan(v), 0, np.clip(v, lo, hi)) if is_float else np.clip(v, lo, hi)
         w(m, bt, v.astype(ty, copy=False).view(ut) if v.dtype != ut else v)
     return store
 
@@ -366,6 +367,9 @@ def compile_generic(inst, sig, vdst_field: int | None = None) -> Exec:
         codes = [codes[0], codes[1], 255]
     srcs = [typed_source(inst, i, codes[i], t) for i, t in enumerate(src_ts)]
     out = typed_dest(inst, dst_t, vdst_field)
+    if inst.fields.get("clamp", 0) and not TYPES[dst_t][2]:
+        # integer clamp saturates: compute from sources widened to 64 bits, so the exact result gets clipped
+        srcs = [lambda m, bt, s=s: np.asarray(s(m, bt)).astype(i64) for s in srcs]
     if len(srcs) == 1:
         s0 = srcs[0]
         return lambda m, bt: out(m, bt, fn(s0(m, bt)))
