@@ -301,3 +301,54 @@ def test_launch_limits_are_checked(gpu):
 def test_register_beyond_the_descriptor_is_an_error(gpu):
     with pytest.raises(EmulatorError, match="uses v40, but its descriptor allocates only 8 VGPRs"):
         gpu.run(asm_kernel("v_mov_b32 v40, 0", vgprs=8), (1, 1, 1), (32, 1, 1))
+
+
+def test_getpc_swappc_setpc_call_a_subroutine(gpu):
+    """s_getpc_b64 + a label difference computes the subroutine's address; s_swappc_b64 calls it (return address
+    in s[30:31]) twice with different arguments; s_setpc_b64 returns."""
+    code = addr(0, 2) + """
+    v_mov_b32 v4, 0
+    v_mov_b32 v5, 3
+    .Lpc:
+    s_getpc_b64 s[10:11]                  // address of .Lpc + 4
+    s_add_u32 s10, s10, .Lsub-.Lpc-4
+    s_addc_u32 s11, s11, 0
+    s_swappc_b64 s[30:31], s[10:11]
+    v_mov_b32 v5, 10
+    s_swappc_b64 s[30:31], s[10:11]
+    global_store_b32 v[2:3], v4, off
+    s_endpgm
+    .Lsub:
+    v_mad_u32_u24 v4, v4, 100, v5         // v4 = v4 * 100 + v5
+    v_add_nc_u32 v4, v4, v10
+    s_setpc_b64 s[30:31]
+    """
+    out = gpu.buffer(np.zeros(64, np.int32))
+    gpu.run(asm_kernel(code, vgprs=16), (1, 1, 1), (64, 1, 1), out)
+    i = np.arange(64)
+    np.testing.assert_array_equal(gpu.read(out, np.int32, 64), (3 + i) * 100 + 10 + i)
+
+
+def test_flat_to_global_and_to_the_lds_aperture(gpu):
+    """flat_store/flat_load through a global address, and through the LDS aperture (src_shared_base high word with
+    the LDS offset as the low word)."""
+    code = addr(0, 2) + """
+    v_add_nc_u32 v4, 7, v10
+    v_lshlrev_b32 v6, 2, v0                // LDS offset of this lane
+    v_mov_b32 v7, src_shared_base
+    flat_store_b32 v[6:7], v4
+    s_waitcnt vmcnt(0) lgkmcnt(0)
+    v_xor_b32 v8, 4, v6                    // the neighbour's LDS slot
+    ds_load_b32 v9, v8
+    s_waitcnt lgkmcnt(0)
+    flat_store_b32 v[2:3], v9
+    s_waitcnt vmcnt(0)
+    flat_load_b32 v12, v[2:3]
+    s_waitcnt vmcnt(0)
+    v_mul_lo_u32 v12, v12, 2
+    flat_store_b32 v[2:3], v12
+    """
+    out = gpu.buffer(np.zeros(64, np.int32))
+    gpu.run(asm_kernel(code, vgprs=16, lds=256), (1, 1, 1), (64, 1, 1), out)
+    i = np.arange(64)
+    np.testing.assert_array_equal(gpu.read(out, np.int32, 64), ((i ^ 1) + 7) * 2)
