@@ -256,3 +256,13 @@ def test_assigning_into_an_input_and_no_inputs(dev):
     noise = TinyJit(lambda: Tensor.rand(3, device=dev) * 1)
     draws = [noise().numpy() for _ in range(4)]
     assert len({d.tobytes() for d in draws}) == 4 and all(((0 <= d) & (d < 1)).all() for d in draws)
+
+
+def test_replays_count_in_the_engine_stats(dev):
+    from tg_core.engine.realize import stats
+    f = TinyJit(lambda x: (x + 1).contiguous().realize() * 2)
+    for _ in range(2):
+        f(Tensor(rand(3), device=dev))
+    before = dict(stats)
+    f(Tensor(rand(3), device=dev))
+    assert stats["kernels"] - before["kernels"] == len(f.jit_cache) == 2

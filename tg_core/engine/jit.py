@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tg_core.device import Buffer
-from tg_core.engine.realize import _buffers, buffer_of, capture
+from tg_core.engine.realize import _buffers, buffer_of, capture, stats
 from tg_core.tensor import Tensor, _origins
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
@@ -88,6 +88,10 @@ class CapturedJit:
     var_vals: dict[str, int]
     ret: Any                         # the return value with _Out in place of tensors
     rng_keys: list[Buffer]
+
+
+    def __post_init__(self) -> None:
+        self.n_kernels = sum(it.ast.op is not Ops.COPY for it in self.items)  # the engine's stats count them
 
 
 def _view_key(u: UOp) -> tuple[tuple, UOp] | None:
@@ -221,6 +225,8 @@ class TinyJit(Generic[R]):
             recorded, var_vals, rng_keys = capture.items, capture.var_vals, capture.rng_keys
         finally:
             capture.active, capture.items, capture.var_vals, capture.rng_keys = None, [], {}, []
+        items = _make_items(recorded, [buffer_of(n) for n in nodes])
+        written = {id(it.bufs[p]) for it in items for p in _written(it) if it.bufs[p] is not None}
         index = {n: i for i, n in enumerate(nodes)}
         out_of: dict[int, _Out] = {}
         for t in outs:
@@ -228,9 +234,9 @@ class TinyJit(Generic[R]):
             base = got[1] if got is not None else None
             out_of[id(t)] = _Out(t.uop, t.device, index.get(base))
             # a replay rewrites this buffer without the graph that computed it: gradients must not follow it
-            if base is not None:
+            if base is not None and id(buffer_of(base)) in written:
                 _origins.pop(base, None)
-        items = _plan(_make_items(recorded, [buffer_of(n) for n in nodes]), {id(b) for b in rng_keys})
+        items = _plan(items, {id(b) for b in rng_keys})
         self.captured = CapturedJit(items, structure, _labels(args, kwargs), keys, desc, nodes, dict(var_vals),
                                     _template(ret, out_of), rng_keys)
         self.cnt = 2
@@ -254,6 +260,8 @@ class TinyJit(Generic[R]):
                 it.runner(bufs, var_vals)
             else:
                 it.runner(it.bufs, var_vals)
+        stats["kernels"] += cap.n_kernels
+        stats["copies"] += len(cap.items) - cap.n_kernels
         return _rebuild(cap.ret, cap.input_nodes, nodes)
 
     def _mismatch(self, args: tuple, kwargs: dict[str, Any], tensors: list[Any], structure: tuple, keys: tuple) -> str:
