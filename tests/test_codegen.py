@@ -381,7 +381,22 @@ def test_opt_errors():
     a = UOp.param(0, F32.ptr(9))
     r = UOp.range(nv, 0)
     with pytest.raises(OptError, match="not a constant"):
-        apply_opts(kernel(a.index(r).store(UOp.const(F32, 0.0)).end(r)), [Opt(OptOps.UPCAST, 0, 2)])
+        apply_opts(kernel(a.index(r).store(UOp.const(F32, 0.0)).end(r)), [Opt(OptOps.UPCAST, 0, 0)])
+
+
+@pytest.mark.parametrize("nv", [0, 1, 3, 4, 9])
+def test_upcast_and_unroll_of_a_variable_size(nv):
+    """An axis of size n (a variable) splits into n//4 groups of 4 lanes and a tail loop of n%4."""
+    n = UOp.variable("n", 0, 9)
+    a, out = UOp.param(0, F32.ptr(9 * 9)), UOp.param(1, F32.ptr(9))
+    i, k = UOp.range(n, 0), UOp.range(n, 1, AxisType.REDUCE)
+    ast = kernel(out.index(i).store(a.index(i * 9 + k).load().reduce(Ops.ADD, k) * 2.0).end(i), name="var_split")
+    x, res = randn(9, 9), np.full(9, -1.0, np.float32)
+    prog = run(ast, [x, res], {"n": nv}, opts=[Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4)])
+    check_program(prog)
+    want = np.full(9, -1.0, np.float32)
+    want[:nv] = x[:nv, :nv].sum(1) * 2
+    np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-6)
 
 
 # ---- tails: amounts that do not divide the axis -----------------------------------------------------------------

@@ -164,3 +164,18 @@ def test_transposed_b_is_packed_then_tiled():
     x, y, out = randn(n, k), randn(m, k), np.zeros((n, m), np.float32)
     run(_matmul_bt(n, m, k), [x, y, out], opts=cpu_opts(_matmul_bt(n, m, k)), renderer=FastCPU())
     np.testing.assert_allclose(out, x @ y.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [13, 8])
+def test_tile_on_a_core_share_of_rows(n):
+    """A kernel split across 2 cores has a row axis whose size is an expression of core_id (13 rows: 6 and
+    7): the tile still upcasts it, with a tail loop, and both cores together compute the product."""
+    from tg_core.codegen.threads import split_cores
+    m, k = 32, 5
+    ast = split_cores(matmul(n, m, k), 2, 0)
+    opts = cpu_opts(ast)
+    assert [o.op for o in opts] == [OptOps.PACK, OptOps.UPCAST, OptOps.UPCAST]
+    x, y, out = randn(n, k), randn(k, m), np.zeros((n, m), np.float32)
+    for core in range(2):
+        run(ast, [x, y, out], {"core_id": core}, opts=opts, renderer=FastCPU())
+    np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)

@@ -19,7 +19,7 @@ A CPU kernel is fast when its inner loop keeps independent work in vector regist
   unit-stride loads into strided ones across iterations, which it then vectorizes with gathers (measured
   2x slower for a 16M sum).
 
-A split needs a constant axis size; sizes the amount does not divide get a peeled tail (see opts.py).
+Sizes the amount does not divide, and sizes that are expressions, get a peeled tail (see opts.py).
 """
 from __future__ import annotations
 
@@ -52,8 +52,11 @@ def _stride(idx: UOp, r: UOp) -> int | None:
     return coeff
 
 
-def _const_size(r: UOp) -> int:
-    return r.src[0].arg if r.src[0].op is Ops.CONST else 0
+def _size(r: UOp) -> int:
+    """The axis' size, or its upper bound when it is an expression (a core's share of rows): opts split
+    such axes with a tail loop."""
+    end = r.src[0]
+    return end.arg if end.op is Ops.CONST else int(end.vmax)
 
 
 def _loads(x: UOp) -> list[UOp]:
@@ -85,7 +88,7 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
         return []
     out = stores[0]
     lanes = max(1, target.vector_bytes // out.dtype.base.itemsize)
-    loops = [r for r in kernel_ranges(ast, AxisType.LOOP) if _const_size(r) > 1]
+    loops = [r for r in kernel_ranges(ast, AxisType.LOOP) if _size(r) > 1]
     # the contiguous output axis: stride 1 in the (first) store
     j = next((r for r in reversed(loops) if _stride(out.src[1], r) == 1), None)
     plan: list[tuple[OptOps, UOp, int]] = []
@@ -93,25 +96,25 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
         reduces = [u for u in ast.toposort() if u.op is Ops.REDUCE]
         for unit in (False, True):  # packed panels are unit-stride whatever B's layout (x @ w.T)
             i = next((m for red in reduces if (m := _matmul_rows(red, j, loops, unit)) is not None), None)
-            if i is None or _const_size(j) < lanes:
+            if i is None or _size(j) < lanes:
                 continue
-            width, rows = min(2 * lanes, _const_size(j)), min(target.tile_rows, _const_size(i))
+            width, rows = min(2 * lanes, _size(j)), min(target.tile_rows, _size(i))
             if target.pack and (packed := _packed_tile(ast, j, i, width, rows)) is not None:
                 return packed
             if unit:
                 return _resolve(ast, [(OptOps.UPCAST, j, width), (OptOps.UPCAST, i, rows)])
         unit = all(_stride(ld.src[1], j) in (0, 1) for ld in _loads(ast))
         across = [red for red in reduces if j in red.src[0].ranges]
-        if across and unit and _const_size(j) >= lanes:
+        if across and unit and _size(j) >= lanes:
             # a reduction down the columns (out[j] = sum_i a[i, j]): its loop is inside j, so no loop
             # vectorizer widens j; lanes of j make one vector load and one accumulator per vector per step
-            return _resolve(ast, [(OptOps.UPCAST, j, min(2 * lanes, _const_size(j)))])
-        if not target.auto_vectorize and _const_size(j) >= lanes and unit:
+            return _resolve(ast, [(OptOps.UPCAST, j, min(2 * lanes, _size(j)))])
+        if not target.auto_vectorize and _size(j) >= lanes and unit:
             plan.append((OptOps.UPCAST, j, lanes))
     if not target.auto_vectorize:
         for r in kernel_ranges(ast, AxisType.REDUCE):
             uses = [ld for ld in _loads(ast) if r in ld.src[1].ranges]
-            if _const_size(r) >= lanes and uses and all(_stride(ld.src[1], r) == 1 for ld in uses):
+            if _size(r) >= lanes and uses and all(_stride(ld.src[1], r) == 1 for ld in uses):
                 plan.append((OptOps.UNROLL, r, lanes))
     return _resolve(ast, plan)
 
@@ -125,7 +128,7 @@ def _packed_tile(ast: UOp, j: UOp, i: UOp, width: int, rows: int) -> list[Opt] |
     except OptError:
         return None
     old = {r.arg[0] for r in kernel_ranges(ast)}
-    jw = next(r for r in kernel_ranges(packed, AxisType.LOOP) if r.arg[0] not in old and _const_size(r) == width
+    jw = next(r for r in kernel_ranges(packed, AxisType.LOOP) if r.arg[0] not in old and _size(r) == width
               and any(r in st.src[1].ranges for st in _stores(packed)))
     return [pack, *_resolve(packed, [(OptOps.UPCAST, jw, width), (OptOps.UPCAST, i, rows)])]
 

@@ -78,11 +78,11 @@ _pm_respread = PatternMatcher([(UPat((Ops.END, Ops.REDUCE), name="x"), _respread
 class _Tail:
     """How to copy the part of a kernel inside the split range `rng` for its last iterations."""
 
-    def __init__(self, rng: UOp, base: int, rest: int, fresh: Iterator[int]):
+    def __init__(self, rng: UOp, base: UOp, rest: UOp, fresh: Iterator[int]):
         self.rng, self.fresh = rng, fresh
-        self.range = UOp.range(UOp.const(rng.dtype, rest), next(fresh), rng.arg[1], rng.dtype) if rest > 1 else None
-        start = UOp.const(rng.dtype, base)
-        self.expr = start + self.range if self.range is not None else start
+        one = rest.op is Ops.CONST and rest.arg == 1
+        self.range = None if one else UOp.range(rest, next(fresh), rng.arg[1], rng.dtype)
+        self.expr = base + self.range if self.range is not None else base
 
     def copy(self, x: UOp, nested: Sequence[UOp]) -> tuple[UOp, list[UOp]]:
         """`x` at `rng = base + t`, with `nested` and the ranges of the reductions in `x` that depend on `rng`
@@ -126,25 +126,27 @@ def _peel_reduce(ctx: tuple[_Tail, tuple[UOp, ...]], red: UOp) -> UOp | None:
 
 
 def split_range(ast: UOp, rng: UOp, amt: int, kind: AxisType) -> UOp:
-    """`ast` with `rng` (size n, a constant) replaced by `outer*amt + inner`, inner of axis type `kind`, and
-    the last `n % amt` iterations peeled into a tail (see the module docstring)."""
+    """`ast` with `rng` (size n) replaced by `outer*amt + inner`, inner of axis type `kind`, and the last
+    `n % amt` iterations peeled into a tail (see the module docstring). A size that is an expression (a core's
+    share of rows, a variable) needs an amount and always gets a tail loop, of `n % amt` iterations."""
     end = rng.src[0]
-    if end.op is not Ops.CONST:
-        raise OptError(f"cannot split axis {rng.arg[0]}: its size {end.render()} is not a constant")
-    size = end.arg
+    if end.op is not Ops.CONST and amt <= 0:
+        raise OptError(f"cannot split axis {rng.arg[0]} entirely: its size {end.render()} is not a constant")
+    size = end.arg if end.op is Ops.CONST else None
     amt = amt or size
-    if not 0 < amt <= size:
+    if size is not None and not 0 < amt <= size:
         raise OptError(f"cannot split axis {rng.arg[0]} of size {size} by {amt}: the amount must be in 1..{size}")
     ids = [r.arg[0] for r in kernel_ranges(ast)]
     fresh = itertools.count(max((i for i in ids if isinstance(i, int)), default=-1) + 1)
     inner = UOp.range(UOp.const(rng.dtype, amt), next(fresh), kind, rng.dtype)
-    if size // amt == 1:  # no loop of one iteration: the scope analysis would see a loop nothing depends on
-        new, expr = (inner,), inner
+    if size is not None and size // amt == 1:  # no loop of one iteration: the scope analysis would see a loop
+        new, expr = (inner,), inner           # nothing depends on
     else:
-        outer = UOp.range(UOp.const(rng.dtype, size // amt), rng.arg[0], rng.arg[1], rng.dtype)
+        outer = UOp.range((end // amt).simplify(), rng.arg[0], rng.arg[1], rng.dtype)
         new, expr = (outer, inner), outer * amt + inner
-    if size % amt:
-        tail = _Tail(rng, size // amt * amt, size % amt, fresh)
+    rest = (end % amt).simplify()
+    if not (rest.op is Ops.CONST and rest.arg == 0):
+        tail = _Tail(rng, (end // amt * amt).simplify(), rest, fresh)
         ast = graph_rewrite(ast, PatternMatcher([(UPat(Ops.REDUCE, name="red"), _peel_reduce)]), ctx=(tail, new))
         ast = ast.replace(src=tuple(x for e in ast.src for x in _peel_end(tail, new, e)))
     else:
