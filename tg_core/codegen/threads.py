@@ -43,8 +43,8 @@ def work_estimate(ast: UOp) -> int:
 
 
 def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK) -> UOp:
-    """`ast` with its outermost parallel range split across `cores` cores, or `ast` itself when the kernel
-    cannot be split, has fewer rows than cores, or has less work than `min_work` (see the module doc)."""
+    """`ast` with a parallel range split across `cores` cores, or `ast` itself when the kernel has no parallel
+    range of two rows per core or less work than `min_work` (see the module doc)."""
     if not isinstance(cores, int) or cores < 1:
         raise ValueError(f"the core count must be a positive int, got {cores!r}")
     if cores == 1 or ast.op is not Ops.SINK:
