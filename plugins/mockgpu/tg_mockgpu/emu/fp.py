@@ -172,8 +172,11 @@ def cos_rev(x: np.ndarray) -> np.ndarray:
 
 
 def trans(fn, x: np.ndarray) -> np.ndarray:
-    """A transcendental unit op: denormal inputs and results flushed, computed exactly rounded from f64."""
+    """A transcendental unit op, computed in f64 and rounded once: f32/f16 flush denormal inputs and results (the
+    ISA's notes for exp/log/rcp/rsq/sqrt), f64 keeps them."""
     t = np.asarray(x).dtype.type
+    if t == f64:
+        return fn(np.asarray(x, f64))
     return flush(fn(np.asarray(flush(x), f64)).astype(t))
 
 

@@ -245,7 +245,7 @@ for _t, _ty in (("f16", f16), ("f32", f32), ("f64", f64)):
     op(f"v_ceil_{_t}", _t, _t, np.ceil)
     op(f"v_rndne_{_t}", _t, _t, np.rint)
     op(f"v_fract_{_t}", _t, _t, fp.fract)
-    op(f"v_sqrt_{_t}", _t, _t, np.sqrt)
+    op(f"v_sqrt_{_t}", _t, _t, lambda a: fp.trans(np.sqrt, a))
     op(f"v_rcp_{_t}", _t, _t, lambda a: fp.trans(lambda x: 1.0 / x, a))
     op(f"v_rsq_{_t}", _t, _t, lambda a: fp.trans(lambda x: 1.0 / np.sqrt(x), a))
     op(f"v_frexp_mant_{_t}", _t, _t, lambda a: np.where(np.isfinite(a), np.frexp(a)[0], a).astype(a.dtype))
