@@ -37,6 +37,9 @@ class BufferSpec:
     nolru: bool = False  # never keep it in the LRU cache when freed (memory shared outside tg)
 
 
+_DEFAULT_SPEC = BufferSpec()  # shared: allocations without options are the common case (frozen, so safe)
+
+
 class Allocator:
     """Base of a device's memory allocator. A subclass implements `_alloc`, `_free`, `copyin`, `copyout` and,
     for views, `_offset`. `_alloc` raises MemoryError when the device is out of memory (LRUAllocator then
@@ -45,10 +48,10 @@ class Allocator:
     def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
         if not isinstance(size, int) or size <= 0:
             raise ValueError(f"allocation size must be a positive number of bytes, got {size!r}")
-        return self._alloc(size, options or BufferSpec())
+        return self._alloc(size, options or _DEFAULT_SPEC)
 
     def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
-        self._free(opaque, size, options or BufferSpec())
+        self._free(opaque, size, options or _DEFAULT_SPEC)
 
     def offset(self, opaque: Any, offset: int, size: int) -> Any:
         """A handle to bytes [offset, offset+size) of an allocation, sharing its memory (used by views)."""
@@ -91,7 +94,7 @@ class LRUAllocator(Allocator):
         self.cached_bytes = 0
 
     def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
-        options = options or BufferSpec()
+        options = options or _DEFAULT_SPEC
         tickets = self._by_key.get((size, options))
         if tickets:
             # the most recently freed one: its memory is the likeliest to be warm
@@ -105,7 +108,7 @@ class LRUAllocator(Allocator):
             return super().alloc(size, options)
 
     def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
-        options = options or BufferSpec()
+        options = options or _DEFAULT_SPEC
         if not LRU or options.nolru or (self.cache_limit is not None and size > self.cache_limit):
             super().free(opaque, size, options)
             return
