@@ -256,8 +256,12 @@ def test_errors_name_word_address_and_kernel() -> None:
         decode(struct.pack("<I", 0xD6130000))
     with pytest.raises(DecodeError, match="truncated literal"):
         decode(struct.pack("<I", 0x7E0202FF))                # v_mov_b32 v1, <literal> without the literal
-    with pytest.raises(DecodeError, match="DPP16 operands are not supported"):
+    with pytest.raises(DecodeError, match="DPP16 operand"):
         decode(struct.pack("<II", 0x7E0202FA, 0))
+    with pytest.raises(DecodeError, match="operand code 220 is reserved"):
+        decode(struct.pack("<I", 0x7E0202DC))                # v_mov_b32 v1, <reserved code 220>
+    with pytest.raises(DecodeError, match="operand code 200 is not a scalar register"):
+        decode(bytes.fromhex("c80002d401050200"))            # v_cmp_eq_f16_e64 with an inline constant as destination
     with pytest.raises(DecodeError, match="unsupported MIMG encoding"):
         decode(struct.pack("<II", 0xF0000000, 0))
 
@@ -299,3 +303,22 @@ def test_literals_print_by_the_value_the_operand_sees() -> None:
             compared += 1
             assert disasm(decode(code), true16=False) == text, code.hex()
     assert compared > 150
+
+
+def test_random_words_decode_or_raise_decode_error() -> None:
+    """Garbage never crashes the decoder with anything but DecodeError, and whatever decodes can be disassembled."""
+    import random
+    rng = random.Random(2)
+    decoded = 0
+    for i in range(20000):
+        w0 = rng.randrange(1 << 32)
+        if i % 2:   # bias towards the 64-bit encodings
+            w0 = (w0 & 0x03FFFFFF) | rng.choice([0x32, 0x33, 0x35, 0x36, 0x37, 0x38, 0x3D, 0x3E, 0x3F]) << 26
+        code = struct.pack("<III", w0, rng.randrange(1 << 32), rng.randrange(1 << 32))
+        try:
+            inst = decode(code)
+        except DecodeError:
+            continue
+        assert disasm(inst) and disasm(inst, true16=False)
+        decoded += 1
+    assert decoded > 5000

@@ -23,6 +23,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
+from tg_mockgpu.rdna3.operands import src_operand
 from tg_mockgpu.rdna3.tables import CONSTS, OPS
 
 LITERAL = 255
@@ -179,6 +180,23 @@ def operand_regs(inst: Inst) -> dict[str, int]:
     return {t[0]: t[1] for t in template(inst) if isinstance(t, tuple) and t[2] != "imm"}
 
 
+def _bad_operand(field: str, kind: str, value: int) -> str | None:
+    """Why an operand field's value cannot be decoded (reserved codes, DPP, misplaced literals), or None."""
+    if kind == "s" and value >= 128:
+        return f"operand code {value} is not a scalar register"
+    if kind != "src":
+        return None
+    if value in DPP_CODES:
+        return f"{DPP_CODES[value]} operand (not supported)"
+    if value == LITERAL and field not in SRC_FIELDS:
+        return "a literal where none is allowed"
+    try:
+        src_operand(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def decode(code: bytes, addr: int = 0, pos: int = 0, kernel: str | None = None) -> Inst:
     """Decode the instruction at byte `pos` of `code`; `addr` is its address (for Inst.addr and error messages)."""
     if pos + 4 > len(code):
@@ -223,10 +241,11 @@ def decode(code: bytes, addr: int = 0, pos: int = 0, kernel: str | None = None) 
     elif enc == "VOP3P":
         f["opsel_hi"] |= f.pop("opsel_hi2") << 2
     inst = Inst(addr, size, enc, _strip(name), opcode, f, None, dual, t16_fields(enc, opcode))
-    used = {t[0] for t in template(inst) if isinstance(t, tuple)}
-    for k in SRC_FIELDS:
-        if k in used and f[k] in DPP_CODES:
-            raise DecodeError(f"{DPP_CODES[f[k]]} operands are not supported: {_where(code, pos, addr, kernel)}")
+    used = {t[0]: t[2] for t in template(inst) if isinstance(t, tuple) and t[0] in f}
+    for k, kind in used.items():
+        problem = _bad_operand(k, kind, f[k])
+        if problem:
+            raise DecodeError(f"{problem} in {k} of {inst.op}: {_where(code, pos, addr, kernel)}")
     needs_literal = (any(k in used and f[k] == LITERAL for k in SRC_FIELDS) or opcode in ALWAYS_LITERAL.get(enc, ())
                      or enc == "VOPD" and (f["opx"] in VOPD_LITERAL_OPS or f["opy"] in VOPD_LITERAL_OPS))
     if not needs_literal:

@@ -187,8 +187,6 @@ def _operand(inst: Inst, t: tuple | str, vop3_mods: bool, true16: bool) -> str:
         if t == "off" and inst.enc == "MUBUF":
             n = f["offen"] + f["idxen"]
             return _regs("v", f["vaddr"], n) if n else "off"
-        if t == "0" and inst.enc == "MUBUF":
-            return source(f["soffset"], 1, "b32", None)
         return t
     fld, n, kind = t
     if fld == "literal":          # the K constant of fmamk/fmaak prints in hex; s_setreg_imm32_b32's as a b32 value
@@ -336,6 +334,8 @@ def disasm(inst: Inst, true16: bool = True) -> str:
         tmpl = (("vdst", data[1] // 2 if "cmpswap" in inst.op else data[1], "v"),) + tmpl
     if inst.op == "s_endpgm" and inst.fields["simm16"]:
         return f"{mnemonic} {inst.fields['simm16']}"
+    if inst.enc == "MUBUF" and not tmpl:     # buffer_gl0_inv, buffer_gl1_inv: LLVM shows no fields
+        return mnemonic
     ops = [_smem_offset(inst) if isinstance(t, tuple) and t[0] == "offset" and inst.enc == "SMEM"
            else _operand(inst, t, vop3, true16) for t in tmpl]
     text = mnemonic + (" " + ", ".join(ops) if ops else "")

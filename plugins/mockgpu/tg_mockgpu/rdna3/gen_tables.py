@@ -74,7 +74,7 @@ REGS = {
              ("v", 5): "vsrcy1"},
     "DS": {("v", 1): "addr", ("v", 2): "data0", ("v", 4): "data1", ("v", 8): "vdst"},
     "FLAT": {("v", 2): "addr", ("v", 4): "data", ("s", 10): "saddr", ("v", 8): "vdst"},
-    "MUBUF": {("v", 2): "vaddr", ("v", 4): "vdata", ("s", 8): "srsrc", ("v", 8): "vdata"},
+    "MUBUF": {("v", 2): "vaddr", ("v", 4): "vdata", ("s", 8): "srsrc", ("v", 8): "vdata", ("s", 12): "soffset"},
 }
 
 
@@ -133,7 +133,7 @@ def variants(enc: str, op: int) -> list[bytes]:
                                      2 | (4 << 8) | (saddr << 16) | (sve << 23) | (8 << 24))
         return [b(124, 1), b(124, 0), b(10, 0)] if enc == "SCRATCH" else [b(124, 0), b(10, 0), b(124, 1)]
     if enc == "MUBUF":
-        return [words((0x38 << 26) | (op << 18), 2 | (4 << 8) | (2 << 16) | (128 << 24))]
+        return [words((0x38 << 26) | (op << 18), 2 | (4 << 8) | (2 << 16) | (12 << 24))]
     raise KeyError(enc)
 
 
