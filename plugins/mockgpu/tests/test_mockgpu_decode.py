@@ -310,7 +310,7 @@ def test_random_words_decode_or_raise_decode_error() -> None:
     import random
     rng = random.Random(2)
     decoded = 0
-    for i in range(20000):
+    for i in range(6000):
         w0 = rng.randrange(1 << 32)
         if i % 2:   # bias towards the 64-bit encodings
             w0 = (w0 & 0x03FFFFFF) | rng.choice([0x32, 0x33, 0x35, 0x36, 0x37, 0x38, 0x3D, 0x3E, 0x3F]) << 26
@@ -321,4 +321,4 @@ def test_random_words_decode_or_raise_decode_error() -> None:
             continue
         assert disasm(inst) and disasm(inst, true16=False)
         decoded += 1
-    assert decoded > 5000
+    assert decoded > 1500
