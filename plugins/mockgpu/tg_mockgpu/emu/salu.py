@@ -37,7 +37,7 @@ def _bitwise(fn: Callable, bits: int) -> Callable:
 
 
 def _signed(x, bits: int = 32):
-    return np.asarray(x).astype(u32 if bits == 32 else u64).view(i32 if bits == 32 else i64)
+    return np.asarray(x, u32 if bits == 32 else u64).view(i32 if bits == 32 else i64)
 
 
 def _add_i32(a, b):
@@ -124,7 +124,12 @@ sop("s_brev_b32", 32, (32,), lambda a: (np.asarray([int(f"{int(x):032b}"[::-1], 
 sop("s_sext_i32_i8", 32, (32,), lambda a: (np.asarray(a, u32).astype(np.int8).astype(i32).view(u32), None))
 sop("s_sext_i32_i16", 32, (32,), lambda a: (np.asarray(a, u32).astype(np.int16).astype(i32).view(u32), None))
 sop("s_abs_i32", 32, (32,), lambda a: (np.abs(_signed(a)).view(u32), _nz(np.abs(_signed(a)))))
-sop("s_add_u32", 32, (32, 32), lambda a, b: ((np.asarray(a, u64) + b).astype(u32), (np.asarray(a, u64) + b) >> u64(32) != 0))
+def _add_u32(a, b):
+    r = a + b               # wraps in 32 bits; the carry shows as a result below an operand
+    return r, r < b
+
+
+sop("s_add_u32", 32, (32, 32), _add_u32)
 sop("s_sub_u32", 32, (32, 32), lambda a, b: (a - b, b > a))
 sop("s_add_i32", 32, (32, 32), _add_i32)
 # these also read SCC (the carry/borrow in), passed as a third argument
@@ -196,22 +201,23 @@ def _compile_cmp(inst, a_code: int, b_code: int | None, imm: int | None = None) 
     cond, typ = parts[2], parts[3]
     bits = int(typ[1:])
     a_r = scalar_reader(a_code, bits, False, inst.literal, False)
-    if imm is not None:
-        k = np.int64(imm - 65536 if typ[0] == "i" and imm >= 32768 else imm)
-        b_r = lambda m, bt: k  # noqa: E731
-    else:
-        b_r = scalar_reader(b_code, bits, False, inst.literal, False)
     signed = typ[0] == "i"
     fn = CMP[cond]
+    if imm is not None:     # s_cmpk: the 16-bit immediate, sign-extended for the signed compares
+        k = np.int64(imm - 65536) if signed and imm >= 32768 else (np.int64(imm) if signed else UTYPE[bits](imm))
 
-    def run(m: Machine, bt: Batch) -> None:
-        a, b = np.asarray(a_r(m, bt)), np.asarray(b_r(m, bt))
-        if signed:
-            a = _signed(a, bits).astype(i64)
-            b = b if imm is not None else _signed(b, bits).astype(i64)
-        else:
-            a, b = a.astype(u64), b.astype(u64)
-        m.scc[bt.idx] = fn(a, b)
+        def run_k(m: Machine, bt: Batch) -> None:
+            a = a_r(m, bt)
+            m.scc[bt.idx] = fn(_signed(a, bits).astype(i64) if signed else a, k)
+        return run_k
+    b_r = scalar_reader(b_code, bits, False, inst.literal, False)
+    if signed:
+        def run_signed(m: Machine, bt: Batch) -> None:
+            m.scc[bt.idx] = fn(_signed(a_r(m, bt), bits), _signed(b_r(m, bt), bits))
+        return run_signed
+
+    def run(m: Machine, bt: Batch) -> None:     # same-width unsigned values compare directly
+        m.scc[bt.idx] = fn(a_r(m, bt), b_r(m, bt))
     return run
 
 
