@@ -470,9 +470,26 @@ def _note_origin(buf: UOp, graph: UOp) -> None:
     # a write into buf itself (assigning to a value, clone) computed its value
     while graph.op is Ops.ASSIGN and _storage(graph.src[0]) is buf:
         graph = graph.src[1]
-    reads = {n: _versions.get(n, 0) for n in graph.toposort() if n.op is Ops.BUFFER}
+    reads = {n: _versions.get(n, 0) for n in _buffers_in(graph)}
     if buf not in reads:  # a graph that reads buf's old contents cannot stand for its new ones
         _origins[buf] = (graph, reads)
+
+
+def _buffers_in(root: UOp) -> list[UOp]:
+    """The BUFFER nodes in a graph (one pass that stops at buffers: this runs on every realize)."""
+    seen: set[UOp] = set()
+    out: list[UOp] = []
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op is Ops.BUFFER:
+            out.append(n)
+        else:
+            stack.extend(n.src)
+    return out
 
 
 def _realized_base(n: UOp) -> UOp | None:
