@@ -19,7 +19,14 @@ from tg_cpu_x86.x86.renderer import X86Renderer
 RNG = np.random.default_rng(3)
 
 
-def run_tensor(t: Tensor, opts_for=lambda ast: ()) -> np.ndarray:
+def run_tensor(t: Tensor, opts_for=lambda ast: (), own_opts: bool = False) -> list:
+    """Every kernel of `t`'s schedule through X86 (see run_x86); the result and the compiled kernels."""
+    kernels: list = []
+    out = _run_tensor(t, opts_for, own_opts, kernels)
+    return out, kernels
+
+
+def _run_tensor(t: Tensor, opts_for, own_opts: bool, kernels: list) -> np.ndarray:
     """Every kernel of `t`'s schedule through X86, on numpy copies of the input buffers."""
     items, out = create_schedule([t.uop], [t.device])
     arrays: dict = {}
@@ -35,7 +42,7 @@ def run_tensor(t: Tensor, opts_for=lambda ast: ()) -> np.ndarray:
         if ast.op is Ops.COPY:
             bufs[0][:] = bufs[1]
             continue
-        run_x86(ast, bufs, opts=opts_for(ast))
+        kernels.append(run_x86(ast, bufs, opts=() if own_opts else opts_for(ast), own_opts=own_opts))
     return array_of(out[t.uop]).reshape(t.shape)
 
 
@@ -76,7 +83,7 @@ def test_tensor_kernels_match_numpy(name, tuned):
     """As scheduled, and with the opts the renderer asks for (lanes, register tiles, peeled tails)."""
     Tensor.manual_seed(11)
     t = CASES[name]()
-    got = run_tensor(t, X86Renderer().opts_for if tuned else lambda ast: ())
+    got, _ = run_tensor(t, X86Renderer().opts_for if tuned else lambda ast: ())
     want = t.numpy()  # the default device, or the reference interpreter
     if want.dtype.kind == "f":
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -89,7 +96,7 @@ def test_optimized_matmul():
     a, b = f32(8, 16), f32(16, 8)
     t = Tensor(a) @ Tensor(b)
     opts = (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4))
-    got = run_tensor(t, lambda ast: opts if any(u.op is Ops.REDUCE for u in ast.toposort()) else ())
+    got, _ = run_tensor(t, lambda ast: opts if any(u.op is Ops.REDUCE for u in ast.toposort()) else ())
     np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
 
 
@@ -199,5 +206,39 @@ def test_variable_trip_count(count):
 
 def test_nested_loops_with_reduction():
     a = f32(6, 7, 8)
-    got = run_tensor(Tensor(a).sum(2).max(1))
+    got, _ = run_tensor(Tensor(a).sum(2).max(1))
     np.testing.assert_allclose(got, a.sum(2).max(1), rtol=1e-5)
+
+
+# ---- ymm vectors -----------------------------------------------------------------------------------------
+
+VECTOR_CASES = {
+    "elementwise": (lambda a, b: a * b[:24] + 1.5, True),
+    "broadcast_div_max": (lambda a, b: (a / (b[:24].abs() + 1)).maximum(a - b[0:1, :]), False),
+    "matmul": (lambda a, b: a @ b, True),
+    "matmul_transposed": (lambda a, b: a @ b.T, False),
+    "matmul_bias_relu": (lambda a, b: (a @ b + b[0]).relu(), True),
+    "sum_rows": (lambda a, b: a.sum(1), False),
+    "peeled_tail": (lambda a, b: a[:, :13] * 2, False),
+}
+
+
+@pytest.mark.parametrize("name", VECTOR_CASES)
+def test_vector_lanes(name):
+    """The renderer's own linearization (vector lanes where a kernel packs into ymm registers whole, scalar
+    code otherwise) against numpy; the kernels expected to pack do."""
+    fn, packs = VECTOR_CASES[name]
+    a, b = f32(24, 32), f32(32, 32)
+    t = fn(Tensor(a), Tensor(b))
+    got, kernels = run_tensor(t, own_opts=True)
+    np.testing.assert_allclose(got, fn(Tensor(a), Tensor(b)).numpy(), rtol=1e-5, atol=1e-5)
+    if packs:
+        assert any("ymm" in k.asm_str() for k in kernels)
+
+
+def test_vector_max_keeps_nan():
+    x = np.array([np.nan, 1, 2, 3, -1, np.nan, 5, 6] * 2, np.float32)
+    y = np.array([1, np.nan, 1, 4, -2, np.nan, 9, 0] * 2, np.float32)
+    got, kernels = run_tensor(Tensor(x).maximum(Tensor(y)), own_opts=True)
+    assert "vmaxps" in kernels[0].asm_str()
+    np.testing.assert_array_equal(got, np.maximum(x, y))

@@ -43,9 +43,17 @@ def compile_x86(ast: UOp, opts=()) -> tuple[Program, X86Kernel]:
     return prog, k
 
 
-def run_x86(ast: UOp, arrays: list[np.ndarray], var_vals: dict[str, int] | None = None, opts=()) -> X86Kernel:
-    """Compile `ast`, check its disassembly, and call it on `arrays` (by PARAM index) and `var_vals`."""
-    prog, k = compile_x86(ast, opts)
+def run_x86(ast: UOp, arrays: list[np.ndarray], var_vals: dict[str, int] | None = None, opts=(),
+            own_opts: bool = False) -> X86Kernel:
+    """Compile `ast` (with `opts`, or as the renderer linearizes it by itself: vector lanes where they pack),
+    check its disassembly, and call it on `arrays` (by PARAM index) and `var_vals`."""
+    if own_opts:
+        renderer = X86Renderer()
+        prog = renderer.program(ast)
+        k = renderer.compile(prog)
+        check_disassembly(k)
+    else:
+        prog, k = compile_x86(ast, opts)
     for a in arrays:
         assert a.flags.c_contiguous
     var_types = [ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32 for v in prog.variables]

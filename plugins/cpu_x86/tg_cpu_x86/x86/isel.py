@@ -32,6 +32,7 @@ from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
+from tg_cpu_x86.x86.slp import Group, Packer
 
 DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -108,6 +109,37 @@ class Selector:
                 self.users.setdefault(s, []).append(u)
         self.fold_into = self._accumulator_updates()
         self.folded_adds = {u.src[1] for u in self.uops if u.op is Ops.INDEX and self._disp_fold(u) is not None}
+        self._vector_plan()
+
+    def _vector_plan(self) -> None:
+        """Which uops are computed as ymm vectors (slp.py), where each group is emitted (after its last
+        member), and which accumulator updates become one FMA into the accumulator."""
+        self.packer = Packer(self.uops, self.users)
+        self.groups = self.packer.run()
+        self.vskip: set[UOp] = set()
+        self.emit_at: dict[UOp, list[Group]] = {}
+        self.vvals: dict[Group, VReg] = {}
+        self.vaccs: dict[tuple[UOp, ...], VReg] = {}
+        self.fused: dict[Group, Group] = {}  # accumulator store -> the product it adds
+        self.fused_away: set[Group] = set()  # the sum and product an FMA replaces
+        for g in self.groups:
+            if g.kind != "splat":
+                self.vskip.update(u for u in g.lanes if u.op is not Ops.CONST)
+            if g.kind != "acc":
+                self.emit_at.setdefault(max(g.lanes, key=self.pos.__getitem__), []).append(g)
+        for g in self.groups:
+            v = g.srcs[0] if g.kind == "accstore" else None
+            if v is None or v.kind != "alu" or v.lanes[0].op is not Ops.ADD:
+                continue
+            acc = self.packer.acc_groups[g.accs]
+            for k in (0, 1):
+                x, m = v.srcs[k], v.srcs[1 - k]
+                if x is acc and m.kind == "alu" and m.lanes[0].op is Ops.MUL and all(
+                        self.users.get(ml) == [vl] and self.users.get(vl.src[k]) == [vl] and self.users.get(vl) == [sl]
+                        for ml, vl, sl in zip(m.lanes, v.lanes, g.lanes)):
+                    self.fused[g] = m
+                    self.fused_away.update((v, m))
+                    break
 
     # ---- analysis --------------------------------------------------------------------------------------
 
@@ -958,6 +990,73 @@ isel_rules = PatternMatcher([
 ])
 
 
+def _y(v: VReg) -> View:
+    return View(v, 32)
+
+
+def _vector(ctx: Selector, g: Group) -> VReg:
+    if g.kind == "acc":
+        if g.accs not in ctx.vaccs:
+            ctx.vaccs[g.accs] = VReg("vec", 32)
+        return ctx.vaccs[g.accs]
+    return ctx.vvals[g]
+
+
+_VEC_BIN = {Ops.ADD: "vaddps", Ops.SUB: "vsubps", Ops.MUL: "vmulps", Ops.FDIV: "vdivps"}
+
+
+def emit_group(ctx: Selector, g: Group) -> None:
+    """The vector instructions of one group (float32 x 8 in a ymm register)."""
+    if g in ctx.fused_away:
+        return
+    v0 = g.lanes[0] if g.lanes else None
+    if g.kind == "accstore":
+        acc = _vector(ctx, ctx.packer.acc_groups[g.accs])
+        if g in ctx.fused:
+            m = ctx.fused[g]
+            ctx.ins("vfmadd231ps", _y(acc), _y(_vector(ctx, m.srcs[0])), _y(_vector(ctx, m.srcs[1])), w=(0,), r=(0, 1, 2))
+        else:
+            ctx.ins("vmovaps", _y(acc), _y(_vector(ctx, g.srcs[0])), w=(0,), r=(1,), kind=MOVE)
+        return
+    if g.kind == "store":
+        mem = ctx.addrs[v0.src[0]]
+        ctx.ins("vmovups", Mem(mem.base, mem.index, mem.scale, mem.disp, 32), _y(_vector(ctx, g.srcs[0])), r=(1,))
+        return
+    d = ctx.vvals[g] = VReg("vec", 32)
+    if g.kind == "cmp":
+        a, b = (_vector(ctx, s) for s in g.srcs)
+        ctx.ins("vcmpps", _y(d), _y(a), _y(b), Imm(_VCMP[v0.op]), w=(0,), r=(1, 2))
+    elif g.kind == "where":
+        mask, x, y = (_vector(ctx, s) for s in g.srcs)
+        ctx.ins("vblendvps", _y(d), _y(y), _y(x), _y(mask), w=(0,), r=(1, 2, 3))
+    elif g.kind == "splat" and v0.op is Ops.LOAD and v0.src[0] in ctx.addrs and v0.src[0] not in ctx.gates:
+        ctx.ins("vbroadcastss", _y(d), ctx.addrs[v0.src[0]], w=(0,))  # from memory (the scalar load may die)
+    elif g.kind == "splat" and v0.op is not Ops.CONST:
+        ctx.ins("vbroadcastss", _y(d), ctx.reg(v0), w=(0,), r=(1,))
+    elif g.kind in ("splat", "const"):
+        blob = struct.pack("<8f", *(float(u.arg) for u in g.lanes))
+        if blob == bytes(32):
+            d.remat = ctx.ins("vxorps", _y(d), _y(d), _y(d), w=(0,))
+        else:
+            d.remat = ctx.ins("vmovups", _y(d), Mem(data=ctx.const_data(blob), size=32), w=(0,))
+    elif g.kind == "load":
+        mem = ctx.addrs[v0.src[0]]
+        ctx.ins("vmovups", _y(d), Mem(mem.base, mem.index, mem.scale, mem.disp, 32), w=(0,))
+    else:
+        srcs = [_vector(ctx, s) for s in g.srcs]
+        op = v0.op
+        if op in _VEC_BIN:
+            ctx.ins(_VEC_BIN[op], _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(1, 2))
+        elif op is Ops.MAX:  # NaN from either side, as the scalar form
+            t, m = VReg("vec", 32), VReg("vec", 32)
+            ctx.ins("vmaxps", _y(t), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(1, 2))
+            ctx.ins("vcmpps", _y(m), _y(srcs[0]), _y(srcs[0]), Imm(3), w=(0,), r=(1, 2))
+            ctx.ins("vblendvps", _y(d), _y(t), _y(srcs[0]), _y(m), w=(0,), r=(1, 2, 3))
+        else:  # MULACC
+            ctx.ins("vmovaps", _y(d), _y(srcs[2]), w=(0,), r=(1,), kind=MOVE)
+            ctx.ins("vfmadd231ps", _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(0, 1, 2))
+
+
 _FLAG_WRITERS = frozenset({"cmp", "test", "vucomiss", "vucomisd"})
 
 
@@ -1015,10 +1114,15 @@ def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
         ctx.cur = ctx.buckets[i]
         if u in ctx.folded_adds:
             continue  # folded into the displacement of the address that is its only user
-        if isel_rules.rewrite(u, ctx) is None:
-            raise NotImplementedError(f"the X86 renderer has no rule for {u.op.name} (in kernel {program.name})")
-        if u.dtype is dtypes.float16 and u.op in _ROUNDED:
-            ctx.round_half(ctx.vals[u], ctx.vals[u])
+        if u not in ctx.vskip:
+            if isel_rules.rewrite(u, ctx) is None:
+                raise NotImplementedError(f"the X86 renderer has no rule for {u.op.name} (in kernel {program.name})")
+            if u.dtype is dtypes.float16 and u.op in _ROUNDED:
+                ctx.round_half(ctx.vals[u], ctx.vals[u])
+        for g in ctx.emit_at.get(u, ()):
+            emit_group(ctx, g)
     insts = eliminate_dead_code(ctx.buckets[-1] + [ins for b in ctx.buckets[:-1] for ins in b])
+    if ctx.groups:  # no penalty for the caller's SSE code after our 256-bit instructions
+        insts.append(MInst("vzeroupper"))
     insts.append(MInst("ret", kind=RET))
     return MFunction(program.name, insts), ctx.data

@@ -8,12 +8,14 @@ constants after it.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tg_core.codegen.heuristic import CPUTarget, cpu_opts
 from tg_core.codegen.opts import Opt, OptOps
-from tg_core.codegen.program import Program
+from tg_core.codegen.program import Program, linearize_kernel
 from tg_core.codegen.regalloc import Allocation, allocate
+from tg_core.dtype import dtypes
 from tg_core.renderer import Renderer
 from tg_core.renderer.isa import LABEL, Imm, Label, MInst, Mem, Operand, PReg, View
 from tg_core.uop.ops import Ops
@@ -23,6 +25,7 @@ from tg_cpu_x86.x86 import operands as x86
 from tg_cpu_x86.x86.abi import X86Arch
 from tg_cpu_x86.x86.encode import Assembler
 from tg_cpu_x86.x86.isel import SUPPORTED, select
+from tg_cpu_x86.x86.slp import Packer
 
 
 def _decompositions() -> PatternMatcher | None:
@@ -54,6 +57,14 @@ def _operand(o: Operand) -> x86.Operand:
     raise TypeError(f"X86: operand {o!r} was not allocated to a physical register")
 
 
+def _users(uops: Sequence[UOp]) -> dict[UOp, list[UOp]]:
+    users: dict[UOp, list[UOp]] = {}
+    for u in uops:
+        for s in u.src:
+            users.setdefault(s, []).append(u)
+    return users
+
+
 @dataclass
 class X86Kernel:
     """A compiled kernel: its machine code and what produced it."""
@@ -83,6 +94,12 @@ def assemble(insts: list[MInst], data: dict[bytes, str]) -> Assembler:
 _LANES = CPUTarget(vector_bytes=16, auto_vectorize=False, pack=False)
 _TILE = CPUTarget(vector_bytes=8, tile_rows=3, auto_vectorize=False, pack=False)
 _HEAVY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
+# ymm lanes: 8 float32 lanes on the contiguous axis, matmul tiles of 4 rows x 16 columns (8 ymm accumulators)
+_VECTOR = CPUTarget(vector_bytes=32, tile_rows=4, auto_vectorize=False, pack=False)
+# what a kernel may contain to be tried with vector lanes (slp.py decides whether it really packs)
+_VECTOR_OPS = frozenset({Ops.SINK, Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.END, Ops.INDEX, Ops.LOAD,
+                         Ops.STORE, Ops.REDUCE, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC, Ops.GROUP,
+                         Ops.AFTER, Ops.NOOP, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 
 
 class X86Renderer(Renderer):
@@ -90,6 +107,23 @@ class X86Renderer(Renderer):
     name = "X86"
     device = "CPU"
     supported_dtypes = SUPPORTED
+
+    def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> Program:
+        """With the renderer's own opts: vector lanes where the kernel packs into ymm vectors whole (slp.py),
+        else the scalar lanes of opts_for."""
+        if opts is None and (vector := self._vector_opts(ast)):
+            prog = linearize_kernel(ast, self.lower_reduce, vector, self.extra_matcher)
+            if Packer(prog.uops, _users(prog.uops)).run():
+                return prog
+        return super().program(ast, opts)
+
+    @staticmethod
+    def _vector_opts(ast: UOp) -> list[Opt]:
+        nodes = ast.toposort()
+        if any(u.op not in _VECTOR_OPS or u.op in (Ops.LOAD, Ops.STORE) and u.src[0].dtype.base is not dtypes.float32
+               or u.op is Ops.INDEX and len(u.src) > 2 for u in nodes):
+            return []
+        return cpu_opts(ast, _VECTOR)
 
     def opts_for(self, ast: UOp) -> list[Opt]:
         """Register tiles for matmul-like kernels; otherwise scalar lanes only where they split a short chain

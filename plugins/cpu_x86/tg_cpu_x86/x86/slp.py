@@ -1,0 +1,180 @@
+"""Packing scalar lanes into ymm vectors (superword-level parallelism) for the X86 selector.
+
+Codegen expands an UPCAST/UNROLL axis into straight-line scalar lanes. Here runs of LANES float32 stores to
+consecutive elements of one buffer are the seeds; their values are packed lane by lane, bottom-up: a lane
+tuple packs when its members are one value (broadcast), constants, loads of consecutive elements,
+accumulators (whose every store then packs too), or the same arithmetic op on packed operands. A seed is
+vectorized only if its whole tree packs and no member has a user outside the packed set (so no lane needs to
+be extracted); everything else stays scalar. Each group is emitted where its last member is in the program,
+after the groups it reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tg_core.dtype import dtypes
+from tg_core.uop.ops import Ops
+from tg_core.uop.uop import UOp
+
+LANES = 8  # float32 lanes of a ymm register
+_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC})
+_CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+
+
+@dataclass(eq=False)
+class Group:
+    """LANES uops computed as one vector. kind: "splat" (one scalar, broadcast), "const", "load", "store",
+    "acc" (loads of accumulators), "accstore" (stores to them), "alu", "cmp" (a mask) and "where" (a blend)."""
+    kind: str
+    lanes: tuple[UOp, ...]
+    srcs: tuple[Group, ...] = ()
+    accs: tuple[UOp, ...] = ()  # the accumulators (DEFINE_REGs) of an "acc"/"accstore" group, by lane
+
+
+def _acc_of(idx: UOp) -> UOp | None:
+    buf = idx.src[0]
+    while buf.op is Ops.AFTER:
+        buf = buf.src[0]
+    return buf if buf.op is Ops.DEFINE_REG else None
+
+
+def offset(idx: UOp) -> tuple[UOp, int]:
+    """An INDEX's element as (base, constant): base + c, with c = 0 when the index has no constant term."""
+    i = idx.src[1]
+    if i.op is Ops.ADD and i.src[1].op is Ops.CONST:
+        return i.src[0], int(i.src[1].arg)
+    return i, 0
+
+
+def _plain_global(idx: UOp) -> bool:
+    return idx.op is Ops.INDEX and len(idx.src) == 2 and idx.src[0].op is Ops.PARAM and idx.dtype.base is dtypes.float32
+
+
+def _consecutive(idxs: tuple[UOp, ...]) -> bool:
+    if not all(_plain_global(i) for i in idxs) or len({i.src[0] for i in idxs}) != 1:
+        return False
+    offs = [offset(i) for i in idxs]
+    return len({b for b, _ in offs}) == 1 and all(c == offs[0][1] + k for k, (_, c) in enumerate(offs))
+
+
+class Packer:
+    """Finds the vector groups of a linear program (see the module docstring)."""
+
+    def __init__(self, uops: tuple[UOp, ...], users: dict[UOp, list[UOp]]):
+        self.uops, self.users = uops, users
+        self.pos = {u: i for i, u in enumerate(uops)}
+        self.memo: dict[tuple[UOp, ...], Group | None] = {}
+        self.acc_groups: dict[tuple[UOp, ...], Group] = {}  # accumulators by lane -> their "acc" group
+        self.groups: list[Group] = []
+
+    def run(self) -> list[Group]:
+        """The groups, or none: the kernel is vectorized whole or not at all (every store in a seed, every
+        seed's tree packed, no lane read by scalar code), which keeps the scalar fallback simple."""
+        seeds = self._seeds()
+        stores = [u for u in self.uops if u.op is Ops.STORE and _acc_of(u.src[0]) is None]
+        if not seeds or len(stores) != LANES * len(seeds):
+            return []
+        for seed in seeds:
+            if self._store_group(seed) is None:
+                return []
+        return self.groups if self._closed() else []
+
+    def _seeds(self) -> list[tuple[UOp, ...]]:
+        """Runs of LANES stores to consecutive float32 elements of a buffer, in program order."""
+        by_base: dict[tuple[UOp, UOp], dict[int, UOp]] = {}
+        for u in self.uops:
+            if u.op is Ops.STORE and _plain_global(u.src[0]):
+                base, c = offset(u.src[0])
+                by_base.setdefault((u.src[0].src[0], base), {})[c] = u
+        seeds, taken = [], set()
+        for stores in by_base.values():
+            for c in sorted(stores):
+                run = tuple(stores.get(c + k) for k in range(LANES))
+                if all(s is not None and s not in taken for s in run):
+                    seeds.append(run)
+                    taken.update(run)
+        return seeds
+
+    def _closed(self) -> bool:
+        """Every member's users are members too (no lane is read by scalar code; constants and broadcast
+        scalars may be shared with it)."""
+        members = {u for g in self.groups if g.kind not in ("splat", "const") for u in g.lanes}
+        return all(all(x in members for x in self.users.get(u, ())) for u in members if u.op is not Ops.STORE)
+
+    def _add(self, g: Group) -> Group:
+        self.groups.append(g)
+        return g
+
+    def _store_group(self, stores: tuple[UOp, ...]) -> Group | None:
+        value = self.pack(tuple(s.src[1] for s in stores))
+        return None if value is None else self._add(Group("store", stores, (value,)))
+
+    def pack(self, vals: tuple[UOp, ...]) -> Group | None:
+        if vals in self.memo:
+            return self.memo[vals]
+        self.memo[vals] = None  # a cycle through an accumulator resolves in _acc
+        g = self._pack(vals)
+        self.memo[vals] = g
+        return g
+
+    def _pack(self, vals: tuple[UOp, ...]) -> Group | None:
+        v0 = vals[0]
+        if any(v.dtype is not dtypes.float32 for v in vals):
+            return None
+        if all(v is v0 for v in vals):
+            return self._add(Group("splat", vals))
+        if all(v.op is Ops.CONST for v in vals):
+            return self._add(Group("const", vals))
+        if all(v.op is Ops.LOAD and len(v.src) == 1 for v in vals):
+            idxs = tuple(v.src[0] for v in vals)
+            accs = tuple(_acc_of(i) for i in idxs)
+            if all(a is not None for a in accs):
+                return self._acc(vals, accs)
+            return self._add(Group("load", vals)) if _consecutive(idxs) else None
+        if v0.op is Ops.WHERE and all(v.op is Ops.WHERE for v in vals):
+            return self._select(vals)
+        if v0.op in _ALU and all(v.op is v0.op for v in vals):
+            srcs = []
+            for k in range(len(v0.src)):
+                s = self.pack(tuple(v.src[k] for v in vals))
+                if s is None:
+                    return None
+                srcs.append(s)
+            return self._add(Group("alu", vals, tuple(srcs)))
+        return None
+
+    def _select(self, vals: tuple[UOp, ...]) -> Group | None:
+        """where(a cmp b, x, y) with float32 a, b: a compare mask and a blend (the compares are members)."""
+        conds = tuple(v.src[0] for v in vals)
+        c0 = conds[0]
+        if c0.op not in _CMP or any(c.op is not c0.op or c.src[0].dtype is not dtypes.float32 for c in conds):
+            return None
+        parts = [self.pack(tuple(c.src[k] for c in conds)) for k in (0, 1)]
+        parts += [self.pack(tuple(v.src[k] for v in vals)) for k in (1, 2)]
+        if any(p is None for p in parts):
+            return None
+        cmp = self._add(Group("cmp", conds, tuple(parts[:2])))
+        return self._add(Group("where", vals, (cmp, parts[2], parts[3])))
+
+    def _acc(self, loads: tuple[UOp, ...], accs: tuple[UOp, ...]) -> Group | None:
+        """Loads of LANES distinct accumulators: the accumulators become one vector, so each of their stores
+        must pack with the same lanes."""
+        if len(set(accs)) != len(accs) or any(a.dtype.base is not dtypes.float32 for a in accs):
+            return None
+        known = accs in self.acc_groups
+        group = self.acc_groups[accs] if known else self._add(Group("acc", (), accs=accs))
+        self.acc_groups[accs] = self.memo[loads] = group  # stores below may read these loads again
+        group.lanes += loads
+        if not known:
+            stores_by_acc = {a: [u for u in self.uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
+                                 and _acc_of(u.src[0]) is a] for a in accs}
+            counts = {len(s) for s in stores_by_acc.values()}
+            if len(counts) != 1:
+                return None
+            for n in range(counts.pop()):
+                lane_stores = tuple(stores_by_acc[a][n] for a in accs)
+                value = self.pack(tuple(s.src[1] for s in lane_stores))
+                if value is None:
+                    return None
+                self._add(Group("accstore", lane_stores, (value,), accs=accs))
+        return group
