@@ -352,3 +352,19 @@ def test_flat_to_global_and_to_the_lds_aperture(gpu):
     gpu.run(asm_kernel(code, vgprs=16, lds=256), (1, 1, 1), (64, 1, 1), out)
     i = np.arange(64)
     np.testing.assert_array_equal(gpu.read(out, np.int32, 64), ((i ^ 1) + 7) * 2)
+
+
+def test_scalar_load_fault_names_the_wave(gpu):
+    code = """
+    s_load_b64 s[4:5], s[0:1], 0x0
+    s_waitcnt lgkmcnt(0)
+    s_lshl_b32 s7, s2, 12                 // workgroup 1 reads one page past a one-page buffer: the guard page
+    s_add_u32 s4, s4, s7
+    s_addc_u32 s5, s5, 0
+    s_load_b32 s6, s[4:5], 0x8
+    s_waitcnt lgkmcnt(0)
+    """
+    out = gpu.buffer(np.zeros(16, np.int32))
+    with pytest.raises(GPUFault, match=rf"scalar read of unmapped memory at address {out.va + 0x1008:#x}, "
+                                       r"workgroup \(1, 0, 0\) wave 0.*s_load_b32 s6, s\[4:5\], 0x8"):
+        gpu.run(asm_kernel(code), (2, 1, 1), (32, 1, 1), out)
