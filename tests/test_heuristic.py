@@ -8,6 +8,7 @@ from tg_core.codegen import Opt, OptOps, linearize_kernel
 from tg_core.codegen.heuristic import CPUTarget, cpu_opts
 from tg_core.dtype import dtypes
 from tg_core.renderer.llvmir import LLVMRenderer
+from tg_core.schedule import create_schedule
 from tg_core.uop import AxisType, Ops, UOp
 
 pytest.importorskip("llvmlite.binding")
@@ -113,24 +114,37 @@ def test_tiled_loops_are_not_loop_vectorized():
     assert "llvm.loop" not in plain
 
 
-def test_scheduler_mlp_with_cpu_opts():
-    """The Tensor MLP's kernels (matmul + bias + relu fused, the 10-column last layer) with the heuristic's
-    opts (PACK, tiles, tails), compiled with the CPU flags, against numpy."""
-    from tg_core import Tensor
-    from test_tensor_llvm import run_llvm
-    import test_tensor_llvm
-    r = np.random.default_rng(5)
-    x, w1, b1, w2 = (r.standard_normal(s).astype(np.float32) for s in ((9, 20), (20, 32), (32,), (32, 10)))
-    t = (Tensor(x) @ Tensor(w1) + Tensor(b1)).relu() @ Tensor(w2)
+_R = np.random.default_rng(5)
+_X, _W1, _B1, _W2 = (_R.standard_normal(s).astype(np.float32) for s in ((9, 20), (20, 32), (32,), (32, 10)))
+_IMG, _K = _R.standard_normal((2, 3, 9, 19)).astype(np.float32), _R.standard_normal((5, 3, 3, 3)).astype(np.float32)
+_TENSOR_CASES = {
+    "mlp": (lambda T: (T(_X) @ T(_W1) + T(_B1)).relu() @ T(_W2), lambda: np.maximum(_X @ _W1 + _B1, 0) @ _W2),
+    "x_wT": (lambda T: T(_X) @ T(_W1.T.copy()).T, lambda: _X @ _W1),
+    "col_max": (lambda T: T(_W1).max(0), lambda: _W1.max(0)),
+    "conv_relu": (lambda T: T(_IMG).conv2d(T(_K), padding=1).relu(), None),
+}
 
-    def run_opts(ast, bufs):
-        return run(ast, bufs, opts=cpu_opts(ast), renderer=FastCPU())
-    orig, test_tensor_llvm.run = test_tensor_llvm.run, run_opts
+
+@pytest.mark.parametrize("name", list(_TENSOR_CASES))
+def test_scheduler_kernels_with_cpu_opts(name):
+    """Tensor programs' kernels (matmul + bias + relu fused, a 10-column layer, a transposed weight, a column
+    reduction, a padded convolution) with the heuristic's opts (PACK, tiles, tails), compiled with the CPU
+    flags, against numpy (the convolution against the reference device)."""
+    from tg_core import Tensor
+    import test_tensor_llvm
+
+    def T(data):  # the reference device: what is compared is the compiled kernels, not another backend
+        return Tensor(data, device="PYTHON")
+    build, ref = _TENSOR_CASES[name]
+    want = build(T).numpy() if ref is None else ref()
+    orig = test_tensor_llvm.run
+    test_tensor_llvm.run = lambda ast, bufs: run(ast, bufs, opts=cpu_opts(ast), renderer=FastCPU())
     try:
-        got = run_llvm(t)
+        got = test_tensor_llvm.run_llvm(build(T))
     finally:
         test_tensor_llvm.run = orig
-    np.testing.assert_allclose(got, np.maximum(x @ w1 + b1, 0) @ w2, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert any(cpu_opts(ast) for ast, _ in create_schedule([build(T).uop], ["PYTHON"])[0])
 
 
 def _col_sum(n: int, m: int):

@@ -40,11 +40,16 @@ class CPUTarget:
     pack: bool = True               # matmul B panels copied to contiguous scratch (needs DEFINE_REG arrays)
 
 
-def _stride(idx: UOp, r: UOp) -> int | None:
-    """The coefficient of `r` in the index `idx` when `idx` is linear in it (0 if it does not use `r`);
-    None when `r` appears inside a non-linear term (div, mod, ...)."""
+def _stride(index: UOp, r: UOp) -> int | None:
+    """The coefficient of `r` in the INDEX's offset when it is linear in it (0 if it does not use `r`);
+    None when `r` appears inside a non-linear term (div, mod, ...). An outer `% n` with n at least the buffer's
+    size is read through: it changes no in-bounds offset (the scheduler leaves one on padded loads, whose
+    gate keeps them in bounds)."""
+    idx = index.src[1]
     if r not in idx.ranges:
         return 0
+    if idx.op is Ops.MOD and idx.src[1].op is Ops.CONST and idx.src[1].arg >= index.src[0].dtype.size > 0:
+        idx = idx.src[0]
     terms, _ = decompose(idx)
     coeff = terms.get(r)
     if coeff is None or any(r in b.ranges for b in terms if b is not r):
@@ -71,7 +76,7 @@ def _matmul_rows(red: UOp, j: UOp, loops: list[UOp], unit: bool = True) -> UOp |
     if red.arg is not Ops.ADD:
         return None
     loads = _loads(red.src[0])
-    if unit and not any(_stride(ld.src[1], j) == 1 for ld in loads):
+    if unit and not any(_stride(ld, j) == 1 for ld in loads):
         return None
     without_j = [ld for ld in loads if j not in ld.src[1].ranges]
     for i in reversed(loops):
@@ -90,7 +95,7 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
     lanes = max(1, target.vector_bytes // out.dtype.base.itemsize)
     loops = [r for r in kernel_ranges(ast, AxisType.LOOP) if _size(r) > 1]
     # the contiguous output axis: stride 1 in the (first) store
-    j = next((r for r in reversed(loops) if _stride(out.src[1], r) == 1), None)
+    j = next((r for r in reversed(loops) if _stride(out, r) == 1), None)
     plan: list[tuple[OptOps, UOp, int]] = []
     if j is not None:
         reduces = [u for u in ast.toposort() if u.op is Ops.REDUCE]
@@ -103,7 +108,7 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
                 return packed
             if unit:
                 return _resolve(ast, [(OptOps.UPCAST, j, width), (OptOps.UPCAST, i, rows)])
-        unit = all(_stride(ld.src[1], j) in (0, 1) for ld in _loads(ast))
+        unit = all(_stride(ld, j) in (0, 1) for ld in _loads(ast))
         across = [red for red in reduces if j in red.src[0].ranges]
         if across and unit and _size(j) >= lanes:
             # a reduction down the columns (out[j] = sum_i a[i, j]): its loop is inside j, so no loop
@@ -114,7 +119,7 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
     if not target.auto_vectorize:
         for r in kernel_ranges(ast, AxisType.REDUCE):
             uses = [ld for ld in _loads(ast) if r in ld.src[1].ranges]
-            if _size(r) >= lanes and uses and all(_stride(ld.src[1], r) == 1 for ld in uses):
+            if _size(r) >= lanes and uses and all(_stride(ld, r) == 1 for ld in uses):
                 plan.append((OptOps.UNROLL, r, lanes))
     return _resolve(ast, plan)
 
