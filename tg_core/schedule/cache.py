@@ -103,7 +103,7 @@ def _bind(items: Items, outs: list[UOp], inputs: dict[UOp, UOp], targets: list[U
         new_bufs = []
         for b in bufs:
             if b not in mapping:
-                mapping[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype) if fresh else b
+                mapping[b] = b.fresh_buffer() if fresh else b
             new_bufs.append(mapping[b])
         if ast.op is Ops.COPY:
             ast = UOp(Ops.COPY, dtypes.void, tuple(new_bufs))

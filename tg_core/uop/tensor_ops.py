@@ -45,6 +45,12 @@ class TensorOps:
         return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)),
                                        UOp(Ops.DEVICE, dtypes.void, (), device)), size)
 
+    def fresh_buffer(self):
+        """A new BUFFER node of this BUFFER's device, size and dtype (its DEVICE node reused)."""
+        from tg_core.uop.uop import UOp
+        return UOp(Ops.BUFFER, self.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)), self.src[1]),
+                   self.arg)
+
     @property
     def shape(self) -> Shape | None:
         s = self._shape
