@@ -154,6 +154,10 @@ class Selector:
         """ALU results computed straight into their accumulator: the value of a STORE to an accumulator whose
         only user is that store, when no load of the accumulator is used between the ALU and the store."""
         out: dict[UOp, UOp] = {}
+        loads: dict[UOp, list[UOp]] = {}  # accumulator -> its loads
+        for u in self.uops:
+            if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and (acc := self._acc_of(u.src[0])) is not None:
+                loads.setdefault(acc, []).append(u)
         for u in self.uops:
             if u.op is not Ops.STORE or u.src[0].op is not Ops.INDEX or self._acc_of(u.src[0]) is None:
                 continue
@@ -162,8 +166,8 @@ class Selector:
                 continue
             acc = self._acc_of(u.src[0])
             lo, hi = self.pos[v], self.pos[u]
-            reads_between = any(w.op is Ops.LOAD and w.src[0].op is Ops.INDEX and self._acc_of(w.src[0]) is acc and
-                                any(lo < self.pos[x] < hi for x in self.users.get(w, ())) for w in self.uops[:hi])
+            reads_between = any(lo < self.pos[x] < hi for w in loads.get(acc, ()) if self.pos[w] < hi
+                                for x in self.users.get(w, ()))
             if not reads_between:
                 out[v] = acc
         return out

@@ -66,6 +66,10 @@ class Packer:
         self.memo: dict[tuple[UOp, ...], Group | None] = {}
         self.acc_groups: dict[tuple[UOp, ...], Group] = {}  # accumulators by lane -> their "acc" group
         self.groups: list[Group] = []
+        self.acc_stores: dict[UOp, list[UOp]] = {}  # accumulator -> its stores, in program order
+        for u in uops:
+            if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and (acc := _acc_of(u.src[0])) is not None:
+                self.acc_stores.setdefault(acc, []).append(u)
 
     def run(self) -> list[Group]:
         """The groups, or none: the kernel is vectorized whole or not at all (every store in a seed, every
@@ -166,8 +170,7 @@ class Packer:
         self.acc_groups[accs] = self.memo[loads] = group  # stores below may read these loads again
         group.lanes += loads
         if not known:
-            stores_by_acc = {a: [u for u in self.uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
-                                 and _acc_of(u.src[0]) is a] for a in accs}
+            stores_by_acc = {a: self.acc_stores.get(a, []) for a in accs}
             counts = {len(s) for s in stores_by_acc.values()}
             if len(counts) != 1:
                 return None
