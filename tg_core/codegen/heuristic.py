@@ -1,15 +1,18 @@
 """The default opts for a CPU: which axes of a kernel become straight-line lanes.
 
-A CPU kernel is fast when its inner loop keeps independent work in vector registers. Two shapes matter:
+A CPU kernel is fast when its inner loop keeps independent work in vector registers and streams memory
+with unit stride. The shapes it handles:
 
-- **Packed panels** first, for the same reductions: PACK copies B's columns, `2 x vector` at a time, into a
-  contiguous scratch panel reused by every row tile (opts.pack_panels; 2.5x on a 1024 matmul, whose B rows
-  4 KB apart otherwise thrash the caches). Kernels PACK does not fit keep the unpacked tile.
 - **Register tiles** for matmul-like reductions (`REDUCE(ADD)` over products where one operand does not
   depend on the contiguous output axis `j` and another does not depend on a second output axis `i`):
   UPCAST `j` by two vectors and `i` by `tile_rows`, so the reduce loop updates `tile_rows x 2` vector
   accumulators from two vector loads of B and one broadcast of A per row: the GEMM micro-kernel shape
-  (4x16 for fp32 on AVX2: 8 accumulators cover the FMA latency x ports, 11 of 16 registers).
+  (4x16 for fp32 on AVX2: 8 accumulators cover the FMA latency x ports, 11 of 16 registers). Convolutions
+  match too (output channels x output columns).
+- **Packed panels** before the tile where PACK applies: B's columns, two vectors at a time, are copied into
+  a contiguous scratch panel reused by every row tile (opts.pack_panels; 2.5x on a 1024 matmul, whose B rows
+  4 KB apart otherwise thrash the caches), whatever B's layout (`x @ w.T` too). Kernels PACK does not fit
+  keep the unpacked tile, which needs B unit-stride in `j`.
 - **Column reductions** (`out[j] = sum_i a[i, j]`, a bias gradient): UPCAST `j` by two vectors, since the
   reduce loop sits inside `j` and no loop vectorizer widens across it.
 - **Vector width** on the contiguous axis of everything else, and UNROLL of contiguous reduce axes into

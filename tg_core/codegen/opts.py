@@ -12,6 +12,10 @@ axis a second REDUCE combined with the first. The copy renames the ranges nested
 loops of the effect, the ranges of reductions that depend on `r`), so each loop keeps one place in the
 loop tree; values that do not depend on `r` (softmax's row max, when its columns are split) stay shared.
 Unlike a masked tail, the main loop keeps no per-lane gates, which would keep a compiler from vectorizing it.
+A size that is an expression (a core's share of rows, a variable) splits into `n//amt` groups and a tail
+loop of `n % amt` iterations.
+
+PACK (`pack_panels`) is the one opt that is not a split: it copies a matmul's B into scratch panels.
 """
 from __future__ import annotations
 
@@ -36,9 +40,9 @@ class OptOps(Enum):
 
 @dataclass(frozen=True)
 class Opt:
-    """`op` applied to an axis: `axis` counts the kernel's LOOP ranges (UPCAST) or REDUCE ranges (UNROLL),
-    ordered by axis id; `amt` is the number of lanes (0: the whole axis), at most the axis size; a size it
-    does not divide leaves a peeled tail."""
+    """`op` applied to an axis: `axis` counts the kernel's LOOP ranges (UPCAST, PACK) or REDUCE ranges
+    (UNROLL), ordered by axis id; `amt` is the number of lanes (0: the whole axis), at most the axis size, a
+    size it does not divide leaving a peeled tail; for PACK, the panel width."""
     op: OptOps
     axis: int
     amt: int = 0
