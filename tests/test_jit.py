@@ -15,7 +15,8 @@ from tg_core.tensor import Tensor
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
-DEVICES = ["PYTHON"] + (["CPU"] if importlib.util.find_spec("tg_cpu_x86") is not None else [])
+DEVICES = ["PYTHON", pytest.param("CPU", marks=pytest.mark.skipif(importlib.util.find_spec("tg_cpu_x86") is None,
+                                                                  reason="tg-cpu-x86 is not installed"))]
 RNG = np.random.default_rng(7)
 
 
