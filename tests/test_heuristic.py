@@ -87,15 +87,17 @@ def test_vector_width_lanes_values(shape):
     np.testing.assert_allclose(sm, np_softmax(x), rtol=1e-5, atol=1e-7)
 
 
-def test_int_matmul_tile_is_exact():
-    """Integer kernels get the same tiles; their arithmetic stays exact (wrapping int32, no float flags)."""
-    n, m, k = 6, 20, 7
+@pytest.mark.parametrize("m", [20, 32])
+def test_int_matmul_tile_is_exact(m):
+    """Integer kernels get the same tiles (packed when 16 divides the columns); their arithmetic stays exact
+    (wrapping int32, no float flags)."""
+    n, k = 6, 7
     a, b, out = UOp.param(0, dtypes.int32.ptr(n * k)), UOp.param(1, dtypes.int32.ptr(k * m)), UOp.param(2, dtypes.int32.ptr(n * m))
     i, j, r = UOp.range(n, 0), UOp.range(m, 1), UOp.range(k, 2, AxisType.REDUCE)
     ast = kernel(out.index(i * m + j).store((a.index(i * k + r).load() * b.index(r * m + j).load()).reduce(Ops.ADD, r))
                  .end(i, j), name="imatmul")
     opts = cpu_opts(ast)
-    assert opts and opts[0].op is OptOps.UPCAST
+    assert opts and opts[0].op is (OptOps.PACK if m == 32 else OptOps.UPCAST)
     rng = np.random.default_rng(3)
     x = rng.integers(-2**31, 2**31, (n, k), dtype=np.int64).astype(np.int32)
     y = rng.integers(-2**31, 2**31, (k, m), dtype=np.int64).astype(np.int32)
