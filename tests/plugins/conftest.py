@@ -120,7 +120,8 @@ def run_tg(plugin_site: Path, tmp_path: Path):
     home.mkdir(exist_ok=True)
 
     def run(*args: str, env: dict[str, str] | None = None, code: str | None = None) -> subprocess.CompletedProcess:
-        full_env = clean_env(HOME=str(home), PYTHONPATH=os.pathsep.join([str(plugin_site), str(REPO)]), **(env or {}))
+        full_env = clean_env(HOME=str(home), PYTHONPATH=os.pathsep.join([str(plugin_site), str(REPO)]),
+                             TG_PLUGINS_PATH=str(plugin_site), **(env or {}))
         cmd = [sys.executable, "-c", code] if code is not None else [sys.executable, "-m", "tg_core", *args]
         return subprocess.run(cmd, cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=120)
     return run

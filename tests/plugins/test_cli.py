@@ -17,7 +17,7 @@ def listing(plugin_site, tmp_path_factory):
     import sys
     from .conftest import clean_env
     cwd = tmp_path_factory.mktemp("cli")
-    env = clean_env(HOME=str(cwd), PYTHONPATH=f"{plugin_site}:{REPO}")
+    env = clean_env(HOME=str(cwd), PYTHONPATH=f"{plugin_site}:{REPO}", TG_PLUGINS_PATH=str(plugin_site))
     res = subprocess.run([sys.executable, "-m", "tg_core", "devices", "--json", "--probe"], cwd=cwd, env=env,
                          capture_output=True, text=True, timeout=120)
     assert res.stderr == ""

@@ -149,7 +149,7 @@ def test_buffer_spec_is_a_cache_key():
 def test_template_passes_the_conformance_suite(plugin_site, tmp_path):
     """The template's own tests, run as its author would: pytest against the installed plugin."""
     tests = REPO / "examples" / "plugin_template" / "tests"
-    env = clean_env(HOME=str(tmp_path), PYTHONPATH=f"{plugin_site}:{REPO}")
+    env = clean_env(HOME=str(tmp_path), PYTHONPATH=f"{plugin_site}:{REPO}", TG_PLUGINS_PATH=str(plugin_site))
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
                           str(tests)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Mapping
@@ -74,8 +75,11 @@ class PluginRegistry:
     def create(cls, explicit: Mapping[str, Any] | None = None, path: list[str] | None = None,
                env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
                home: Path | str | None = None, explicit_source: str = "explicit argument") -> PluginRegistry:
-        """Load the config, then run phase one over the plugins on `path` (default sys.path)."""
+        """Load the config, then run phase one over the plugins on `path` (default: the directories in
+        TG_PLUGINS_PATH when set, else sys.path)."""
         config = load_config(explicit, env, cwd, home, explicit_source)
+        if path is None and config.env.get("TG_PLUGINS_PATH"):
+            path = [p for p in config.env["TG_PLUGINS_PATH"].split(os.pathsep) if p]
         records = discover(path, config.allow, config.deny, config.source("plugins", "allow"),
                            config.source("plugins", "deny"))
         return cls(config, [_builtin_record()] + records)
