@@ -6,6 +6,7 @@ import pytest
 
 from tg_core.codegen import LinearizeError, Opt, OptError, OptOps, Program, apply_opts, linearize_kernel, verify_program
 from tg_core.codegen.lower_index import lower_index_dtype
+from tg_core.uop.validate import check_oob
 from tg_core.dtype import AddrSpace, dtypes, to_numpy_dtype
 from tg_core.uop import AxisType, Ops, UOp
 
@@ -427,7 +428,7 @@ def test_unroll_with_tail_reduce(op, ref, amt):
     x, out = randn(n, m), np.zeros(n, np.float32)
     prog = run(row_sum(n, m, op), [x, out], opts=[Opt(OptOps.UNROLL, 0, amt)])
     check_program(prog)
-    np.testing.assert_allclose(out, ref(x, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(out, ref(x, axis=1), rtol=1e-5, atol=1e-6)  # a sum near 0 has no relative accuracy
     loads = [u for u in prog.uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
     assert len(loads) == amt + (1 if m % amt else 0)  # the lanes, and the tail's one load in its own loop
 
@@ -484,7 +485,8 @@ def test_tail_of_a_triangular_loop():
 
 # ---- PACK: B panels in scratch ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n,m,k,w,axis", [(5, 32, 7, 16, 1), (4, 12, 9, 4, 1), (3, 8, 1, 8, 1), (8, 5, 6, 4, 0)])
+@pytest.mark.parametrize("n,m,k,w,axis", [(5, 32, 7, 16, 1), (4, 12, 9, 4, 1), (3, 8, 1, 8, 1), (8, 5, 6, 4, 0),
+                                           (4, 21, 5, 16, 1), (3, 10, 4, 3, 1)])  # a padded last panel
 def test_pack_panels_values_and_loop_order(n, m, k, w, axis):
     """Panels of B's columns (axis 1), or of A's rows (axis 0: the same copy, reused by every column)."""
     x, y, out = randn(n, k), randn(k, m), np.zeros((n, m), np.float32)
@@ -516,11 +518,24 @@ def test_pack_in_a_fused_kernel_with_tiles():
     prog = run(ast, [x, y, bv, res], opts=[Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)])
     check_program(prog)
     np.testing.assert_allclose(res, np.maximum(x @ y + bv, 0), rtol=1e-5, atol=1e-5)
+    # 20 columns: a padded second panel; the bias and the store are gated there, nothing is written past the end
+    m2 = 20
+    b2, bias2, out2 = UOp.param(1, F32.ptr(k * m2)), UOp.param(2, F32.ptr(m2)), UOp.param(3, F32.ptr(n * m2))
+    j2 = UOp.range(m2, 1)
+    acc2 = (a.index(i * k + r).load() * b2.index(r * m2 + j2).load()).reduce(Ops.ADD, r) + bias2.index(j2).load()
+    ast2 = kernel(out2.index(i * m2 + j2).store(UOp(Ops.MAX, F32, (acc2, UOp.const(F32, 0.0)))).end(i, j2), name="fused2")
+    y2, bv2 = randn(k, m2), randn(m2)
+    res2 = np.full((n * m2 + 8,), 7.0, np.float32)  # 8 guard elements after the output
+    opts2 = [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
+    check_oob(apply_opts(ast2, opts2[:1]))  # the gates make every access of the packed kernel provably in bounds
+    run(ast2, [x, y2, bv2, res2[:n * m2]], opts=opts2)
+    np.testing.assert_allclose(res2[:n * m2].reshape(n, m2), np.maximum(x @ y2 + bv2, 0), rtol=1e-5, atol=1e-5)
+    assert (res2[n * m2:] == 7.0).all()
 
 
 def test_pack_errors():
-    with pytest.raises(OptError, match="divides"):
-        apply_opts(matmul(4, 12, 3), [Opt(OptOps.PACK, 1, 8)])
+    with pytest.raises(OptError, match="at least 16"):
+        apply_opts(matmul(4, 12, 3), [Opt(OptOps.PACK, 1, 16)])
     with pytest.raises(OptError, match="one reduction"):
         apply_opts(ew_2d(4, 8), [Opt(OptOps.PACK, 1, 4)])
     # out[i, j] = sum_k a[i, k, j]: the load uses the rows too, so one panel cannot serve every row

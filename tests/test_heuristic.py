@@ -34,8 +34,12 @@ def test_matmul_gets_a_register_tile():
 def test_matmul_packs_b_then_tiles_the_panel():
     # PACK leaves axes (jo, i) plus the panel's columns jw (axis 2), which become the tile's 16 lanes
     assert cpu_opts(matmul(64, 64, 32)) == [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
-    # columns the panel width does not divide: no PACK, the plain tile with a tail
-    assert cpu_opts(matmul(64, 40, 32)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4)]
+    # AVX-512: panels of 32 columns; with K = 4096 that is 512 KB of scratch, so one vector (16) wide
+    avx512 = CPUTarget(vector_bytes=64)
+    assert cpu_opts(matmul(64, 64, 32), avx512)[0] == Opt(OptOps.PACK, 1, 32)
+    assert cpu_opts(matmul(8, 64, 4096), avx512)[0] == Opt(OptOps.PACK, 1, 16)
+    # columns the panel width does not divide: a padded last panel
+    assert cpu_opts(matmul(64, 40, 32)) == [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
 
 
 def test_elementwise_and_row_reductions_left_to_the_loop_vectorizer():
@@ -89,15 +93,15 @@ def test_vector_width_lanes_values(shape):
 
 @pytest.mark.parametrize("m", [20, 32])
 def test_int_matmul_tile_is_exact(m):
-    """Integer kernels get the same tiles (packed when 16 divides the columns); their arithmetic stays exact
-    (wrapping int32, no float flags)."""
+    """Integer kernels get the same packed tiles (20 columns: a padded last panel); their arithmetic stays
+    exact (wrapping int32, no float flags)."""
     n, k = 6, 7
     a, b, out = UOp.param(0, dtypes.int32.ptr(n * k)), UOp.param(1, dtypes.int32.ptr(k * m)), UOp.param(2, dtypes.int32.ptr(n * m))
     i, j, r = UOp.range(n, 0), UOp.range(m, 1), UOp.range(k, 2, AxisType.REDUCE)
     ast = kernel(out.index(i * m + j).store((a.index(i * k + r).load() * b.index(r * m + j).load()).reduce(Ops.ADD, r))
                  .end(i, j), name="imatmul")
     opts = cpu_opts(ast)
-    assert opts and opts[0].op is (OptOps.PACK if m == 32 else OptOps.UPCAST)
+    assert opts and opts[0].op is OptOps.PACK
     rng = np.random.default_rng(3)
     x = rng.integers(-2**31, 2**31, (n, k), dtype=np.int64).astype(np.int32)
     y = rng.integers(-2**31, 2**31, (k, m), dtype=np.int64).astype(np.int32)

@@ -107,8 +107,12 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
             if i is None or _size(j) < lanes:
                 continue
             width, rows = min(2 * lanes, _size(j)), min(target.tile_rows, _size(i))
-            if target.pack and (packed := _packed_tile(ast, j, i, width, rows)) is not None:
-                return packed
+            # a panel too big for the scratch (a deep K, AVX-512's 32 columns) is tried one vector wide, with
+            # twice the rows to keep as many accumulators
+            narrow = (min(lanes, width), min(2 * rows, _size(i)))
+            for w, h in dict.fromkeys(((width, rows), narrow)) if target.pack else ():
+                if (packed := _packed_tile(ast, j, i, w, h)) is not None:
+                    return packed
             if unit:
                 return _resolve(ast, [(OptOps.UPCAST, j, width), (OptOps.UPCAST, i, rows)])
         unit = all(_stride(ld, j) in (0, 1) for ld in _loads(ast))

@@ -168,12 +168,16 @@ def pack_panels(ast: UOp, j: UOp, amt: int) -> UOp:
     loops that use it, and the reduction reads `P[k*amt + jw]` instead. `j` becomes `jo*amt + jw` with `jo`
     the outermost loop, so one panel serves every row: a unit-stride stream the size of one cache-resident
     panel instead of a walk down B's columns (a 4 KB stride maps a 16-column panel to few cache sets, so it
-    is refetched from L3 for every row tile). The copy is O(K*N) work against the O(M*N*K) it feeds."""
+    is refetched from L3 for every row tile). The copy is O(K*N) work against the O(M*N*K) it feeds.
+
+    When `amt` does not divide the axis, the last panel is padded: its copy loads are gated (the padding
+    holds zeros) and so is every access of the kernel outside the reduction that uses a column (the store, a
+    bias), so the reduction loop itself stays free of gates."""
     size = j.src[0].arg if j.src[0].op is Ops.CONST else 0
     if len(ast.src) != 1 or ast.src[0].op is not Ops.END or j not in ast.src[0].src[1:]:
         raise OptError(f"PACK needs a kernel with one effect ended over axis {j.arg[0]}")
-    if not size or size % amt:
-        raise OptError(f"PACK of axis {j.arg[0]} needs a constant size that {amt} divides")
+    if not 0 < amt <= size:
+        raise OptError(f"PACK of axis {j.arg[0]} needs a constant size of at least {amt}")
     effect = ast.src[0]
     reds = [u for u in effect.toposort() if u.op is Ops.REDUCE and j in u.src[0].ranges]
     if len(reds) != 1 or len(reds[0].src) != 2 or reds[0].src[1].src[0].op is not Ops.CONST:
@@ -187,17 +191,29 @@ def pack_panels(ast: UOp, j: UOp, amt: int) -> UOp:
         raise OptError(f"a {depth}x{amt} panel of {load.dtype!r} exceeds {MAX_PANEL_BYTES} bytes of scratch")
     ids = [r.arg[0] for r in kernel_ranges(ast)]
     fresh = itertools.count(max((i for i in ids if isinstance(i, int)), default=-1) + 1)
-    jo = UOp.range(UOp.const(j.dtype, size // amt), j.arg[0], j.arg[1], j.dtype)
+    jo = UOp.range(UOp.const(j.dtype, -(-size // amt)), j.arg[0], j.arg[1], j.dtype)
     jw, pk, pw = (UOp.range(UOp.const(r.dtype, n), next(fresh), AxisType.LOOP, r.dtype)
                   for r, n in ((j, amt), (k, depth), (j, amt)))
     # numbered below zero: reduce.py numbers the accumulators from zero
     panel = UOp(Ops.DEFINE_REG, load.dtype.ptr(depth * amt, AddrSpace.REG), (), -1 - len(
         [u for u in ast.toposort() if u.op is Ops.DEFINE_REG]))
-    copy = panel.index(pk * amt + pw).store(load.substitute({k: pk, j: jo * amt + pw})).end(pk, pw)
+    col, copy_col = jo * amt + jw, jo * amt + pw
+    source = load.substitute({k: pk, j: copy_col})
+    if size % amt:
+        source = source.replace(src=(_gated(source.src[0], copy_col < size), *source.src[1:]))
+    copy = panel.index(pk * amt + pw).store(source).end(pk, pw)
     packed = panel.after(copy).index(k * amt + jw).load()
-    store = effect.src[0].substitute({load: packed}).substitute({j: jo * amt + jw})
+    store = effect.src[0].substitute({load: packed}).substitute({j: col})
+    if size % amt:
+        store = store.substitute({u: _gated(u, col < size) for u in store.toposort()
+                                  if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and jw in u.ranges})
     others = [r for r in effect.src[1:] if r is not j]
     return ast.replace(src=(store.end(jo, *others, jw),))
+
+
+def _gated(index: UOp, cond: UOp) -> UOp:
+    """`index` valid only where `cond` (and its own gate) holds."""
+    return index.replace(src=(*index.src[:2], cond if len(index.src) == 2 else index.src[2] & cond))
 
 
 def apply_opts(ast: UOp, opts: Sequence[Opt]) -> UOp:
