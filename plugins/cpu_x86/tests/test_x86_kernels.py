@@ -220,6 +220,12 @@ VECTOR_CASES = {
     "matmul_bias_relu": (lambda a, b: (a @ b + b[0]).relu(), True),
     "sum_rows": (lambda a, b: a.sum(1), False),
     "peeled_tail": (lambda a, b: a[:, :13] * 2, False),
+    "softmax": (lambda a, b: a.softmax(), True),
+    "exp_where": (lambda a, b: (a > 0).where(a.exp(), b[:24] * 2), True),
+    "log_softmax": (lambda a, b: a.log_softmax(), False),
+    "max_rows_nan": (lambda a, b: (a / (a - a[0:1])).max(1, keepdim=True) + b[:24], False),
+    "int_roundtrip": (lambda a, b: (a * 100).cast("int32").cast("float32") + (a * 8).cast("int32").bitcast("float32"),
+                      True),
 }
 
 

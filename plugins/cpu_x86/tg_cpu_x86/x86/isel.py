@@ -1007,6 +1007,37 @@ def _vector(ctx: Selector, g: Group) -> VReg:
 
 
 _VEC_BIN = {Ops.ADD: "vaddps", Ops.SUB: "vsubps", Ops.MUL: "vmulps", Ops.FDIV: "vdivps"}
+_VEC_INT = {Ops.ADD: "vpaddd", Ops.SUB: "vpsubd", Ops.MUL: "vpmulld", Ops.AND: "vpand", Ops.OR: "vpor", Ops.XOR: "vpxor"}
+
+
+def _vmax(ctx: Selector, d: Operand, a: Operand, b: Operand, size: int) -> None:
+    """d = max(a, b) lane by lane, NaN from either side (as the scalar MAX)."""
+    t, m = VReg("vec", size), VReg("vec", size)
+    ctx.ins("vmaxps", View(t, size), a, b, w=(0,), r=(1, 2))
+    ctx.ins("vcmpps", View(m, size), a, a, Imm(3), w=(0,), r=(1, 2))
+    ctx.ins("vblendvps", d, View(t, size), a, View(m, size), w=(0,), r=(1, 2, 3))
+
+
+def _hreduce(ctx: Selector, g: Group) -> None:
+    """The scalar ADD/MAX of an accumulator's 8 lanes: halves folded onto each other (reassociated, as
+    LLVM's reassoc reductions are), the result in lane 0 of an xmm register."""
+    v = _vector(ctx, g.srcs[0])
+    op = "vaddps" if g.lanes[-1].op is Ops.ADD else None
+    x = View(v, 16)
+    for step in ("vextractf128", "vmovhlps", "vpermilps"):
+        t, r = VReg("vec", 16), VReg("vec", 16)
+        if step == "vextractf128":
+            ctx.ins(step, View(t, 16), _y(v), Imm(1), w=(0,), r=(1,))
+        elif step == "vmovhlps":
+            ctx.ins(step, View(t, 16), x, x, w=(0,), r=(1, 2))
+        else:
+            ctx.ins(step, View(t, 16), x, Imm(1), w=(0,), r=(1,))
+        if op is not None:
+            ctx.ins(op, View(r, 16), x, View(t, 16), w=(0,), r=(1, 2))
+        else:
+            _vmax(ctx, View(r, 16), x, View(t, 16), 16)
+        x = View(r, 16)
+    ctx.vals[g.lanes[-1]] = x.reg
 
 
 def emit_group(ctx: Selector, g: Group) -> None:
@@ -1033,12 +1064,26 @@ def emit_group(ctx: Selector, g: Group) -> None:
     elif g.kind == "where":
         mask, x, y = (_vector(ctx, s) for s in g.srcs)
         ctx.ins("vblendvps", _y(d), _y(y), _y(x), _y(mask), w=(0,), r=(1, 2, 3))
+    elif g.kind == "hreduce":
+        del ctx.vvals[g]
+        _hreduce(ctx, g)
+    elif g.kind == "bitcast":
+        ctx.vvals[g] = _vector(ctx, g.srcs[0])
+    elif g.kind == "cast":
+        ctx.ins("vcvttps2dq" if v0.dtype is dtypes.int32 else "vcvtdq2ps", _y(d), _y(_vector(ctx, g.srcs[0])),
+                w=(0,), r=(1,))
     elif g.kind == "splat" and v0.op is Ops.LOAD and v0.src[0] in ctx.addrs and v0.src[0] not in ctx.gates:
         ctx.ins("vbroadcastss", _y(d), ctx.addrs[v0.src[0]], w=(0,))  # from memory (the scalar load may die)
     elif g.kind == "splat" and v0.op is not Ops.CONST:
-        ctx.ins("vbroadcastss", _y(d), ctx.reg(v0), w=(0,), r=(1,))
+        if v0.dtype is dtypes.int32:
+            t = VReg("vec", 16)
+            ctx.ins("vmovd", t, View(ctx.reg(v0), 4), w=(0,), r=(1,))
+            ctx.ins("vpbroadcastd", _y(d), t, w=(0,), r=(1,))
+        else:
+            ctx.ins("vbroadcastss", _y(d), ctx.reg(v0), w=(0,), r=(1,))
     elif g.kind in ("splat", "const"):
-        blob = struct.pack("<8f", *(float(u.arg) for u in g.lanes))
+        blob = struct.pack("<8f", *(float(u.arg) for u in g.lanes)) if v0.dtype is dtypes.float32 else \
+            b"".join((int(u.arg) & 0xFFFFFFFF).to_bytes(4, "little") for u in g.lanes)
         if blob == bytes(32):
             d.remat = ctx.ins("vxorps", _y(d), _y(d), _y(d), w=(0,))
         else:
@@ -1049,13 +1094,15 @@ def emit_group(ctx: Selector, g: Group) -> None:
     else:
         srcs = [_vector(ctx, s) for s in g.srcs]
         op = v0.op
-        if op in _VEC_BIN:
+        if v0.dtype is dtypes.int32:
+            if op is Ops.SHL:  # by a constant (slp.py packs nothing else)
+                ctx.ins("vpslld", _y(d), _y(srcs[0]), Imm(int(v0.src[1].arg) & 31), w=(0,), r=(1,))
+            else:
+                ctx.ins(_VEC_INT[op], _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(1, 2))
+        elif op in _VEC_BIN:
             ctx.ins(_VEC_BIN[op], _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(1, 2))
-        elif op is Ops.MAX:  # NaN from either side, as the scalar form
-            t, m = VReg("vec", 32), VReg("vec", 32)
-            ctx.ins("vmaxps", _y(t), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(1, 2))
-            ctx.ins("vcmpps", _y(m), _y(srcs[0]), _y(srcs[0]), Imm(3), w=(0,), r=(1, 2))
-            ctx.ins("vblendvps", _y(d), _y(t), _y(srcs[0]), _y(m), w=(0,), r=(1, 2, 3))
+        elif op is Ops.MAX:
+            _vmax(ctx, _y(d), _y(srcs[0]), _y(srcs[1]), 32)
         else:  # MULACC
             ctx.ins("vmovaps", _y(d), _y(srcs[2]), w=(0,), r=(1,), kind=MOVE)
             ctx.ins("vfmadd231ps", _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(0, 1, 2))

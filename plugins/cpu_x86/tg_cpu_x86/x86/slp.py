@@ -18,13 +18,17 @@ from tg_core.uop.uop import UOp
 
 LANES = 8  # float32 lanes of a ymm register
 _ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC})
+_INT_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL})
+_LANE_DTYPES = (dtypes.float32, dtypes.int32)
 _CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 
 
 @dataclass(eq=False)
 class Group:
     """LANES uops computed as one vector. kind: "splat" (one scalar, broadcast), "const", "load", "store",
-    "acc" (loads of accumulators), "accstore" (stores to them), "alu", "cmp" (a mask) and "where" (a blend)."""
+    "acc" (loads of accumulators), "accstore" (stores to them), "alu", "cmp" (a mask), "where" (a blend),
+    "cast" (float32 <-> int32), "bitcast" (the same bits), and "hreduce": a scalar ADD/MAX tree over an
+    accumulator's lanes (its lanes are the tree's nodes, the last the root), computed by shuffles."""
     kind: str
     lanes: tuple[UOp, ...]
     srcs: tuple[Group, ...] = ()
@@ -103,7 +107,9 @@ class Packer:
         """Every member's users are members too (no lane is read by scalar code; constants and broadcast
         scalars may be shared with it)."""
         members = {u for g in self.groups if g.kind not in ("splat", "const") for u in g.lanes}
-        return all(all(x in members for x in self.users.get(u, ())) for u in members if u.op is not Ops.STORE)
+        scalars = {g.lanes[-1] for g in self.groups if g.kind == "hreduce"}  # a reduction's result is a scalar
+        return all(all(x in members for x in self.users.get(u, ())) for u in members
+                   if u.op is not Ops.STORE and u not in scalars)
 
     def _add(self, g: Group) -> Group:
         self.groups.append(g)
@@ -123,10 +129,11 @@ class Packer:
 
     def _pack(self, vals: tuple[UOp, ...]) -> Group | None:
         v0 = vals[0]
-        if any(v.dtype is not dtypes.float32 for v in vals):
+        if any(v.dtype is not v0.dtype for v in vals) or v0.dtype not in _LANE_DTYPES:
             return None
         if all(v is v0 for v in vals):
-            return self._add(Group("splat", vals))
+            tree = self._reduction_tree(v0)
+            return self._add(Group("splat", vals, () if tree is None else (tree,)))
         if all(v.op is Ops.CONST for v in vals):
             return self._add(Group("const", vals))
         if all(v.op is Ops.LOAD and len(v.src) == 1 for v in vals):
@@ -137,7 +144,13 @@ class Packer:
             return self._add(Group("load", vals)) if _consecutive(idxs) else None
         if v0.op is Ops.WHERE and all(v.op is Ops.WHERE for v in vals):
             return self._select(vals)
-        if v0.op in _ALU and all(v.op is v0.op for v in vals):
+        if v0.op in (Ops.CAST, Ops.BITCAST) and all(v.op is v0.op for v in vals):
+            src = self.pack(tuple(v.src[0] for v in vals))
+            ok = src is not None and {v0.dtype, v0.src[0].dtype} == set(_LANE_DTYPES)
+            return self._add(Group(v0.op.name.lower(), vals, (src,))) if ok else None
+        if v0.dtype is dtypes.int32 and v0.op not in _INT_ALU or v0.op is Ops.SHL and v0.src[1].op is not Ops.CONST:
+            return None
+        if (v0.op in _ALU or v0.op in _INT_ALU) and all(v.op is v0.op for v in vals):
             srcs = []
             for k in range(len(v0.src)):
                 s = self.pack(tuple(v.src[k] for v in vals))
@@ -146,6 +159,31 @@ class Packer:
                 srcs.append(s)
             return self._add(Group("alu", vals, tuple(srcs)))
         return None
+
+    def _reduction_tree(self, root: UOp) -> Group | None:
+        """If `root` combines the final loads of LANES accumulators by a tree of one op (ADD or MAX) whose
+        inner nodes have no other users: the accumulators become a vector and the tree a horizontal
+        reduction ("hreduce", whose scalar is then broadcast)."""
+        if root.op not in (Ops.ADD, Ops.MAX) or root.dtype is not dtypes.float32:
+            return None
+        nodes, leaves, stack = [], [], [root]
+        while stack:
+            n = stack.pop()
+            if n.op is root.op and (n is root or len(self.users.get(n, ())) == 1) and n.dtype is root.dtype:
+                nodes.append(n)
+                stack.extend(reversed(n.src))
+            elif n.op is Ops.LOAD and len(n.src) == 1 and _acc_of(n.src[0]) is not None and \
+                    len(self.users.get(n, ())) == 1:
+                leaves.append(n)
+            else:
+                return None
+        if len(leaves) != LANES:
+            return None
+        acc = self._acc(tuple(leaves), tuple(_acc_of(n.src[0]) for n in leaves))
+        if acc is None:
+            return None
+        order = sorted(nodes, key=self.pos.__getitem__)
+        return self._add(Group("hreduce", tuple(order), (acc,)))
 
     def _select(self, vals: tuple[UOp, ...]) -> Group | None:
         """where(a cmp b, x, y) with float32 a, b: a compare mask and a blend (the compares are members)."""
