@@ -76,7 +76,8 @@ def cases(device: str) -> dict[str, tuple[Callable[[], Tensor], Callable[[], np.
     a, b = f32(n), f32(n)
     x, y = f32(1024, 1024), f32(1024, 1024)
     s = f32(4096, 1024)
-    xb, w1, b1, w2, b2, w3 = f32(256, 784), f32(784, 1024) * .05, f32(1024), f32(1024, 1024) * .03, f32(1024), f32(1024, 10)
+    xb, w1, b1 = f32(256, 784), f32(784, 1024) * .05, f32(1024)
+    w2, b2, w3 = f32(1024, 1024) * .03, f32(1024), f32(1024, 10)
     T = {k: Tensor(v, device=device).realize() for k, v in dict(a=a, b=b, x=x, y=y, s=s, xb=xb, w1=w1, b1=b1, w2=w2,
                                                                   b2=b2, w3=w3).items()}
 
@@ -120,10 +121,11 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=1))
         return
-    print(f"{'case':8} {'numpy ms':>9} {'kernel ms':>10} {'ratio':>6} {'realize ms':>11} {'ratio':>6} {'rate':>14}  rel.err")
+    print(f"{'case':8} {'numpy ms':>9} {'kernel ms':>10} {'ratio':>6} {'realize ms':>11} {'ratio':>6} "
+          f"{'rate':>14}  rel.err")
     for r in results:
-        print(f"{r['case']:8} {r['numpy_ms']:9.2f} {r['kernel_ms']:10.2f} {r['kernel_ratio']:6.2f} {r['realize_ms']:11.2f} "
-              f"{r['realize_ratio']:6.2f} {r['rate']:8.1f} {r['unit']:7} {r['rel_err']:.1e}")
+        print(f"{r['case']:8} {r['numpy_ms']:9.2f} {r['kernel_ms']:10.2f} {r['kernel_ratio']:6.2f} "
+              f"{r['realize_ms']:11.2f} {r['realize_ratio']:6.2f} {r['rate']:8.1f} {r['unit']:7} {r['rel_err']:.1e}")
 
 
 if __name__ == "__main__":

@@ -515,7 +515,8 @@ def test_pack_in_a_fused_kernel_with_tiles():
     acc = (a.index(i * k + r).load() * b.index(r * m + j).load()).reduce(Ops.ADD, r) + bias.index(j).load()
     ast = kernel(out.index(i * m + j).store(UOp(Ops.MAX, F32, (acc, UOp.const(F32, 0.0)))).end(i, j), name="fused")
     x, y, bv, res = randn(n, k), randn(k, m), randn(m), np.zeros((n, m), np.float32)
-    prog = run(ast, [x, y, bv, res], opts=[Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)])
+    tile = [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
+    prog = run(ast, [x, y, bv, res], opts=tile)
     check_program(prog)
     np.testing.assert_allclose(res, np.maximum(x @ y + bv, 0), rtol=1e-5, atol=1e-5)
     # 20 columns: a padded second panel; the bias and the store are gated there, nothing is written past the end
@@ -523,10 +524,11 @@ def test_pack_in_a_fused_kernel_with_tiles():
     b2, bias2, out2 = UOp.param(1, F32.ptr(k * m2)), UOp.param(2, F32.ptr(m2)), UOp.param(3, F32.ptr(n * m2))
     j2 = UOp.range(m2, 1)
     acc2 = (a.index(i * k + r).load() * b2.index(r * m2 + j2).load()).reduce(Ops.ADD, r) + bias2.index(j2).load()
-    ast2 = kernel(out2.index(i * m2 + j2).store(UOp(Ops.MAX, F32, (acc2, UOp.const(F32, 0.0)))).end(i, j2), name="fused2")
+    relu2 = UOp(Ops.MAX, F32, (acc2, UOp.const(F32, 0.0)))
+    ast2 = kernel(out2.index(i * m2 + j2).store(relu2).end(i, j2), name="fused2")
     y2, bv2 = randn(k, m2), randn(m2)
     res2 = np.full((n * m2 + 8,), 7.0, np.float32)  # 8 guard elements after the output
-    opts2 = [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
+    opts2 = tile
     check_oob(apply_opts(ast2, opts2[:1]))  # the gates make every access of the packed kernel provably in bounds
     run(ast2, [x, y2, bv2, res2[:n * m2]], opts=opts2)
     np.testing.assert_allclose(res2[:n * m2].reshape(n, m2), np.maximum(x @ y2 + bv2, 0), rtol=1e-5, atol=1e-5)

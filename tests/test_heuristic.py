@@ -33,13 +33,14 @@ def test_matmul_gets_a_register_tile():
 
 def test_matmul_packs_b_then_tiles_the_panel():
     # PACK leaves axes (jo, i) plus the panel's columns jw (axis 2), which become the tile's 16 lanes
-    assert cpu_opts(matmul(64, 64, 32)) == [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
+    packed_tile = [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
+    assert cpu_opts(matmul(64, 64, 32)) == packed_tile
     # AVX-512: panels of 32 columns; with K = 4096 that is 512 KB of scratch, so one vector (16) wide
     avx512 = CPUTarget(vector_bytes=64)
     assert cpu_opts(matmul(64, 64, 32), avx512)[0] == Opt(OptOps.PACK, 1, 32)
     assert cpu_opts(matmul(8, 64, 4096), avx512)[0] == Opt(OptOps.PACK, 1, 16)
     # columns the panel width does not divide: a padded last panel
-    assert cpu_opts(matmul(64, 40, 32)) == [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
+    assert cpu_opts(matmul(64, 40, 32)) == packed_tile
 
 
 def test_elementwise_and_row_reductions_left_to_the_loop_vectorizer():
@@ -57,7 +58,8 @@ def test_without_a_loop_vectorizer_lanes_are_vector_width():
     # float64: 4 lanes of 32 bytes
     a, out = UOp.param(0, dtypes.float64.ptr(64)), UOp.param(1, dtypes.float64.ptr(64))
     r = UOp.range(64, 0)
-    assert cpu_opts(kernel(out.index(r).store(a.index(r).load() * 2.0).end(r)), NO_AUTOVEC) == [Opt(OptOps.UPCAST, 0, 4)]
+    double = kernel(out.index(r).store(a.index(r).load() * 2.0).end(r))
+    assert cpu_opts(double, NO_AUTOVEC) == [Opt(OptOps.UPCAST, 0, 4)]
 
 
 def test_strided_axes_are_not_upcast():
@@ -96,7 +98,7 @@ def test_int_matmul_tile_is_exact(m):
     """Integer kernels get the same packed tiles (20 columns: a padded last panel); their arithmetic stays
     exact (wrapping int32, no float flags)."""
     n, k = 6, 7
-    a, b, out = UOp.param(0, dtypes.int32.ptr(n * k)), UOp.param(1, dtypes.int32.ptr(k * m)), UOp.param(2, dtypes.int32.ptr(n * m))
+    a, b, out = (UOp.param(p, dtypes.int32.ptr(size)) for p, size in enumerate((n * k, k * m, n * m)))
     i, j, r = UOp.range(n, 0), UOp.range(m, 1), UOp.range(k, 2, AxisType.REDUCE)
     ast = kernel(out.index(i * m + j).store((a.index(i * k + r).load() * b.index(r * m + j).load()).reduce(Ops.ADD, r))
                  .end(i, j), name="imatmul")
@@ -107,7 +109,8 @@ def test_int_matmul_tile_is_exact(m):
     y = rng.integers(-2**31, 2**31, (k, m), dtype=np.int64).astype(np.int32)
     res = np.zeros((n, m), np.int32)
     run(ast, [x, y, res], opts=opts, renderer=FastCPU())
-    want = ((x.astype(np.int64)[:, :, None] * y.astype(np.int64)[None]).sum(1) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    exact = (x.astype(np.int64)[:, :, None] * y.astype(np.int64)[None]).sum(1)
+    want = (exact & 0xFFFFFFFF).astype(np.uint32).view(np.int32)  # wrapped to int32
     np.testing.assert_array_equal(res, want)
 
 

@@ -282,7 +282,8 @@ class _Function:
         md = ""
         if self.updates.get(rng, 0) > 1:
             n = len(self.metadata)
-            self.metadata += [f"!{n} = distinct !{{!{n}, !{n + 1}}}", f'!{n + 1} = !{{!"llvm.loop.vectorize.enable", i1 false}}']
+            self.metadata += [f"!{n} = distinct !{{!{n}, !{n + 1}}}",
+                              f'!{n + 1} = !{{!"llvm.loop.vectorize.enable", i1 false}}']
             md = f", !llvm.loop !{n}"
         self.stmt(f"br label %{loop}{md}")
         self.label(f"{loop}.exit")
