@@ -162,10 +162,10 @@ def _col_sum(n: int, m: int):
     return kernel(out.index(j).store(a.index(i * m + j).load().reduce(Ops.ADD, i)).end(j), name="col_sum")
 
 
-@pytest.mark.parametrize("n,m", [(33, 64), (5, 19), (3, 8)])
+@pytest.mark.parametrize("n,m", [(33, 64), (5, 19), (3, 8), (4, 100)])
 def test_column_reduction_upcasts_the_columns(n, m):
     opts = cpu_opts(_col_sum(n, m))
-    assert opts == [Opt(OptOps.UPCAST, 0, min(16, m))]
+    assert opts == [Opt(OptOps.UPCAST, 0, min(64, m))]
     x, out = randn(n, m), np.zeros(m, np.float32)
     run(_col_sum(n, m), [x, out], opts=opts, renderer=FastCPU())
     np.testing.assert_allclose(out, x.sum(0), rtol=1e-5, atol=1e-5)
