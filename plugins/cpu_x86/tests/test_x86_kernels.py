@@ -218,7 +218,9 @@ VECTOR_CASES = {
     "matmul": (lambda a, b: a @ b, True),
     "matmul_transposed": (lambda a, b: a @ b.T, False),
     "matmul_bias_relu": (lambda a, b: (a @ b + b[0]).relu(), True),
-    "sum_rows": (lambda a, b: a.sum(1), False),
+    "sum_rows": (lambda a, b: a.sum(1), True),
+    "sum_all": (lambda a, b: a.sum(), True),
+    "max_rows": (lambda a, b: a.max(1), True),
     "peeled_tail": (lambda a, b: a[:, :13] * 2, False),
     "softmax": (lambda a, b: a.softmax(), True),
     "exp_where": (lambda a, b: (a > 0).where(a.exp(), b[:24] * 2), True),
@@ -240,6 +242,15 @@ def test_vector_lanes(name):
     np.testing.assert_allclose(got, fn(Tensor(a), Tensor(b)).numpy(), rtol=1e-5, atol=1e-5)
     if packs:
         assert any("ymm" in k.asm_str() for k in kernels)
+
+
+def test_vector_reductions_keep_nan():
+    x = f32(4, 64)
+    x[1, 37], x[3, 0] = np.nan, np.nan
+    for t, want in ((Tensor(x).max(1), x.max(1)), (Tensor(x).sum(1), x.sum(1))):
+        got, kernels = run_tensor(t, own_opts=True)
+        assert any("vextractf128" in k.asm_str() for k in kernels)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 def test_vector_max_keeps_nan():

@@ -127,19 +127,25 @@ class Selector:
                 self.vskip.update(u for u in g.lanes if u.op is not Ops.CONST)
             if g.kind != "acc":
                 self.emit_at.setdefault(max(g.lanes, key=self.pos.__getitem__), []).append(g)
+        self.in_place: dict[Group, Group] = {}  # accumulator store -> the update computed into the accumulator
         for g in self.groups:
             v = g.srcs[0] if g.kind == "accstore" else None
-            if v is None or v.kind != "alu" or v.lanes[0].op is not Ops.ADD:
+            if v is None or v.kind != "alu" or v.lanes[0].op not in (Ops.ADD, Ops.MAX) or v.lanes[0].dtype is not dtypes.float32:
                 continue
             acc = self.packer.acc_groups[g.accs]
             for k in (0, 1):
                 x, m = v.srcs[k], v.srcs[1 - k]
-                if x is acc and m.kind == "alu" and m.lanes[0].op is Ops.MUL and all(
-                        self.users.get(ml) == [vl] and self.users.get(vl.src[k]) == [vl] and self.users.get(vl) == [sl]
-                        for ml, vl, sl in zip(m.lanes, v.lanes, g.lanes)):
+                if x is not acc or not all(self.users.get(vl.src[k]) == [vl] and self.users.get(vl) == [sl]
+                                           for vl, sl in zip(v.lanes, g.lanes)):
+                    continue
+                if v.lanes[0].op is Ops.ADD and m.kind == "alu" and m.lanes[0].op is Ops.MUL and \
+                        all(self.users.get(ml) == [vl] for ml, vl in zip(m.lanes, v.lanes)):
                     self.fused[g] = m
                     self.fused_away.update((v, m))
-                    break
+                else:
+                    self.in_place[g] = v
+                    self.fused_away.add(v)
+                break
 
     # ---- analysis --------------------------------------------------------------------------------------
 
@@ -1050,6 +1056,13 @@ def emit_group(ctx: Selector, g: Group) -> None:
         if g in ctx.fused:
             m = ctx.fused[g]
             ctx.ins("vfmadd231ps", _y(acc), _y(_vector(ctx, m.srcs[0])), _y(_vector(ctx, m.srcs[1])), w=(0,), r=(0, 1, 2))
+        elif g in ctx.in_place:  # acc = acc op x, written into the accumulator after reading it
+            v = ctx.in_place[g]
+            a, b = (_y(_vector(ctx, s)) for s in v.srcs)
+            if v.lanes[0].op is Ops.ADD:
+                ctx.ins("vaddps", _y(acc), a, b, w=(0,), r=(1, 2))
+            else:
+                _vmax(ctx, _y(acc), a, b, 32)
         else:
             ctx.ins("vmovaps", _y(acc), _y(_vector(ctx, g.srcs[0])), w=(0,), r=(1,), kind=MOVE)
         return

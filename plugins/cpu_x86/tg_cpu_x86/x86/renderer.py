@@ -124,9 +124,7 @@ class X86Renderer(Renderer):
         if any(u.op not in _VECTOR_OPS or u.op in (Ops.LOAD, Ops.STORE) and u.src[0].dtype.base is not dtypes.float32
                or u.op is Ops.INDEX and len(u.src) > 2 for u in nodes):
             return []
-        opts = cpu_opts(ast, _VECTOR)
-        # only lanes of the stored axis become vectors (reduction lanes end in a scalar combine)
-        return opts if any(o.op is OptOps.UPCAST for o in opts) else []
+        return cpu_opts(ast, _VECTOR)
 
     def opts_for(self, ast: UOp) -> list[Opt]:
         """Register tiles for matmul-like kernels; otherwise scalar lanes only where they split a short chain

@@ -70,6 +70,7 @@ class Packer:
         self.memo: dict[tuple[UOp, ...], Group | None] = {}
         self.acc_groups: dict[tuple[UOp, ...], Group] = {}  # accumulators by lane -> their "acc" group
         self.groups: list[Group] = []
+        self.trees: dict[UOp, Group] = {}  # a reduction's root -> its "hreduce" group
         self.acc_stores: dict[UOp, list[UOp]] = {}  # accumulator -> its stores, in program order
         for u in uops:
             if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and (acc := _acc_of(u.src[0])) is not None:
@@ -79,13 +80,15 @@ class Packer:
         """The groups, or none: the kernel is vectorized whole or not at all (every store in a seed, every
         seed's tree packed, no lane read by scalar code), which keeps the scalar fallback simple."""
         seeds = self._seeds()
-        stores = [u for u in self.uops if u.op is Ops.STORE and _acc_of(u.src[0]) is None]
-        if not seeds or len(stores) != LANES * len(seeds):
-            return []
+        in_seeds = {s for seed in seeds for s in seed}
+        for u in self.uops:  # any other store must store a reduction of vector accumulators
+            if u.op is Ops.STORE and _acc_of(u.src[0]) is None and u not in in_seeds and \
+                    (u.src[1] not in self.memo and self._reduction_tree(u.src[1]) is None):
+                return []
         for seed in seeds:
             if self._store_group(seed) is None:
                 return []
-        return self.groups if self._closed() else []
+        return self.groups if self.groups and self._closed() else []
 
     def _seeds(self) -> list[tuple[UOp, ...]]:
         """Runs of LANES stores to consecutive float32 elements of a buffer, in program order."""
@@ -164,8 +167,8 @@ class Packer:
         """If `root` combines the final loads of LANES accumulators by a tree of one op (ADD or MAX) whose
         inner nodes have no other users: the accumulators become a vector and the tree a horizontal
         reduction ("hreduce", whose scalar is then broadcast)."""
-        if root.op not in (Ops.ADD, Ops.MAX) or root.dtype is not dtypes.float32:
-            return None
+        if root.op not in (Ops.ADD, Ops.MAX) or root.dtype is not dtypes.float32 or root in self.trees:
+            return self.trees.get(root)
         nodes, leaves, stack = [], [], [root]
         while stack:
             n = stack.pop()
@@ -183,7 +186,8 @@ class Packer:
         if acc is None:
             return None
         order = sorted(nodes, key=self.pos.__getitem__)
-        return self._add(Group("hreduce", tuple(order), (acc,)))
+        self.trees[root] = tree = self._add(Group("hreduce", tuple(order), (acc,)))
+        return tree
 
     def _select(self, vals: tuple[UOp, ...]) -> Group | None:
         """where(a cmp b, x, y) with float32 a, b: a compare mask and a blend (the compares are members)."""
