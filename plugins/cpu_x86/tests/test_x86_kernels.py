@@ -221,7 +221,8 @@ VECTOR_CASES = {
     "sum_rows": (lambda a, b: a.sum(1), True),
     "sum_all": (lambda a, b: a.sum(), True),
     "max_rows": (lambda a, b: a.max(1), True),
-    "peeled_tail": (lambda a, b: a[:, :13] * 2, False),
+    "peeled_tail": (lambda a, b: a[:, :13] * 2 + b[:24, 3:16], True),  # 8 lanes as a vector, 5 scalar
+    "conv": (lambda a, b: a.reshape(1, 1, 24, 32).conv2d(b[:4, :3].reshape(4, 1, 3, 1)).relu(), False),
     "softmax": (lambda a, b: a.softmax(), True),
     "exp_where": (lambda a, b: (a > 0).where(a.exp(), b[:24] * 2), True),
     "log_softmax": (lambda a, b: a.log_softmax(), False),

@@ -3,10 +3,10 @@
 Codegen expands an UPCAST/UNROLL axis into straight-line scalar lanes. Here runs of LANES float32 stores to
 consecutive elements of one buffer are the seeds; their values are packed lane by lane, bottom-up: a lane
 tuple packs when its members are one value (broadcast), constants, loads of consecutive elements,
-accumulators (whose every store then packs too), or the same arithmetic op on packed operands. A seed is
-vectorized only if its whole tree packs and no member has a user outside the packed set (so no lane needs to
-be extracted); everything else stays scalar. Each group is emitted where its last member is in the program,
-after the groups it reads.
+accumulators (whose every store then packs too), or the same arithmetic op on packed operands. A kernel is
+vectorized only if every seed's whole tree packs and no member has a user outside the packed set (so no lane
+needs to be extracted); other stores (a peeled tail) stay scalar. Each group is emitted where its last member
+is in the program, after the groups it reads.
 """
 from __future__ import annotations
 
@@ -77,17 +77,20 @@ class Packer:
                 self.acc_stores.setdefault(acc, []).append(u)
 
     def run(self) -> list[Group]:
-        """The groups, or none: the kernel is vectorized whole or not at all (every store in a seed, every
-        seed's tree packed, no lane read by scalar code), which keeps the scalar fallback simple."""
+        """The groups, or none: every seed's tree must pack and no lane may be read by scalar code, else nothing
+        is vectorized (which keeps the scalar fallback simple). Stores outside seeds (a peeled tail) stay
+        scalar, or store a vector reduction."""
         seeds = self._seeds()
         in_seeds = {s for seed in seeds for s in seed}
-        for u in self.uops:  # any other store must store a reduction of vector accumulators
-            if u.op is Ops.STORE and _acc_of(u.src[0]) is None and u not in in_seeds and \
-                    (u.src[1] not in self.memo and self._reduction_tree(u.src[1]) is None):
-                return []
         for seed in seeds:
             if self._store_group(seed) is None:
                 return []
+        for u in self.uops:  # other stores stay scalar; a reduction they store may still be a vector one
+            if u.op is Ops.STORE and _acc_of(u.src[0]) is None and u not in in_seeds and u.src[1].op in (Ops.ADD, Ops.MAX):
+                saved = (len(self.groups), dict(self.memo), dict(self.acc_groups), dict(self.trees))
+                if self._reduction_tree(u.src[1]) is None:
+                    del self.groups[saved[0]:]
+                    self.memo, self.acc_groups, self.trees = saved[1], saved[2], saved[3]
         return self.groups if self.groups and self._closed() else []
 
     def _seeds(self) -> list[tuple[UOp, ...]]:
