@@ -10,8 +10,8 @@ import random
 import pytest
 
 from tg_core.codegen.regalloc import Allocation, RegallocError, allocate, live_intervals
-from tg_core.renderer.isa import (CJUMP, JUMP, MOVE, RET, ArchContext, Frame, FrameRef, Imm, Label, MFunction, MInst,
-                                  Mem, PReg, VReg, label)
+from tg_core.renderer.isa import (CJUMP, JUMP, MOVE, RET, ArchContext, Frame, Imm, Label, MFunction, MInst, Mem, PReg,
+                                  VReg, label)
 
 SP = PReg("sp", "sp", 99)
 
@@ -138,9 +138,11 @@ def check(fn: MFunction, arch: ToyArch) -> Allocation:
     for a_i, a in enumerate(ivs):
         assert a.reg in arch.reg_classes["gpr"]
         for b in ivs[a_i + 1:]:
-            assert not (a.reg == b.reg and a.overlaps(b)), f"{a.vreg} {a.start}-{a.end} and {b.vreg} {b.start}-{b.end} share {a.reg}"
+            assert not (a.reg == b.reg and a.overlaps(b)), \
+                f"{a.vreg} {a.start}-{a.end} and {b.vreg} {b.start}-{b.end} share {a.reg}"
     for ins in alloc.insts:
-        assert not any(isinstance(r, VReg) for r in ins.used_regs() + ins.defined_regs()), f"virtual register left in {ins}"
+        assert not any(isinstance(r, VReg) for r in ins.used_regs() + ins.defined_regs()), \
+            f"virtual register left in {ins}"
     sentinel = {r: -7000 - r.num for r in arch.callee_saved}
     got, regs = interpret(alloc.insts, {**sentinel, **fixed_in})
     assert got == want

@@ -68,7 +68,8 @@ def test_int_shifts_and_unary(dt):
     check_alu(Ops.NEG, dt, dt, a)
     check_alu(Ops.MULACC, dt, dt, small, small, small)
     exps = [0, 1, 2, 3, 5, 13, 31, 63] + ([-1, -2, -3, -1] if not dtypes.is_unsigned(dt) else [7, 8, 9, 100])
-    bases = [3, -3, 2, 0, -1, 7, 2, 3] + [2, -1, -1, 1] if not dtypes.is_unsigned(dt) else [3, 5, 2, 0, 1, 7, 2, 3, 2, 9, 1, 4]
+    bases = [3, -3, 2, 0, -1, 7, 2, 3, 2, -1, -1, 1] if not dtypes.is_unsigned(dt) else \
+        [3, 5, 2, 0, 1, 7, 2, 3, 2, 9, 1, 4]
     check_alu(Ops.POW, dt, dt, bases, exps)  # square and multiply; negative powers truncate
 
 
@@ -105,7 +106,8 @@ def test_mulacc_is_fused(dt):
     out = np.zeros(4, to_numpy_dtype(dt))
     k = run_x86(ast, [np_buf(a, dt), np_buf(b, dt), np_buf(c, dt), out])
     assert "vfmadd231" in k.asm_str()
-    np.testing.assert_allclose(out, np.array(a) * np.array(b) + np.array(c), rtol=1e-3 if dt is dtypes.float16 else 1e-6)
+    rtol = 1e-3 if dt is dtypes.float16 else 1e-6
+    np.testing.assert_allclose(out, np.array(a) * np.array(b) + np.array(c), rtol=rtol)
 
 
 def test_nan_compares_follow_c():

@@ -60,7 +60,8 @@ CASES = {
     "gather_dim": lambda: Tensor(f32(4, 5)).gather(1, Tensor([[0, 4], [1, 1], [3, 2], [0, 0]])),
     "rand": lambda: Tensor.rand(5, 7) + Tensor.randn(7),
     "randint": lambda: Tensor.randint(20, low=-5, high=5),
-    "floordiv_mod": lambda: Tensor(np.arange(-12, 12, dtype=np.int32)) // 5 + Tensor(np.arange(-12, 12, dtype=np.int32)) % -7,
+    "floordiv_mod": lambda: (Tensor(np.arange(-12, 12, dtype=np.int32)) // 5
+                             + Tensor(np.arange(-12, 12, dtype=np.int32)) % -7),
     "conv": lambda: Tensor(f32(2, 3, 7, 7)).conv2d(Tensor(f32(4, 3, 3, 3)), Tensor(f32(4)), stride=2, padding=1).relu(),
     "maxpool": lambda: Tensor(f32(1, 2, 6, 5)).max_pool2d(3, stride=2, padding=1, ceil_mode=True),
     "softmax": lambda: Tensor(f32(4, 9)).softmax(),
@@ -124,7 +125,10 @@ def test_values_live_across_a_loop_spill(dt, n_live):
     k = run_x86(ast, [x_np, b_np, res])
     assert k.allocation.spilled, "more live values than registers must spill"
     want = sum(x_np[j] * (b_np + npdt.type(j)) for j in range(n_live))
-    np.testing.assert_allclose(res, want, rtol=1e-5) if dtypes.is_float(dt) else np.testing.assert_array_equal(res, want)
+    if dtypes.is_float(dt):
+        np.testing.assert_allclose(res, want, rtol=1e-5)
+    else:
+        np.testing.assert_array_equal(res, want)
 
 
 def test_many_accumulators_spill_and_stay_correct():
@@ -158,7 +162,8 @@ def test_pressure_uses_callee_saved_registers():
 
 def _int_pressure_kernel(n_live: int):
     n = 9
-    xs, b, out = UOp.param(0, dtypes.int32.ptr(n_live)), UOp.param(1, dtypes.int32.ptr(n)), UOp.param(2, dtypes.int32.ptr(n))
+    xs, b = UOp.param(0, dtypes.int32.ptr(n_live)), UOp.param(1, dtypes.int32.ptr(n))
+    out = UOp.param(2, dtypes.int32.ptr(n))
     vals = [xs.index(UOp.const(dtypes.weakint, k)).load() for k in range(n_live)]
     r = UOp.range(n, 0)
     bi = b.index(r).load()

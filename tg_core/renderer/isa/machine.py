@@ -139,7 +139,8 @@ class MInst:
     def __str__(self) -> str:
         if self.kind == LABEL:
             return f"{self.target}:"
-        return f"{self.op} " + ", ".join(_fmt(o) for o in self.operands) + (f"  ; {self.comment}" if self.comment else "")
+        text = f"{self.op} " + ", ".join(_fmt(o) for o in self.operands)
+        return text + (f"  ; {self.comment}" if self.comment else "")
 
 
 def base_reg(o: Operand) -> Reg:

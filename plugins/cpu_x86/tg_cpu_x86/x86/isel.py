@@ -24,7 +24,7 @@ import struct
 from collections.abc import Callable
 
 from tg_core.codegen.program import Program
-from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
+from tg_core.dtype import DType, PtrDType, dtypes
 from tg_core.renderer.isa import (CJUMP, JUMP, MOVE, RET, FrameRef, Imm, Label, MFunction, MInst, Mem, Operand, View,
                                   VReg, label)
 from tg_core.uop.ops import GroupOp, Ops
@@ -130,7 +130,8 @@ class Selector:
         self.in_place: dict[Group, Group] = {}  # accumulator store -> the update computed into the accumulator
         for g in self.groups:
             v = g.srcs[0] if g.kind == "accstore" else None
-            if v is None or v.kind != "alu" or v.lanes[0].op not in (Ops.ADD, Ops.MAX) or v.lanes[0].dtype is not dtypes.float32:
+            if v is None or v.kind != "alu" or v.lanes[0].op not in (Ops.ADD, Ops.MAX) or \
+                    v.lanes[0].dtype is not dtypes.float32:
                 continue
             acc = self.packer.acc_groups[g.accs]
             for k in (0, 1):
@@ -1013,7 +1014,8 @@ def _vector(ctx: Selector, g: Group) -> VReg:
 
 
 _VEC_BIN = {Ops.ADD: "vaddps", Ops.SUB: "vsubps", Ops.MUL: "vmulps", Ops.FDIV: "vdivps"}
-_VEC_INT = {Ops.ADD: "vpaddd", Ops.SUB: "vpsubd", Ops.MUL: "vpmulld", Ops.AND: "vpand", Ops.OR: "vpor", Ops.XOR: "vpxor"}
+_VEC_INT = {Ops.ADD: "vpaddd", Ops.SUB: "vpsubd", Ops.MUL: "vpmulld", Ops.AND: "vpand", Ops.OR: "vpor",
+            Ops.XOR: "vpxor"}
 
 
 def _vmax(ctx: Selector, d: Operand, a: Operand, b: Operand, size: int) -> None:
@@ -1055,7 +1057,8 @@ def emit_group(ctx: Selector, g: Group) -> None:
         acc = _vector(ctx, ctx.packer.acc_groups[g.accs])
         if g in ctx.fused:
             m = ctx.fused[g]
-            ctx.ins("vfmadd231ps", _y(acc), _y(_vector(ctx, m.srcs[0])), _y(_vector(ctx, m.srcs[1])), w=(0,), r=(0, 1, 2))
+            a, b = (_y(_vector(ctx, s)) for s in m.srcs)
+            ctx.ins("vfmadd231ps", _y(acc), a, b, w=(0,), r=(0, 1, 2))
         elif g in ctx.in_place:  # acc = acc op x, written into the accumulator after reading it
             v = ctx.in_place[g]
             a, b = (_y(_vector(ctx, s)) for s in v.srcs)

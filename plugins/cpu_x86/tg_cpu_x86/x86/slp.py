@@ -86,7 +86,8 @@ class Packer:
             if self._store_group(seed) is None:
                 return []
         for u in self.uops:  # other stores stay scalar; a reduction they store may still be a vector one
-            if u.op is Ops.STORE and _acc_of(u.src[0]) is None and u not in in_seeds and u.src[1].op in (Ops.ADD, Ops.MAX):
+            if u.op is Ops.STORE and _acc_of(u.src[0]) is None and u not in in_seeds and \
+                    u.src[1].op in (Ops.ADD, Ops.MAX):
                 saved = (len(self.groups), dict(self.memo), dict(self.acc_groups), dict(self.trees))
                 if self._reduction_tree(u.src[1]) is None:
                     del self.groups[saved[0]:]
