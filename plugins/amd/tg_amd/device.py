@@ -15,6 +15,7 @@ from tg_amd.interface import CodeObject, GPUBuffer
 from tg_amd.kernargs import pack_kernargs
 from tg_amd.renderer import AMDRenderer, kernarg_layout
 from tg_amd.select import open_interface
+from tg_amd.split import split_nested
 
 
 class AMDAllocator(LRUAllocator):
@@ -66,6 +67,24 @@ class AMDDevice(Compiled):
         if not isinstance(renderer, AMDRenderer):
             raise TypeError(f"{self.device} renders with {type(renderer).__name__}; its runtime needs an AMDRenderer "
                             "(kernel ids, launch dims and kernarg layout)")
+        asts, temps = split_nested(ast)
+        launches = [self._launcher(renderer, part) for part in asts]
+        sizes = [max(n * dt.itemsize, 1) for n, dt in temps]
+        alloc = self.allocator
+
+        def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
+            held = [alloc.alloc(n) for n in sizes]
+            try:
+                vas = [b.opaque.va for b in bufs] + [t.va for t in held]
+                for launch in launches:
+                    launch(vas, var_vals)
+            finally:
+                for t, n in zip(held, sizes):
+                    alloc.free(t, n)
+        return run
+
+    def _launcher(self, renderer: AMDRenderer, ast: UOp) -> Callable[[list[int], dict[str, int]], None]:
+        """Compile one kernel AST; the callable dispatches it given every buffer's GPU address and the variables."""
         prog = renderer.program(ast)
         code = self.code_object(self.compile(renderer.render(prog)))
         kernel = code.kernel(renderer.function_name(prog))
@@ -75,16 +94,16 @@ class AMDDevice(Compiled):
         nbufs = len(sizes) - len(names)
         iface, launch = self.interface, prog.launch
 
-        def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
-            if len(bufs) < nbufs:
-                raise ValueError(f"kernel {kernel.name} takes {nbufs} buffers, got {len(bufs)}")
+        def dispatch(vas: list[int], var_vals: dict[str, int]) -> None:
+            if len(vas) < nbufs:
+                raise ValueError(f"kernel {kernel.name} takes {nbufs} buffers, got {len(vas)}")
             grid, local = launch.evaluate(var_vals)
             if 0 in grid:
                 return  # an empty range: nothing to run
-            vals = [b.opaque.va for b in bufs[:nbufs]] + [var_vals[n] for n in names]
-            args = pack_kernargs(kernel, list(zip(vals, sizes)), grid, local, layout)
-            iface.dispatch(code, kernel.name, grid, local, args)
-        return run
+            vals = vas[:nbufs] + [var_vals[n] for n in names]
+            iface.dispatch(code, kernel.name, grid, local, pack_kernargs(kernel, list(zip(vals, sizes)), grid, local,
+                                                                           layout))
+        return dispatch
 
     def close(self) -> None:
         super().close()
