@@ -39,7 +39,7 @@ class ToyArch(ArchContext):
     def fill(self, dst, slot, width):
         return MInst("ld", (dst, slot), writes=(0,))
 
-    def frame(self, saved, spill_bytes):
+    def frame(self, saved, spill_bytes, local_bytes=0):
         base = spill_bytes
         pro = [MInst("st", (Mem(base=SP, disp=base + 8 * k, size=8), r), reads=(1,)) for k, r in enumerate(saved)]
         epi = [MInst("ld", (r, Mem(base=SP, disp=base + 8 * k, size=8)), writes=(0,)) for k, r in enumerate(saved)]

@@ -332,7 +332,7 @@ def allocate(fn: MFunction, arch: ArchContext) -> Allocation:
         offset += size
     used = set(reg.values())
     saved = [r for cls in arch.reg_classes.values() for r in cls if r in arch.callee_saved and r in used]
-    frame = arch.frame(saved, offset)
+    frame = arch.frame(saved, offset, fn.local_bytes)
 
     def slot(v: VReg) -> Mem:
         return frame.resolve(Mem(frame=FrameRef("slot", slots[v]), size=v.width))

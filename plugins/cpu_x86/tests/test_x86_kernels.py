@@ -297,3 +297,14 @@ def test_random_vector_kernels_match_reference():
         np.testing.assert_allclose(got, build("PYTHON").numpy(), rtol=1e-4, atol=1e-5, err_msg=f"seed {seed}")
         vectorized += any("ymm" in k.asm_str() for k in kernels)
     assert vectorized >= 6
+
+
+@pytest.mark.parametrize("m, k, n", [(40, 64, 48), (8, 1024, 16)])
+def test_vector_matmul_with_packed_panels(m, k, n):
+    """B's columns are copied into a panel on the stack (a register array wider than one element), which the
+    4x16 tile then reads with vector loads; a K of 1024 makes a 64 KB frame."""
+    a, b = f32(m, k), f32(k, n)
+    got, kernels = run_tensor(Tensor(a) @ Tensor(b), own_opts=True)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    text = "\n".join(k.asm_str() for k in kernels)
+    assert "vfmadd231ps ymm" in text and "ymmword ptr [rsp + " in text

@@ -32,8 +32,9 @@ class ArchContext:
     def fill(self, dst: PReg, slot: Mem, width: int) -> MInst:
         raise NotImplementedError
 
-    def frame(self, saved: Sequence[PReg], spill_bytes: int) -> Frame:
-        """The frame of a function that must preserve `saved` and needs `spill_bytes` of spill slots."""
+    def frame(self, saved: Sequence[PReg], spill_bytes: int, local_bytes: int = 0) -> Frame:
+        """The frame of a function that must preserve `saved` and needs `spill_bytes` of spill slots and
+        `local_bytes` of stack arrays."""
         raise NotImplementedError
 
 

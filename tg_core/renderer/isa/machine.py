@@ -68,7 +68,8 @@ class Imm:
 @dataclass(frozen=True)
 class FrameRef:
     """A place in the stack frame, resolved once the frame is laid out: `kind` "slot" (spill slot at byte
-    `index` of the spill area) or "arg" (incoming stack argument number `index`)."""
+    `index` of the spill area), "local" (byte `index` of the function's stack arrays) or "arg" (incoming
+    stack argument number `index`)."""
     kind: str
     index: int
 
@@ -179,9 +180,11 @@ def label(name: str) -> MInst:
 
 @dataclass
 class MFunction:
-    """A function body of machine instructions, entry first; the allocator adds the prologue and epilogue."""
+    """A function body of machine instructions, entry first; the allocator adds the prologue and epilogue.
+    `local_bytes`: the stack arrays the body addresses as FrameRef("local", offset)."""
     name: str
     insts: list[MInst]
+    local_bytes: int = 0
 
     def __str__(self) -> str:
         return "\n".join([f"{self.name}:"] + [("" if i.kind == LABEL else "  ") + str(i) for i in self.insts])

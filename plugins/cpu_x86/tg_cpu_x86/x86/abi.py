@@ -35,10 +35,12 @@ _VEC_STORE = {4: "vmovss", 8: "vmovsd", 16: "vmovups", 32: "vmovups"}
 
 
 class X86Frame(Frame):
-    def __init__(self, saved: Sequence[PReg], spill_bytes: int):
+    def __init__(self, saved: Sequence[PReg], spill_bytes: int, local_bytes: int = 0):
         pushed = 8 * len(saved)
+        # stack arrays above the spill slots, 32-byte aligned relative to rsp
+        self.local_base = -(-spill_bytes // 32) * 32
         # at entry rsp is 8 past a 16-byte boundary (the return address); keep rsp aligned inside
-        size = -(-spill_bytes // 16) * 16
+        size = -(-(self.local_base + local_bytes if local_bytes else spill_bytes) // 16) * 16
         if size and (8 + pushed + size) % 16:
             size += 8
         self.arg_base = size + pushed + 8  # the first stack argument, above the pushes and the return address
@@ -53,8 +55,8 @@ class X86Frame(Frame):
     def resolve(self, mem: Mem) -> Mem:
         ref = mem.frame
         assert ref is not None
-        disp = ref.index if ref.kind == "slot" else self.arg_base + 8 * ref.index
-        return Mem(base=RSP, disp=disp + mem.disp, size=mem.size)
+        disp = {"slot": ref.index, "local": self.local_base + ref.index, "arg": self.arg_base + 8 * ref.index}[ref.kind]
+        return Mem(base=RSP, index=mem.index, scale=mem.scale, disp=disp + mem.disp, size=mem.size)
 
 
 class X86Arch(ArchContext):
@@ -77,5 +79,5 @@ class X86Arch(ArchContext):
             return MInst("mov", (View(dst, width), slot), writes=(0,))
         return MInst(_VEC_STORE[width], (View(dst, max(width, 16)), slot), writes=(0,))
 
-    def frame(self, saved: Sequence[PReg], spill_bytes: int) -> X86Frame:
-        return X86Frame(saved, spill_bytes)
+    def frame(self, saved: Sequence[PReg], spill_bytes: int, local_bytes: int = 0) -> X86Frame:
+        return X86Frame(saved, spill_bytes, local_bytes)

@@ -19,6 +19,7 @@ rcx, r8, r9, then on the stack.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import struct
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
-from tg_cpu_x86.x86.slp import Group, Packer
+from tg_cpu_x86.x86.slp import Group, Packer, buffer_of
 
 DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -100,6 +101,8 @@ class Selector:
         self.gates: dict[UOp, VReg] = {}
         self.accs: dict[UOp, VReg] = {}
         self.wides: dict[UOp, VReg] = {}
+        self.locals: dict[UOp, int] = {}
+        self.local_bytes = 0
         self.data: dict[bytes, str] = {}
         self.loops: dict[UOp, tuple[str, str]] = {}
         self._labels = itertools.count()
@@ -151,11 +154,17 @@ class Selector:
     # ---- analysis --------------------------------------------------------------------------------------
 
     def _acc_of(self, idx: UOp) -> UOp | None:
-        """The DEFINE_REG an INDEX addresses (through AFTERs), if it is an accumulator."""
-        buf = idx.src[0]
-        while buf.op is Ops.AFTER:
-            buf = buf.src[0]
-        return buf if buf.op is Ops.DEFINE_REG else None
+        """The DEFINE_REG an INDEX addresses (through AFTERs), if it is an accumulator (one element)."""
+        buf = buffer_of(idx)
+        return buf if buf.op is Ops.DEFINE_REG and buf.dtype.size == 1 else None
+
+    def local(self, arr: UOp) -> FrameRef:
+        """A register array of more than one element (a packed panel): a stack array in the frame."""
+        if arr not in self.locals:
+            self.local_bytes = -(-self.local_bytes // 32) * 32
+            self.locals[arr] = self.local_bytes
+            self.local_bytes += arr.dtype.size * arr.dtype.base.itemsize
+        return FrameRef("local", self.locals[arr])
 
     def _accumulator_updates(self) -> dict[UOp, UOp]:
         """ALU results computed straight into their accumulator: the value of a STORE to an accumulator whose
@@ -358,7 +367,8 @@ def sel_index(ctx: Selector, u: UOp) -> None:
         if u.src[1].op is not Ops.CONST:
             raise NotImplementedError(f"X86: accumulator {u.src[0]} indexed by a non-constant")
         return
-    buf, idx = ctx.reg(u.src[0]), u.src[1]
+    arr, idx = buffer_of(u), u.src[1]
+    buf, frame = (None, ctx.local(arr)) if arr.op is Ops.DEFINE_REG else (ctx.reg(u.src[0]), None)
     size = u.dtype.base.itemsize
     c = ctx._disp_fold(u)
     if c is not None:
@@ -366,10 +376,10 @@ def sel_index(ctx: Selector, u: UOp) -> None:
     else:
         disp = 0
     if idx.op is Ops.CONST and -2**31 <= (disp + int(idx.arg) * size) < 2**31:
-        ctx.addrs[u] = Mem(base=buf, disp=disp + int(idx.arg) * size, size=size)
+        ctx.addrs[u] = Mem(base=buf, disp=disp + int(idx.arg) * size, size=size, frame=frame)
     else:
         i = ctx.reg(idx) if idx.dtype.itemsize == 8 else ctx.wide(idx)
-        ctx.addrs[u] = Mem(base=buf, index=i, scale=size, disp=disp, size=size)
+        ctx.addrs[u] = Mem(base=buf, index=i, scale=size, disp=disp, size=size, frame=frame)
     if len(u.src) == 3:
         ctx.gates[u] = ctx.reg(u.src[2])
 
@@ -1071,7 +1081,7 @@ def emit_group(ctx: Selector, g: Group) -> None:
         return
     if g.kind == "store":
         mem = ctx.addrs[v0.src[0]]
-        ctx.ins("vmovups", Mem(mem.base, mem.index, mem.scale, mem.disp, 32), _y(_vector(ctx, g.srcs[0])), r=(1,))
+        ctx.ins("vmovups", dataclasses.replace(mem, size=32), _y(_vector(ctx, g.srcs[0])), r=(1,))
         return
     d = ctx.vvals[g] = VReg("vec", 32)
     if g.kind == "cmp":
@@ -1106,7 +1116,7 @@ def emit_group(ctx: Selector, g: Group) -> None:
             d.remat = ctx.ins("vmovups", _y(d), Mem(data=ctx.const_data(blob), size=32), w=(0,))
     elif g.kind == "load":
         mem = ctx.addrs[v0.src[0]]
-        ctx.ins("vmovups", _y(d), Mem(mem.base, mem.index, mem.scale, mem.disp, 32), w=(0,))
+        ctx.ins("vmovups", _y(d), dataclasses.replace(mem, size=32), w=(0,))
     else:
         srcs = [_vector(ctx, s) for s in g.srcs]
         op = v0.op
@@ -1192,4 +1202,4 @@ def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
     if ctx.groups:  # no penalty for the caller's SSE code after our 256-bit instructions
         insts.append(MInst("vzeroupper"))
     insts.append(MInst("ret", kind=RET))
-    return MFunction(program.name, insts), ctx.data
+    return MFunction(program.name, insts, ctx.local_bytes), ctx.data

@@ -95,7 +95,8 @@ _LANES = CPUTarget(vector_bytes=16, auto_vectorize=False, pack=False)
 _TILE = CPUTarget(vector_bytes=8, tile_rows=3, auto_vectorize=False, pack=False)
 _HEAVY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 # ymm lanes: 8 float32 lanes on the contiguous axis, matmul tiles of 4 rows x 16 columns (8 ymm accumulators)
-_VECTOR = CPUTarget(vector_bytes=32, tile_rows=4, auto_vectorize=False, pack=False)
+# reading B from packed panels (stack arrays)
+_VECTOR = CPUTarget(vector_bytes=32, tile_rows=4, auto_vectorize=False, pack=True)
 # what a kernel may contain to be tried with vector lanes (slp.py decides whether it really packs)
 _VECTOR_OPS = frozenset({Ops.SINK, Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.END, Ops.INDEX, Ops.LOAD,
                          Ops.STORE, Ops.REDUCE, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC, Ops.GROUP,

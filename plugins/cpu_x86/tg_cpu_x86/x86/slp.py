@@ -35,11 +35,18 @@ class Group:
     accs: tuple[UOp, ...] = ()  # the accumulators (DEFINE_REGs) of an "acc"/"accstore" group, by lane
 
 
-def _acc_of(idx: UOp) -> UOp | None:
+def buffer_of(idx: UOp) -> UOp:
+    """What an INDEX addresses: a PARAM or a DEFINE_REG (through the AFTERs that order its accesses)."""
     buf = idx.src[0]
     while buf.op is Ops.AFTER:
         buf = buf.src[0]
-    return buf if buf.op is Ops.DEFINE_REG else None
+    return buf
+
+
+def _acc_of(idx: UOp) -> UOp | None:
+    """The accumulator (a one-element register) an INDEX addresses, if it does."""
+    buf = buffer_of(idx)
+    return buf if buf.op is Ops.DEFINE_REG and buf.dtype.size == 1 else None
 
 
 def offset(idx: UOp) -> tuple[UOp, int]:
@@ -51,11 +58,15 @@ def offset(idx: UOp) -> tuple[UOp, int]:
 
 
 def _plain_global(idx: UOp) -> bool:
-    return idx.op is Ops.INDEX and len(idx.src) == 2 and idx.src[0].op is Ops.PARAM and idx.dtype.base is dtypes.float32
+    """An ungated float32 element of a buffer or of a stack array (a packed panel)."""
+    if idx.op is not Ops.INDEX or len(idx.src) != 2 or idx.dtype.base is not dtypes.float32:
+        return False
+    buf = buffer_of(idx)
+    return buf.op is Ops.PARAM or buf.op is Ops.DEFINE_REG and buf.dtype.size > 1
 
 
 def _consecutive(idxs: tuple[UOp, ...]) -> bool:
-    if not all(_plain_global(i) for i in idxs) or len({i.src[0] for i in idxs}) != 1:
+    if not all(_plain_global(i) for i in idxs) or len({buffer_of(i) for i in idxs}) != 1:
         return False
     offs = [offset(i) for i in idxs]
     return len({b for b, _ in offs}) == 1 and all(c == offs[0][1] + k for k, (_, c) in enumerate(offs))
@@ -100,7 +111,7 @@ class Packer:
         for u in self.uops:
             if u.op is Ops.STORE and _plain_global(u.src[0]):
                 base, c = offset(u.src[0])
-                by_base.setdefault((u.src[0].src[0], base), {})[c] = u
+                by_base.setdefault((buffer_of(u.src[0]), base), {})[c] = u
         seeds, taken = [], set()
         for stores in by_base.values():
             for c in sorted(stores):
