@@ -40,12 +40,13 @@ def merge_ends(root: UOp) -> UOp:
         if not many:
             return root
         r, ends = many[0]  # toposort order: an END comes before the ENDs that contain it
-        for e in ends:
-            inside = e.src[0].toposort()
-            if any(o in inside for o in ends if o is not e):
-                raise LinearizeError(f"range r{r.arg[0]} is ended twice, one END depending on the other: "
-                                     "its loops are not properly nested (or one reduction over it needs another)")
-        merged = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends)), r))
+        # one walk under all of them finds an END inside another (an END is never inside its own body)
+        body = UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends))
+        inside = body.toposort()
+        if any(e in inside for e in ends):
+            raise LinearizeError(f"range r{r.arg[0]} is ended twice, one END depending on the other: "
+                                 "its loops are not properly nested (or one reduction over it needs another)")
+        merged = UOp(Ops.END, dtypes.void, (body, r))
         root = substitute(root, {e: merged for e in ends})
 
 

@@ -27,7 +27,15 @@ def _lanes(x: UOp, r: UOp) -> list[UOp]:
     end = r.src[0]
     if end.op is not Ops.CONST:
         raise ValueError(f"an {r.arg[1].name} axis needs a constant size, got {end.render()}")
-    return [x.substitute({r: UOp.const(r.dtype, i)}) for i in range(end.arg)]
+    # one walk builds every lane: only the nodes that depend on r are copied, lane by lane (n substitutions
+    # would walk the whole graph n times, and nested lanes multiply that)
+    copies: dict[UOp, list[UOp]] = {r: [UOp.const(r.dtype, i) for i in range(end.arg)]}
+    for u in x.toposort():
+        if u not in copies and any(s in copies for s in u.src):
+            src_lanes = [copies.get(s) for s in u.src]
+            copies[u] = [UOp(u.op, u.dtype, tuple(s if c is None else c[i] for s, c in zip(u.src, src_lanes)),
+                             u.arg, u.tag) for i in range(end.arg)]
+    return copies.get(x) or [x] * end.arg
 
 
 def _expand_end(x: UOp) -> UOp | None:

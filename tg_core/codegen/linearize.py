@@ -45,8 +45,15 @@ def _scopes(nodes: list[UOp]) -> dict[UOp, frozenset[UOp]]:
     """Each node's scope; effects inherit the loops of the ENDs and GROUPs around them (consumers first)."""
     forced: dict[UOp, set[UOp]] = {}
     scope: dict[UOp, frozenset[UOp]] = {}
+    # nodes share their `.ranges` dicts (a one-source node has its source's): one frozenset per dict
+    frozen: dict[int, frozenset[UOp]] = {}
     for u in reversed(nodes):
-        s = frozenset(u.ranges) | frozenset(forced.get(u, ()))
+        rngs = u.ranges
+        s = frozen.get(id(rngs))
+        if s is None:
+            s = frozen[id(rngs)] = frozenset(rngs)
+        if u in forced:
+            s = s | forced[u]
         scope[u] = s
         if u.op is Ops.END:
             forced.setdefault(u.src[0], set()).update(s | {u.src[1]})
@@ -92,47 +99,69 @@ def _loop_tree(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]]) -> tuple[dict
 Lineage = list[tuple[UOp | None, UOp]]  # (block, item) pairs, innermost block first
 
 
-def _lineages(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]],
-              parent: dict[UOp, UOp | None]) -> dict[UOp, Lineage]:
-    """For each node, (block, item) from the block it sits in up to the kernel's top block (None). A plain node
-    is its own item in the block of the innermost range of its scope; RANGE and END of r are the loop item r."""
-    def chain(b: UOp | None) -> Lineage:
-        out: Lineage = []
-        while b is not None:
-            out.append((parent[b], b))
-            b = parent[b]
+class _Blocks:
+    """Where each node sits: `home[u]` is (block, item), a plain node being its own item in the block of the
+    innermost range of its scope, and RANGE and END of r the loop item r in r's parent block. Above that,
+    `chain(b)` lists (block, item) from block b up to the kernel's top block (None): one list per block,
+    shared by the nodes in it."""
+
+    def __init__(self, nodes: list[UOp], scope: dict[UOp, frozenset[UOp]], parent: dict[UOp, UOp | None]):
+        self.parent = parent
+        self.chains: dict[UOp | None, Lineage] = {None: []}
+        self.outer: dict[UOp | None, dict[UOp | None, UOp]] = {None: {}}  # chain(b) as block -> item
+        depth = {r: len(self.chain(r)) for r in parent}
+        self.home: dict[UOp, tuple[UOp | None, UOp]] = {}
+        blocks: dict[frozenset[UOp], UOp | None] = {}  # scope -> its innermost range, checked once per scope
+        for u in nodes:
+            if u.op is Ops.RANGE or u.op is Ops.END:
+                r = u if u.op is Ops.RANGE else u.src[1]
+                self.home[u] = (parent[r], r)
+                continue
+            sc = scope[u]
+            if sc in blocks:
+                block = blocks[sc]
+            else:
+                block = blocks[sc] = max(sc, key=depth.__getitem__) if sc else None
+                if not sc <= {b for _, b in self.chain(block)} | {block}:
+                    raise LinearizeError(f"{u.op.name} ({u.render()[:80]}) depends on "
+                                         f"{', '.join(_name(r) for r in sc)}, which are not nested inside each other")
+            self.home[u] = (block, u)
+
+    def chain(self, b: UOp | None) -> Lineage:
+        out = self.chains.get(b)
+        if out is None:
+            p = self.parent[b]
+            out = self.chains[b] = [(p, b), *self.chain(p)]
+            self.outer[b] = dict(out)
         return out
 
-    depth = {r: len(chain(r)) for r in parent}
-    lineage: dict[UOp, Lineage] = {}
-    for u in nodes:
-        if u.op is Ops.RANGE or u.op is Ops.END:
-            lineage[u] = chain(u if u.op is Ops.RANGE else u.src[1])
-            continue
-        block = max(scope[u], key=depth.__getitem__) if scope[u] else None
-        lineage[u] = [(block, u), *chain(block)]
-        if not scope[u] <= {b for _, b in lineage[u][1:]}:
-            raise LinearizeError(f"{u.op.name} ({u.render()[:80]}) depends on "
-                                 f"{', '.join(_name(r) for r in scope[u])}, which are not nested inside each other")
-    return lineage
 
-
-def _block_items(nodes: list[UOp], lineage: dict[UOp, Lineage]) -> tuple[dict[UOp | None, list[UOp]],
-                                                                          dict[UOp, set[UOp]]]:
+def _block_items(nodes: list[UOp], where: _Blocks) -> tuple[dict[UOp | None, list[UOp]], dict[UOp, set[UOp]]]:
     """(each block's items, each item's dependencies among the items of its block). An edge from a source to
     a user is an edge between their items in the deepest block both are inside of."""
     items: dict[UOp | None, list[UOp]] = {}
+    home, chain, outer = where.home, where.chain, where.outer
     for u in nodes:
         if u.op is not Ops.END:
-            items.setdefault(lineage[u][0][0], []).append(u)
+            items.setdefault(home[u][0], []).append(u)
     deps: dict[UOp, set[UOp]] = {u: set() for u in nodes}
     for u in nodes:
-        mine = dict(lineage[u])
+        ublock, uitem = home[u]
+        chain(ublock)
+        above = outer[ublock]
         for s in u.src:
-            for block, item in lineage.get(s, ()):
-                if block in mine:
-                    if mine[block] is not item:
-                        deps[mine[block]].add(item)
+            if s not in home:
+                continue
+            block, item = home[s]
+            if block is ublock:
+                if uitem is not item:
+                    deps[uitem].add(item)
+                continue
+            for block, item in (home[s], *chain(block)):
+                if block is ublock or block in above:
+                    mine = uitem if block is ublock else above[block]
+                    if mine is not item:
+                        deps[mine].add(item)
                     break
     return items, deps
 
@@ -143,7 +172,7 @@ def linearize(sink: UOp) -> list[UOp]:
     order = {u: i for i, u in enumerate(nodes)}
     scope = _scopes(nodes + [sink])
     parent, ends = _loop_tree(nodes, scope)
-    items, deps = _block_items(nodes, _lineages(nodes, scope, parent))
+    items, deps = _block_items(nodes, _Blocks(nodes, scope, parent))
     out: list[UOp] = []
 
     def emit(block: UOp | None) -> None:

@@ -293,16 +293,20 @@ def _gc_paused() -> Iterator[None]:
 def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
     """`root` with every key of `mapping` replaced by its value; the values are not searched."""
     done: dict[UOp, UOp] = dict(mapping)
-    stack: list[tuple[UOp, bool]] = [(root, False)]
+    stack: list = [root]  # a node, then (node,) once more to rebuild it after its sources
+    pop, push = stack.pop, stack.append
     while stack:
-        n, ready = stack.pop()
+        n = pop()
+        if type(n) is tuple:
+            n = n[0]
+            if n in done:
+                continue
+            src = n.src
+            new_src = tuple([done[s] for s in src])
+            done[n] = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg, n.tag)
+            continue
         if n in done:
             continue
-        if not ready:
-            stack.append((n, True))
-            stack.extend((s, False) for s in n.src if s not in done)
-            continue
-        new_src = tuple([done[s] for s in n.src])
-        same = all(a is b for a, b in zip(n.src, new_src))
-        done[n] = n if same else UOp(n.op, n.dtype, new_src, n.arg, n.tag)
+        push((n,))
+        stack += [s for s in n.src if s not in done]
     return done[root]
