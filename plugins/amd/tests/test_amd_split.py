@@ -45,3 +45,23 @@ def test_flat_kernels_are_left_alone():
     r, j = UOp.range(8, 0), UOp.range(8, 1, AxisType.REDUCE)
     ast = kernel(out.index(r).store(a.index(r * 8 + j).load().reduce(Ops.ADD, j)).end(r), name="rowsum")
     assert split_nested(ast) == ([ast], [])
+
+
+def test_one_part_for_a_reduction_reached_twice():
+    """max_c and sum_c of the same nested row sums (as softmax reads its logits): one part, one temporary."""
+    a, out = UOp.param(0, dtypes.float32.ptr(4 * 3 * 5)), UOp.param(1, dtypes.float32.ptr(1))
+    b = UOp.range(4, 0, AxisType.REDUCE)
+    c1, c2 = UOp.range(3, 1, AxisType.REDUCE), UOp.range(3, 2, AxisType.REDUCE)
+    k1, k2 = UOp.range(5, 3, AxisType.REDUCE), UOp.range(5, 4, AxisType.REDUCE)
+    row = [a.index((b * 3 + c) * 5 + k).load().reduce(Ops.ADD, k) for c, k in ((c1, k1), (c2, k2))]
+    total = (row[0].reduce(Ops.MAX, c1) + row[1].reduce(Ops.ADD, c2)).reduce(Ops.ADD, b)
+    ast = kernel(out.index(UOp.const(dtypes.weakint, 0)).store(total), name="twice")
+    parts, temps = split_nested(ast)
+    assert temps[0] == (12, dtypes.float32) and len([n for n, _ in temps if n == 12]) == 1
+    src = np.random.default_rng(1).standard_normal(60).astype(np.float32)
+    want = np.zeros(1, np.float32)
+    run_kernel(ast, [src, want])
+    full = [src, np.zeros(1, np.float32)] + [np.zeros(n, np.float32) for n, _ in temps]
+    for part in parts:
+        run_kernel(part, full)
+    np.testing.assert_allclose(full[1], want, rtol=1e-5)

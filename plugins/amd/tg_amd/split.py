@@ -37,6 +37,7 @@ def split_nested(ast: UOp) -> tuple[list[UOp], list[tuple[int, DType]]]:
     name = ast.arg.name if isinstance(ast.arg, KernelInfo) else "kernel"
     parts: list[UOp] = []
     temps: list[tuple[int, DType]] = []
+    made: dict[UOp, UOp] = {}  # a part's value (ranges numbered by position) -> its temporary
     while True:
         # the innermost nested REDUCE first: one whose value holds no other nested REDUCE
         found = [u for u in ast.toposort() if _nested(u)]
@@ -49,13 +50,17 @@ def split_nested(ast: UOp) -> tuple[list[UOp], list[tuple[int, DType]]]:
         for r, n in reversed(list(zip(ctx, sizes))):
             flat = flat + r * stride
             stride *= n
-        buf = UOp.param(nparams + len(temps), leaf.dtype.ptr(math.prod(sizes)))
-        temps.append((math.prod(sizes), leaf.dtype))
-        # the part: the REDUCE stored at its context's index, the context ranges now output (LOOP) ranges
-        loops = {r: UOp.range(r.src[0], r.arg[0], AxisType.LOOP, r.dtype) for r in ctx}
-        store = substitute(buf.index(flat).store(leaf), loops)
-        part = UOp(Ops.SINK, dtypes.void, (store.end(*(loops[r] for r in ctx)),),
-                   KernelInfo(f"{name}_part{len(parts)}"))
-        parts.append(part)
-        ast = substitute(ast, {leaf: buf.index(flat).load()})
+        # the context ranges become output (LOOP) ranges and every range is numbered by position, so the same
+        # REDUCE reached through other ranges (softmax's max and sum both read the logits) is one part and temporary
+        loops = {r: UOp.range(r.src[0], k, AxisType.LOOP, r.dtype) for k, r in enumerate(ctx)}
+        own = [u for u in leaf.toposort() if u.op is Ops.RANGE and u not in loops]  # its reduce ranges, renumbered
+        value = substitute(leaf, {**loops, **{r: UOp.range(r.src[0], len(ctx) + k, r.arg[1], r.dtype)
+                                              for k, r in enumerate(own)}})
+        if value not in made:
+            made[value] = UOp.param(nparams + len(temps), leaf.dtype.ptr(math.prod(sizes)))
+            temps.append((math.prod(sizes), leaf.dtype))
+            store = made[value].index(substitute(flat, loops)).store(value)
+            parts.append(UOp(Ops.SINK, dtypes.void, (store.end(*loops.values()),),
+                             KernelInfo(f"{name}_part{len(parts)}")))
+        ast = substitute(ast, {leaf: made[value].index(flat).load()})
     return parts + [ast], temps
