@@ -266,3 +266,11 @@ def test_absolute_relocation_is_applied_at_the_load_address():
         assert struct.unpack_from("<Q", image, rel.offset)[0] == base + rel.value
     with pytest.raises(ValueError, match="256-byte aligned"):
         code.image_at(0x1080)
+
+
+def test_unsupported_relocation_type_is_named():
+    data = bytearray(obj("saxpy"))
+    rela = read_elf(bytes(data)).section(".rela.rodata")
+    struct.pack_into("<I", data, rela.offset + 8, 7)  # r_info's type: R_AMDGPU_GOTPCREL, which needs a GOT
+    with pytest.raises(ELFError, match=r"relocation type 7 at \.rodata\+0x10 is not supported; tg-amd applies .*REL64 \(5\)"):
+        load_code_object(bytes(data))

@@ -231,7 +231,8 @@ def load_code_object(data: bytes, limits: Limits | None = None) -> CodeObject:
         if sym.shndx == SHN_UNDEF:
             raise ELFError(f"{what} refers to the undefined symbol {sym.name!r}; code objects must be self-contained")
         if sym.shndx not in placed:
-            raise ELFError(f"{what} refers to {sym.name!r} in section {elf.sections[sym.shndx].name}, which is not loaded")
+            raise ELFError(f"{what} refers to {sym.name!r} in section {elf.sections[sym.shndx].name}, "
+                           "which is not loaded")
         return placed[sym.shndx] + sym.value
 
     absolute = []
@@ -239,8 +240,8 @@ def load_code_object(data: bytes, limits: Limits | None = None) -> CodeObject:
         if r.section not in placed:
             continue  # relocations of sections that are not loaded (debug info) do not matter
         if r.type not in R_AMDGPU:
-            raise ELFError(f"relocation type {r.type} at {elf.sections[r.section].name}+{r.offset:#x} is not supported; "
-                           f"supported: {', '.join(f'{n} ({t})' for t, (n, _, _) in R_AMDGPU.items())}")
+            raise ELFError(f"relocation type {r.type} at {elf.sections[r.section].name}+{r.offset:#x} is not "
+                           f"supported; tg-amd applies {', '.join(f'{n} ({t})' for t, (n, _, _) in R_AMDGPU.items())}")
         name, size, is_abs = R_AMDGPU[r.type]
         if r.type == 0:
             continue
@@ -270,7 +271,8 @@ def load_code_object(data: bytes, limits: Limits | None = None) -> CodeObject:
             raise ELFError(f"kernel {name}: the descriptor's entry offset leads to {code:#x}, the symbol is at "
                            f"{address(fn, name):#x}")
         if not 0 <= code < len(image) or code % 256:
-            raise ELFError(f"kernel {name}: code at image offset {code:#x} is outside the image or not 256-byte aligned")
+            raise ELFError(f"kernel {name}: code at image offset {code:#x} is outside the image or not "
+                           "256-byte aligned")
         kernels[name] = KernelSymbol(name, code, fn.size if fn is not None else 0, at, desc, elf.kernel_metadata(name))
         check_resources(name, desc, elf.kernel_metadata(name), limits or GFX1100)
     if not kernels:
