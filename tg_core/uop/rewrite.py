@@ -205,49 +205,52 @@ class _Rewriter:
         done: dict[UOp, UOp] = {}
         busy: set[UOp] = set()  # entered and not finished: reaching one again is a cycle
         stack: list[tuple[int, UOp, UOp | None]] = [(0, root, None)]
+        pop, push = stack.pop, stack.append
         apply, has_rules, made_by = self._apply, self.pm.rules_by_op.__contains__, self.made_by
         while stack:
-            stage, n, aux = stack.pop()
+            stage, n, aux = pop()
             if stage == 0:
                 if n in done:
                     continue
                 if n in busy:
                     self._cycle(aux if aux is not None else n, n)
-                busy.add(n)
                 if node_first and has_rules(n.op):
                     ret = apply(n)
                     if ret is not None:
-                        stack.append((2, n, ret))
-                        stack.append((0, ret, n))
+                        busy.add(n)
+                        push((2, n, ret))
+                        push((0, ret, n))
                         continue
-                stack.append((1, n, None))
-                for s in n.src:
-                    if s not in done:
-                        stack.append((0, s, n))
-            elif stage == 1:
-                src = n.src
-                new_src = tuple([done[s] for s in src])
-                nn = n
-                for a, b in zip(src, new_src):
-                    if a is not b:
-                        nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag)
-                        break
-                if node_first:
-                    ret = None if nn is n else nn  # a rebuilt node gets its rules from stage 0
-                else:
-                    ret = apply(nn) if has_rules(nn.op) else None
-                    if ret is None and nn is not n:
-                        done.setdefault(nn, nn)
-                if ret is None:
-                    done[n] = nn
-                    busy.discard(n)
-                else:
-                    stack.append((2, n, ret))
-                    stack.append((0, ret, n))
-            else:
+                pending = [s for s in n.src if s not in done]
+                if pending:
+                    busy.add(n)
+                    push((1, n, None))
+                    for s in pending:
+                        push((0, s, n))
+                    continue
+                # every source is finished: stage 1 right away (what popping it next would do)
+            elif stage == 2:
                 done[n] = done[aux]
                 busy.discard(n)
                 made_by.pop(aux, None)
+                continue
+            # stage 1: rebuild from the finished sources, then rewrite (sources first)
+            src = n.src
+            new_src = tuple([done[s] for s in src])
+            nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg, n.tag)
+            if node_first:
+                ret = None if nn is n else nn  # a rebuilt node gets its rules from stage 0
+            else:
+                ret = apply(nn) if has_rules(nn.op) else None
+                if ret is None and nn is not n:
+                    done.setdefault(nn, nn)
+            if ret is None:
+                done[n] = nn
+                busy.discard(n)
+            else:
+                busy.add(n)
+                push((2, n, ret))
+                push((0, ret, n))
         return done[root]
 
 
