@@ -88,6 +88,25 @@ def test_float64_math_end_to_end():
     np.testing.assert_allclose((t.abs() ** t).numpy(), np.abs(a) ** a, rtol=1e-14)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int8", "uint16", "int64"])
+def test_integer_pow_end_to_end(dtype):
+    """Integer POW (binary exponentiation, tg_amd/intpow.py) against alu.py's exact definition, constant and
+    variable exponents, negative ones included for signed dtypes."""
+    from tg_core.dtype import dtypes
+    from tg_core.tensor import Tensor
+    from tg_core.uop.alu import exec_alu
+    from tg_core.uop.ops import Ops
+    dt = getattr(dtypes, dtype)
+    signed = not dtypes.is_unsigned(dt)
+    xs = np.arange(-4 if signed else 0, 6)
+    ys = np.arange(-3 if signed else 0, 11)
+    x, y = np.meshgrid(xs, ys)
+    x, y = x.ravel().astype(dtype), y.ravel().astype(dtype)
+    want = [exec_alu(Ops.POW, dt, (int(a), int(b)), (dt, dt)) for a, b in zip(x, y)]
+    assert (Tensor(x, device="AMD") ** Tensor(y, device="AMD")).numpy().tolist() == want
+    assert (Tensor(x, device="AMD") ** 5).numpy().tolist() == [exec_alu(Ops.POW, dt, (int(a), 5), (dt, dt)) for a in x]
+
+
 def test_float32_sin_of_large_arguments():
     """v_sin_f32 takes revolutions; the Cody-Waite reduction keeps large arguments accurate."""
     from tg_core.tensor import Tensor

@@ -33,6 +33,8 @@ from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
 
+from tg_amd.intpow import pm_int_pow
+
 ARCH = "gfx1100"
 MAX_LOCAL = 256  # work-items per workgroup the renderer asks for (8 waves of 32)
 _SPECIALS = {"gidx0": "llvm.amdgcn.workgroup.id.x", "gidx1": "llvm.amdgcn.workgroup.id.y",
@@ -76,7 +78,7 @@ class AMDRenderer(LLVMRenderer):
     calling_convention = "amdgpu_kernel"
     target_triple = "amdgcn-amd-amdhsa"
     special_intrinsics = _SPECIALS
-    extra_matcher = _F64_MATH
+    extra_matcher = _F64_MATH + pm_int_pow
     arch = ARCH
 
     def __init__(self) -> None:
