@@ -31,12 +31,28 @@ def _round_to_odd_f64(p: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where(inexact, bits + step, bits).view(np.float64)
 
 
+def _narrow_once(s: np.ndarray, t: type) -> np.ndarray | None:
+    """s (the f64-rounded sum) as type t when that is surely the correctly rounded exact sum: when no element sits
+    exactly halfway between two t values, or in t's denormal or overflow range, rounding twice cannot go wrong.
+    None when some element needs the exact (round-to-odd) sum."""
+    drop = 52 - EXP_BITS[t][0]
+    bits = s.view(np.int64)
+    half = (bits & ((1 << drop) - 1)) == (1 << (drop - 1))
+    info = np.finfo(t)
+    edge = (np.abs(s) < info.tiny) | (np.abs(s) > info.max)
+    if (half | edge).any():
+        return None
+    return s.astype(t)
+
+
 def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """a * b + c with one rounding, in the type of a."""
     t = np.result_type(a, b, c).type
     if t in (f32, f16):
         p = np.asarray(a, f64) * np.asarray(b, f64)       # exact: 2 x 24 bits < 53
-        return _round_to_odd_f64(np.asarray(p, f64), np.broadcast_to(np.asarray(c, f64), np.shape(p))).astype(t)
+        c = np.asarray(c, f64)
+        quick = _narrow_once(np.asarray(p + c), t)
+        return quick if quick is not None else _round_to_odd_f64(np.asarray(p, f64), c).astype(t)
     # f64: the product is split exactly (Dekker) and the three terms are summed with one final rounding in most cases
     a, b, c = np.asarray(a, f64), np.asarray(b, f64), np.asarray(c, f64)
     p = a * b
@@ -81,6 +97,11 @@ def div_scale(s0: np.ndarray, den: np.ndarray, num: np.ndarray) -> tuple[np.ndar
     mant = 52 if t == f64 else 23
     big = 768 if t == f64 else 96
     ed, en = exponent(den), exponent(num)
+    emax = EXP_BITS[t][1]
+    # the common case, no lane near a special one: the numerator is normal and not tiny, the denominator and its
+    # reciprocal are normal, and the quotient's exponent is far from both ends
+    if ((en > mant + 1) & (en < emax) & (ed > 0) & (ed < emax - 3) & (en - ed < big - 2) & (en - ed > mant + 3 - emax // 2)).all():
+        return np.asarray(s0, t), np.zeros(np.shape(s0), bool)
     with np.errstate(all="ignore"):
         inv_den = np.asarray(1.0, f64) / np.asarray(den, f64)
         quot = (num / den).astype(t)
@@ -118,7 +139,7 @@ def div_fmas(a: np.ndarray, b: np.ndarray, c: np.ndarray, vcc: np.ndarray) -> np
     # f32: scale the exact (round-to-odd) f64 sum before the one rounding to f32, so a quotient that lands among
     # the denormals is rounded once, as the hardware's scaled FMA does
     p = np.asarray(a, f64) * np.asarray(b, f64)
-    s = _round_to_odd_f64(p, np.broadcast_to(np.asarray(c, f64), np.shape(p)))
+    s = _round_to_odd_f64(p, np.asarray(c, f64))
     return np.ldexp(s, k).astype(t)
 
 
@@ -126,12 +147,15 @@ def div_fixup(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
     """V_DIV_FIXUP: the special cases of num / den, else q with the quotient's sign."""
     t = np.asarray(q).dtype.type
     neg = np.signbit(den) ^ np.signbit(num)
+    emax = EXP_BITS[t][1]
+    ed, en = exponent(den), exponent(num)
+    lim = {f16: -25, f32: -150, f64: -1075}[t]
+    if ((ed > 0) & (ed < emax) & (en > 0) & (en < emax) & (en - ed >= lim) & ~np.isnan(q)).all():
+        return np.where(neg, -np.abs(q), np.abs(q)).astype(t)     # finite normal operands: just the sign
     inf = np.where(neg, t(-np.inf), t(np.inf))
     zero = np.where(neg, t(-0.0), t(0.0))
     under = 0.0   # the ISA's UNDERFLOW value: a quotient this far below the smallest denormal rounds to zero
     over = np.finfo(t).max
-    emax = {f16: 31, f32: 255, f64: 2047}[t]
-    lim = {f16: -25, f32: -150, f64: -1075}[t]
     out = np.where(neg, -np.abs(q), np.abs(q))
     out = np.where(exponent(den) == emax, np.where(neg, t(-over), t(over)), out)
     out = np.where(exponent(num) - exponent(den) < lim, np.where(neg, t(-under), t(under)), out)
