@@ -105,6 +105,10 @@ class Selector:
         self.local_bytes = 0
         self.data: dict[bytes, str] = {}
         self.loops: dict[UOp, tuple[str, str]] = {}
+        self.open_loops: list[UOp] = []  # the RANGEs around the uop being selected, innermost last
+        self.preheaders: dict[UOp, list[MInst]] = {}  # per RANGE: run once before its loop starts
+        self.pointers: dict[tuple, VReg] = {}  # (RANGE, base, invariant terms, step) -> its induction pointer
+        self.steps: dict[UOp, list[tuple[VReg, int]]] = {}  # per RANGE: pointers advanced by each iteration
         self._labels = itertools.count()
         self.users: dict[UOp, list[UOp]] = {}
         for u in self.uops:
@@ -198,6 +202,71 @@ class Selector:
             if -2**31 <= disp < 2**31:
                 return int(i.src[1].arg)
         return None
+
+    def _linear(self, e: UOp, rng: UOp, k: int, terms: dict[UOp | None, int]) -> bool:
+        """Add k*e to `terms` (leaf -> coefficient, None -> the constant) as a sum over `rng` and values selected
+        before rng's loop (available in its preheader); False if e is not such an affine form. Each node's bounds
+        must lie strictly inside its dtype's, so the 32-bit arithmetic the program does never wraps and the
+        64-bit sum is the same value (no sign-extension of the index needed)."""
+        if e is rng or e.op is not Ops.CONST and self.pos.get(e, len(self.uops)) < self.pos[rng] and \
+                e in self.vals and e not in self.folded_adds and e.dtype in (dtypes.int32, dtypes.int64):
+            terms[e] = terms.get(e, 0) + k
+            return True
+        if e.dtype not in (dtypes.int32, dtypes.int64) or not dtypes.min(e.dtype) < e.vmin <= e.vmax < \
+                dtypes.max(e.dtype):
+            return False
+        if e.op is Ops.CONST:
+            terms[None] = terms.get(None, 0) + k * int(e.arg)
+            return True
+        if e.op is Ops.ADD:
+            return self._linear(e.src[0], rng, k, terms) and self._linear(e.src[1], rng, k, terms)
+        if e.op is Ops.MUL and Ops.CONST in (e.src[0].op, e.src[1].op):
+            x, c = e.src if e.src[1].op is Ops.CONST else e.src[::-1]
+            return self._linear(x, rng, k * int(c.arg), terms)
+        if e.op is Ops.CAST and e.src[0].dtype in (dtypes.int32, dtypes.int64):  # value-preserving here
+            return self._linear(e.src[0], rng, k, terms)
+        if e.op is Ops.SHL and e.src[1].op is Ops.CONST and 0 <= int(e.src[1].arg) < 31:
+            return self._linear(e.src[0], rng, k << int(e.src[1].arg), terms)
+        return False
+
+    def induction_address(self, idx: UOp, buf: VReg | None, frame: FrameRef | None, size: int) -> Mem | None:
+        """`buf[idx]` inside a loop as [p + disp] with p a pointer computed once before the loop (base plus the
+        loop-invariant part of idx) and advanced by the loop's step at each iteration (strength reduction: no
+        index arithmetic or sign-extension per iteration). For a stack array p is the byte offset."""
+        if not self.open_loops:
+            return None
+        rng = self.open_loops[-1]
+        terms: dict[UOp | None, int] = {}
+        if not self._linear(idx, rng, 1, terms):
+            return None
+        disp, step = terms.pop(None, 0) * size, terms.pop(rng, 0) * size
+        inv = tuple(sorted(((u, c * size) for u, c in terms.items() if c), key=lambda t: self.pos[t[0]]))
+        if not all(-2**31 <= v < 2**31 for v in (disp, step, *(c for _, c in inv))):
+            return None
+        key = (rng, buf, frame, inv, step)
+        if key not in self.pointers:
+            self.pointers[key] = p = VReg("gpr", 8)
+            saved, self.cur = self.cur, self.preheaders[rng]
+            if buf is not None:
+                self.move(p, buf, 8)
+            else:
+                self.ins("mov", p, Imm(0), w=(0,))
+            for u, c in inv:
+                t = self.reg(u)
+                if u.dtype.itemsize == 4:
+                    t = VReg("gpr", 8)
+                    self.ins("movsxd", t, View(self.reg(u), 4), w=(0,), r=(1,))
+                if c in (1, 2, 4, 8):
+                    self.ins("lea", p, Mem(base=p, index=t, scale=c, size=8), w=(0,))
+                else:
+                    m = VReg("gpr", 8)
+                    self.ins("imul", m, t, Imm(c), w=(0,), r=(1,))
+                    self.ins("add", p, m, w=(0,), r=(0, 1))
+            self.cur = saved
+            if step:
+                self.steps.setdefault(rng, []).append((p, step))
+        p = self.pointers[key]
+        return Mem(base=p, disp=disp, size=size) if buf is not None else Mem(index=p, disp=disp, size=size, frame=frame)
 
     # ---- emitting --------------------------------------------------------------------------------------
 
@@ -377,6 +446,8 @@ def sel_index(ctx: Selector, u: UOp) -> None:
         disp = 0
     if idx.op is Ops.CONST and -2**31 <= (disp + int(idx.arg) * size) < 2**31:
         ctx.addrs[u] = Mem(base=buf, disp=disp + int(idx.arg) * size, size=size, frame=frame)
+    elif (mem := ctx.induction_address(u.src[1], buf, frame, size)) is not None:
+        ctx.addrs[u] = mem
     else:
         i = ctx.reg(idx) if idx.dtype.itemsize == 8 else ctx.wide(idx)
         ctx.addrs[u] = Mem(base=buf, index=i, scale=size, disp=disp, size=size, frame=frame)
@@ -485,6 +556,8 @@ def sel_range(ctx: Selector, u: UOp) -> None:
     top, exit_ = ctx.label(), ctx.label()
     ctx.loops[u] = (top, exit_)
     size = gsize(u.dtype)
+    ctx.preheaders[u] = []  # emitted before this bucket (select)
+    ctx.open_loops.append(u)
     ctx.ins("mov", View(i, size), Imm(0), w=(0,))
     end = u.src[0]
     if not (end.op is Ops.CONST and int(end.arg) > 0):  # the trip count may be zero: guard the loop
@@ -497,6 +570,9 @@ def sel_end(ctx: Selector, u: UOp) -> None:
     rng = u.src[-1]
     top, exit_ = ctx.loops[rng]
     i, size = ctx.vals[rng], gsize(rng.dtype)
+    ctx.open_loops.remove(rng)
+    for p, step in ctx.steps.get(rng, ()):
+        ctx.ins("add", p, Imm(step), w=(0,), r=(0,))
     ctx.ins("add", View(i, size), Imm(1), w=(0,), r=(0,))
     ctx.ins("cmp", View(i, size), ctx.src(rng.src[0], size), r=(0, 1))
     ctx.jump("jl", top)
@@ -1198,7 +1274,9 @@ def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
                 ctx.round_half(ctx.vals[u], ctx.vals[u])
         for g in ctx.emit_at.get(u, ()):
             emit_group(ctx, g)
-    insts = eliminate_dead_code(ctx.buckets[-1] + [ins for b in ctx.buckets[:-1] for ins in b])
+    pre = {ctx.pos[r]: p for r, p in ctx.preheaders.items()}
+    insts = eliminate_dead_code(ctx.buckets[-1] + [ins for i, b in enumerate(ctx.buckets[:-1])
+                                                   for ins in pre.get(i, []) + b])
     if ctx.groups:  # no penalty for the caller's SSE code after our 256-bit instructions
         insts.append(MInst("vzeroupper"))
     insts.append(MInst("ret", kind=RET))
