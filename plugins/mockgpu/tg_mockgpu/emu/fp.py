@@ -31,18 +31,13 @@ def _round_to_odd_f64(p: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where(inexact, bits + step, bits).view(np.float64)
 
 
-def _narrow_once(s: np.ndarray, t: type) -> np.ndarray | None:
-    """s (the f64-rounded sum) as type t when that is surely the correctly rounded exact sum: when no element sits
-    exactly halfway between two t values, or in t's denormal or overflow range, rounding twice cannot go wrong.
-    None when some element needs the exact (round-to-odd) sum."""
+def _needs_exact(s: np.ndarray, t: type) -> np.ndarray:
+    """Where s (the f64-rounded sum) rounded to t may differ from the exact sum rounded to t: s sits exactly halfway
+    between two t values (the first rounding may have put it there), or in t's denormal or overflow range."""
     drop = 52 - EXP_BITS[t][0]
-    bits = s.view(np.int64)
-    half = (bits & ((1 << drop) - 1)) == (1 << (drop - 1))
+    half = (s.view(np.int64) & ((1 << drop) - 1)) == (1 << (drop - 1))
     info = np.finfo(t)
-    edge = (np.abs(s) < info.tiny) | (np.abs(s) > info.max)
-    if (half | edge).any():
-        return None
-    return s.astype(t)
+    return half | ((np.abs(s) < info.tiny) & (s != 0)) | (np.abs(s) > info.max)
 
 
 def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -50,9 +45,13 @@ def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     t = np.result_type(a, b, c).type
     if t in (f32, f16):
         p = np.asarray(a, f64) * np.asarray(b, f64)       # exact: 2 x 24 bits < 53
-        c = np.asarray(c, f64)
-        quick = _narrow_once(np.asarray(p + c), t)
-        return quick if quick is not None else _round_to_odd_f64(np.asarray(p, f64), c).astype(t)
+        p, c = np.broadcast_arrays(p, np.asarray(c, f64))
+        s = p + c
+        out = s.astype(t)
+        exact = _needs_exact(s, t)
+        if exact.any():     # only those lanes pay for the exact sum
+            out[exact] = _round_to_odd_f64(p[exact], c[exact]).astype(t)
+        return out
     # f64: the product is split exactly (Dekker) and the three terms are summed with one final rounding in most cases
     a, b, c = np.asarray(a, f64), np.asarray(b, f64), np.asarray(c, f64)
     p = a * b
@@ -96,12 +95,23 @@ def div_scale(s0: np.ndarray, den: np.ndarray, num: np.ndarray) -> tuple[np.ndar
     scale = 128 if t == f64 else 64
     mant = 52 if t == f64 else 23
     big = 768 if t == f64 else 96
+    s0, den, num = np.broadcast_arrays(np.asarray(s0, t), np.asarray(den, t), np.asarray(num, t))
     ed, en = exponent(den), exponent(num)
     emax = EXP_BITS[t][1]
-    # the common case, no lane near a special one: the numerator is normal and not tiny, the denominator and its
-    # reciprocal are normal, and the quotient's exponent is far from both ends
-    if ((en > mant + 1) & (en < emax) & (ed > 0) & (ed < emax - 3) & (en - ed < big - 2) & (en - ed > mant + 3 - emax // 2)).all():
-        return np.asarray(s0, t), np.zeros(np.shape(s0), bool)
+    # the common case: the numerator is normal and not tiny, the denominator and its reciprocal are normal, and the
+    # quotient's exponent is far from both ends; there the value passes unchanged and VCC is clear
+    special = ~((en > mant + 1) & (en < emax) & (ed > 0) & (ed < emax - 3) & (en - ed < big - 2)
+                & (en - ed > mant + 3 - emax // 2))
+    out, vcc = s0.copy(), np.zeros(s0.shape, bool)
+    if special.any():
+        out[special], vcc[special] = _div_scale_cases(s0[special], den[special], num[special], scale, mant, big)
+    return out, vcc
+
+
+def _div_scale_cases(s0: np.ndarray, den: np.ndarray, num: np.ndarray, scale: int, mant: int,
+                     big: int) -> tuple[np.ndarray, np.ndarray]:
+    t = s0.dtype.type
+    ed, en = exponent(den), exponent(num)
     with np.errstate(all="ignore"):
         inv_den = np.asarray(1.0, f64) / np.asarray(den, f64)
         quot = (num / den).astype(t)
@@ -138,20 +148,33 @@ def div_fmas(a: np.ndarray, b: np.ndarray, c: np.ndarray, vcc: np.ndarray) -> np
         return ldexp(fma(a, b, c), k)
     # f32: scale the exact (round-to-odd) f64 sum before the one rounding to f32, so a quotient that lands among
     # the denormals is rounded once, as the hardware's scaled FMA does
-    p = np.asarray(a, f64) * np.asarray(b, f64)
-    s = _round_to_odd_f64(p, np.asarray(c, f64))
-    return np.ldexp(s, k).astype(t)
+    p, c64, k = np.broadcast_arrays(np.asarray(a, f64) * np.asarray(b, f64), np.asarray(c, f64), k)
+    s = np.ldexp(p + c64, k)
+    out = s.astype(t)
+    exact = _needs_exact(s, t)
+    if exact.any():
+        out[exact] = np.ldexp(_round_to_odd_f64(p[exact], c64[exact]), k[exact]).astype(t)
+    return out
 
 
 def div_fixup(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
     """V_DIV_FIXUP: the special cases of num / den, else q with the quotient's sign."""
     t = np.asarray(q).dtype.type
-    neg = np.signbit(den) ^ np.signbit(num)
+    q, den, num = np.broadcast_arrays(np.asarray(q, t), np.asarray(den, t), np.asarray(num, t))
     emax = EXP_BITS[t][1]
     ed, en = exponent(den), exponent(num)
     lim = {f16: -25, f32: -150, f64: -1075}[t]
-    if ((ed > 0) & (ed < emax) & (en > 0) & (en < emax) & (en - ed >= lim) & ~np.isnan(q)).all():
-        return np.where(neg, -np.abs(q), np.abs(q)).astype(t)     # finite normal operands: just the sign
+    out = np.where(np.signbit(den) ^ np.signbit(num), -np.abs(q), np.abs(q))   # normal operands: q with the sign
+    special = ~((ed > 0) & (ed < emax) & (en > 0) & (en < emax) & (en - ed >= lim))
+    if special.any():
+        out[special] = _div_fixup_cases(q[special], den[special], num[special], lim)
+    return out
+
+
+def _div_fixup_cases(q: np.ndarray, den: np.ndarray, num: np.ndarray, lim: int) -> np.ndarray:
+    t = q.dtype.type
+    emax = EXP_BITS[t][1]
+    neg = np.signbit(den) ^ np.signbit(num)
     inf = np.where(neg, t(-np.inf), t(np.inf))
     zero = np.where(neg, t(-0.0), t(0.0))
     under = 0.0   # the ISA's UNDERFLOW value: a quotient this far below the smallest denormal rounds to zero
