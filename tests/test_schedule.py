@@ -87,7 +87,8 @@ def test_nested_sum_without_outputs_is_one_kernel():
     x = Tensor(randn(5, 6))
     assert kernels(x.sum(1).sum(0)) == 1
     assert kernels(x + x.sum()) == 1
-    np.testing.assert_allclose((x + x.sum()).numpy(), x.numpy() + x.numpy().sum(), rtol=1e-5)
+    # atol: x + sum cancels to near zero for some elements, where the sum's rounding (~1e-6) is all there is
+    np.testing.assert_allclose((x + x.sum()).numpy(), x.numpy() + x.numpy().sum(), rtol=1e-5, atol=2e-6)
 
 
 def test_movement_ops_against_numpy():

@@ -9,7 +9,13 @@ the ranges it depends on.
 
 A REDUCE_AXIS is realized on its own instead when, inlined, it would be recomputed: when its indices
 depend on the range of an enclosing reduction while the kernel has output ranges it does not depend on
-(a matmul feeding another matmul).
+(a matmul feeding another matmul). An elementwise value inside a reduction (A of a matmul, computed once
+per output column) is realized on its own (`_worth_realizing`) when the reduction's loop body would compute
+each of its elements at least REALIZE_READS times and it costs more than a load, or more than once when it
+is the epilogue of a reduction that would be realized anyway: the bias and relu of one layer of an MLP are
+computed once, in the kernel of the matmul that produces them, not in every tile of the next one. Cheap
+values (a buffer through movement ops and casts), index math and one-hot masks stay inlined, as do
+elementwise values read by elementwise consumers.
 
 ASSIGN(dest, value) writes `value` into an existing buffer through `dest`, a view of it (a chain of
 RESHAPE/PERMUTE/SHRINK/FLIP/DETACH over a BUFFER): the kernel's store index is the index the view reads.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from math import prod
 
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import AxisType, GroupOp, KernelInfo, Ops
@@ -30,6 +37,21 @@ from tg_core.uop.validate import check_oob
 from tg_core.uop.uop import UOp
 
 _ZERO = UOp.const(dtypes.weakint, 0)
+
+# An elementwise value inside a reduction whose loop body would compute each of its elements this many times
+# or more (A of a matmul is computed once per output column: N times) is realized into its own buffer, in the
+# spirit of Inductor's realize_reads_threshold. Measured on CPU:LLVM with A = relu(h + b), (256, 1024) @
+# (1024, N): fused and realized are within noise up to N = 64 (the matmul's register tile computes A once per
+# 16 columns), realized is 2-3x faster from N = 128, and the MLP's 1024-wide layer 1.6x.
+REALIZE_READS = 64
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A reduction being lowered: its reduce ranges, and every range its loop body runs over (the ranges
+    of the place it is computed at, plus its reduce ranges)."""
+    ranges: tuple[UOp, ...]
+    body: frozenset[UOp]
 
 
 def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -168,9 +190,10 @@ class Scheduler:
 
     # ---- lowering: tensor node at these indices -> kernel value ------------------------------------------
 
-    def _lower(self, k: Kernel, u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, reducing: tuple[UOp, ...]) -> UOp:
-        # `reducing` only informs the realize decision of a nested reduce: it is not part of the key, so a
-        # subexpression met inside and outside a reduction is lowered (and computed) once
+    def _lower(self, k: Kernel, u: UOp, idxs: tuple[UOp, ...], valid: UOp | None,
+               reducing: tuple[Reduction, ...]) -> UOp:
+        # `reducing` (the enclosing reductions, outermost first) only informs the realize decisions: it is not
+        # part of the key, so a subexpression met inside and outside a reduction is lowered (and computed) once
         key = (u, idxs, valid)
         got = k.memo.get(key)
         if got is None:
@@ -178,7 +201,7 @@ class Scheduler:
         return got
 
     def _lower_uncached(self, k: Kernel, u: UOp, idxs: tuple[UOp, ...], valid: UOp | None,
-                        reducing: tuple[UOp, ...]) -> UOp:
+                        reducing: tuple[Reduction, ...]) -> UOp:
         op = u.op
         if op is Ops.BUFFER:
             return k.param(u).index(idxs[0], valid).load() if valid is not None else k.param(u).index(idxs[0]).load()
@@ -186,9 +209,9 @@ class Scheduler:
             # the written buffer, read through the destination view
             self.realize(u)
             return self._lower(k, u.src[0], idxs, valid, reducing)
-        if u in self.realized or op in (Ops.CONTIGUOUS, Ops.COPY):
-            buf = self.realize(u)
-            return self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing)
+        if u in self.realized or op in (Ops.CONTIGUOUS, Ops.COPY) or \
+                (op in GroupOp.Elementwise and reducing and self._worth_realizing(u, idxs, reducing)):
+            return self._load_realized(k, u, idxs, valid, reducing)
         if op is Ops.CONST:
             return u
         if op is Ops.ARANGE:
@@ -226,6 +249,42 @@ class Scheduler:
             return self._lower_reduce(k, u, idxs, valid, reducing)
         raise NotImplementedError(f"the scheduler cannot lower {op} yet ({u.render()[:80]})")
 
+    def _load_realized(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
+        """`u` realized into its own buffer (scheduled now if it is not yet), loaded at `idxs`."""
+        buf = self.realize(u)
+        return self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing)
+
+    def _worth_realizing(self, u: UOp, idxs: tuple[UOp, ...], reducing: tuple[Reduction, ...]) -> bool:
+        """Whether elementwise `u`, lowered at `idxs` inside `reducing`, is better computed once into a buffer.
+        The innermost reduction whose ranges it uses computes each of its elements once per combination of
+        the body's other ranges (`reads` times). It is realized when that is at least REALIZE_READS times and
+        it costs more than a load, or when it is read more than once and is the epilogue of a reduction of
+        its own size: that reduction would be realized on its own anyway (see `_lower_reduce`), so its
+        epilogue joins it at no extra kernel (the last layer of an MLP does not redo the previous one's bias
+        and relu per output)."""
+        used = _ranges_of(idxs)
+        red = next((red for red in reversed(reducing) if any(r in used for r in red.ranges)), None)
+        if red is None:
+            return False  # it does not vary inside any reduction: codegen computes it outside the loops
+        reads = prod(r.src[0].arg for r in red.body if r not in used)
+        if reads <= 1:
+            return False
+        inside = self._computed(u)
+        if inside is None or _one_hot(inside):
+            return False
+        if any(n.op is Ops.REDUCE_AXIS and n.numel == u.numel for n in inside):
+            return True
+        return reads >= REALIZE_READS and any(n.op in GroupOp.ALU or n.op is Ops.REDUCE_AXIS for n in inside)
+
+    def _computed(self, u: UOp) -> list[UOp] | None:
+        """The tensor nodes a kernel computing `u` would compute rather than load (None when it would load
+        nothing: index math and constants, which stay inlined)."""
+        def computed(n: UOp) -> bool:
+            return n not in self.realized and n.op not in _LOADED
+        nodes = u.toposort(gate=computed)
+        inside = [n for n in nodes if computed(n)]
+        return inside if len(inside) < len(nodes) else None
+
     def _lower_pad(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
         src = u.src[0]
         conds, new = [], []
@@ -246,11 +305,10 @@ class Scheduler:
     def _lower_reduce(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
         src = u.src[0]
         op, axes = u.arg
-        if reducing and any(r in reducing for i in idxs for r in i.ranges) and \
+        if any(r in red.ranges for red in reducing for i in idxs for r in i.ranges) and \
                 any(r not in _ranges_of(idxs) for r in k.output_ranges):
             # inlined here it would be recomputed for every value of an output range it does not use
-            buf = self.realize(u)
-            return self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing)
+            return self._load_realized(k, u, idxs, valid, reducing)
         new_ranges = []
         src_idxs = list(idxs)
         for a in axes:
@@ -261,7 +319,8 @@ class Scheduler:
                 src_idxs[a] = r
             else:
                 src_idxs[a] = _ZERO
-        inner = self._lower(k, src, tuple(src_idxs), valid, reducing + tuple(new_ranges))
+        inner = self._lower(k, src, tuple(src_idxs), valid,
+                            reducing + (Reduction(tuple(new_ranges), frozenset(new_ranges) | _ranges_of(idxs)),))
         if not new_ranges:
             return inner
         if op is Ops.ADD and (picked := _fold_one_hot(inner, new_ranges)) is not None:
@@ -328,6 +387,20 @@ def _range_equals(c: UOp, ranges: list[UOp]) -> tuple[UOp, UOp] | None:
         if a in ranges and dtypes.is_int(v.dtype) and not any(r in v.ranges for r in ranges):
             return a, v
     return None
+
+
+# tensor nodes a kernel reads from memory instead of computing
+_LOADED = frozenset({Ops.BUFFER, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN})
+
+
+def _one_hot(nodes: list[UOp]) -> bool:
+    """Whether `nodes` compare the element index for equality: a one-hot mask, which stays inlined so that
+    `_fold_one_hot` can turn the reduction over it into a gated load."""
+    def strip(n: UOp) -> UOp:
+        while n.op in GroupOp.Movement or n.op in (Ops.CAST, Ops.BITCAST):
+            n = n.src[0]
+        return n
+    return any(n.op is Ops.CMPEQ and any(strip(s).op is Ops.ARANGE for s in n.src) for n in nodes)
 
 
 def _ranges_of(idxs: tuple[UOp, ...]) -> set[UOp]:
