@@ -12,11 +12,25 @@ EXP_BITS = {f16: (10, 0x1F), f32: (23, 0xFF), f64: (52, 0x7FF)}
 UINT = {f16: np.uint16, f32: np.uint32, f64: np.uint64}
 
 
+SINT = {f16: np.int16, f32: np.int32, f64: np.int64}
+LIMITS = {t: (np.finfo(t).tiny, np.finfo(t).max) for t in (f16, f32, f64)}
+
+
 def exponent(x: np.ndarray) -> np.ndarray:
-    """The biased exponent field of x, as int64."""
-    t = np.asarray(x).dtype.type
+    """The biased exponent field of x (a signed integer array: differences of exponents stay meaningful)."""
+    x = np.asarray(x)
+    t = x.dtype.type
     shift, mask = EXP_BITS[t]
-    return ((np.asarray(x).view(UINT[t]) >> UINT[t](shift)) & UINT[t](mask)).astype(np.int64)
+    e = (x.view(SINT[t]) >> shift) & mask
+    return e.astype(np.int32) if t == f16 else e
+
+
+def _same_shape(*xs: np.ndarray) -> list[np.ndarray]:
+    """The arrays broadcast to one shape (without numpy's broadcast machinery when they already agree)."""
+    shape = xs[0].shape
+    if all(x.shape == shape for x in xs):
+        return list(xs)
+    return np.broadcast_arrays(*xs)
 
 
 def _round_to_odd_f64(p: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -36,8 +50,9 @@ def _needs_exact(s: np.ndarray, t: type) -> np.ndarray:
     between two t values (the first rounding may have put it there), or in t's denormal or overflow range."""
     drop = 52 - EXP_BITS[t][0]
     half = (s.view(np.int64) & ((1 << drop) - 1)) == (1 << (drop - 1))
-    info = np.finfo(t)
-    return half | ((np.abs(s) < info.tiny) & (s != 0)) | (np.abs(s) > info.max)
+    tiny, big = LIMITS[t]
+    mag = np.abs(s)
+    return half | ((mag < tiny) & (s != 0)) | (mag > big)
 
 
 def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -45,7 +60,7 @@ def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     t = np.result_type(a, b, c).type
     if t in (f32, f16):
         p = np.asarray(a, f64) * np.asarray(b, f64)       # exact: 2 x 24 bits < 53
-        p, c = np.broadcast_arrays(p, np.asarray(c, f64))
+        p, c = _same_shape(p, np.asarray(c, f64))
         s = p + c
         out = s.astype(t)
         exact = _needs_exact(s, t)
@@ -95,7 +110,7 @@ def div_scale(s0: np.ndarray, den: np.ndarray, num: np.ndarray) -> tuple[np.ndar
     scale = 128 if t == f64 else 64
     mant = 52 if t == f64 else 23
     big = 768 if t == f64 else 96
-    s0, den, num = np.broadcast_arrays(np.asarray(s0, t), np.asarray(den, t), np.asarray(num, t))
+    s0, den, num = _same_shape(np.asarray(s0, t), np.asarray(den, t), np.asarray(num, t))
     ed, en = exponent(den), exponent(num)
     emax = EXP_BITS[t][1]
     # the common case: the numerator is normal and not tiny, the denominator and its reciprocal are normal, and the
@@ -148,7 +163,7 @@ def div_fmas(a: np.ndarray, b: np.ndarray, c: np.ndarray, vcc: np.ndarray) -> np
         return ldexp(fma(a, b, c), k)
     # f32: scale the exact (round-to-odd) f64 sum before the one rounding to f32, so a quotient that lands among
     # the denormals is rounded once, as the hardware's scaled FMA does
-    p, c64, k = np.broadcast_arrays(np.asarray(a, f64) * np.asarray(b, f64), np.asarray(c, f64), k)
+    p, c64, k = _same_shape(np.asarray(a, f64) * np.asarray(b, f64), np.asarray(c, f64), np.asarray(k))
     s = np.ldexp(p + c64, k)
     out = s.astype(t)
     exact = _needs_exact(s, t)
@@ -160,7 +175,7 @@ def div_fmas(a: np.ndarray, b: np.ndarray, c: np.ndarray, vcc: np.ndarray) -> np
 def div_fixup(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
     """V_DIV_FIXUP: the special cases of num / den, else q with the quotient's sign."""
     t = np.asarray(q).dtype.type
-    q, den, num = np.broadcast_arrays(np.asarray(q, t), np.asarray(den, t), np.asarray(num, t))
+    q, den, num = _same_shape(np.asarray(q, t), np.asarray(den, t), np.asarray(num, t))
     emax = EXP_BITS[t][1]
     ed, en = exponent(den), exponent(num)
     lim = {f16: -25, f32: -150, f64: -1075}[t]

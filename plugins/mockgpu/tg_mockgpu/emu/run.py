@@ -40,19 +40,21 @@ def run(m: Machine, prog: Program, entry: int) -> None:
             for p in np.unique(held_pc[go]).tolist():
                 add(p, Batch(m, np.flatnonzero(go & (held_pc == p))))
 
+    cache = prog.cache
+    executed = 0                    # wave-instructions
     with np.errstate(all="ignore"):
         while groups:
             pc = min(groups)
             bt = groups.pop(pc)
             while True:
-                c = prog.at(pc)
+                c = cache.get(pc) or prog.at(pc)
                 try:
                     r = c.fn(m, bt)
                 except GPUFault as e:
                     raise GPUFault(f"{e}, executing {c.where}") from None
                 except EmulatorError as e:
                     raise EmulatorError(f"{e}, executing {c.where}") from None
-                m.lane_count += WAVE * bt.n
+                executed += bt.n
                 flow = c.flow
                 if flow is NEXT:
                     pc += c.size
@@ -88,6 +90,7 @@ def run(m: Machine, prog: Program, entry: int) -> None:
                     release()
                     break
                 raise EmulatorError(f"unknown control flow {flow!r} of {c.where}")
+    m.lane_count += WAVE * executed
 
 
 def _whole_groups(m: Machine, bt: Batch, alive: np.ndarray, ngroups: int) -> bool:
