@@ -50,6 +50,19 @@ def merge_ends(root: UOp) -> UOp:
         root = substitute(root, {e: merged for e in ends})
 
 
-def normalize_ends(ast: UOp) -> UOp:
-    """`ast` with single-range ENDs, one per range."""
-    return merge_ends(graph_rewrite(ast, pm_split_ends))
+# (matcher, matcher + pm_split_ends) by id(matcher): a renderer's decompositions, built once
+_with_split: dict[int, tuple[PatternMatcher, PatternMatcher]] = {}
+
+
+def normalize_ends(ast: UOp, also: PatternMatcher | None = None) -> UOp:
+    """`ast` with single-range ENDs, one per range. `also` (a renderer's extra rules, on ops other than END) is
+    applied in the same pass: one walk of the whole kernel instead of two."""
+    pm = pm_split_ends
+    if also is not None:
+        if Ops.END in also.rules_by_op:
+            ast = graph_rewrite(ast, also)  # its rules might look at the ENDs: they see them unsplit, as before
+        else:
+            if id(also) not in _with_split:
+                _with_split[id(also)] = (also, also + pm_split_ends)
+            pm = _with_split[id(also)][1]
+    return merge_ends(graph_rewrite(ast, pm))

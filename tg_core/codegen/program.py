@@ -11,7 +11,7 @@ from tg_core.codegen.lower_index import lower_index_dtype
 from tg_core.codegen.opts import Opt, apply_opts
 from tg_core.codegen.reduce import lower_reduce as lower_reduce_pass
 from tg_core.uop.ops import KernelInfo, Ops
-from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
+from tg_core.uop.rewrite import PatternMatcher, gc_paused, graph_rewrite
 from tg_core.uop.symbolic import symbolic
 from tg_core.uop.uop import UOp
 
@@ -59,9 +59,9 @@ def lower_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = (),
     if lower_reduce:
         ast = lower_reduce_pass(ast)
     ast = lower_index_dtype(ast)
-    if extra_matcher is not None:
-        ast = graph_rewrite(ast, extra_matcher)
-    return normalize_ends(ast) if lower_reduce else ast
+    if lower_reduce:
+        return normalize_ends(ast, extra_matcher)  # applies extra_matcher too
+    return ast if extra_matcher is None else graph_rewrite(ast, extra_matcher)
 
 
 def linearize_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = (),
@@ -70,8 +70,9 @@ def linearize_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = 
 
     With `lower_reduce=False` REDUCE stays and `uops` is the processed AST in dependency order (each node
     after its sources, ENDs and REDUCEs unsplit): for devices that interpret the AST themselves."""
-    sink = lower_kernel(ast, lower_reduce, opts, extra_matcher)
-    uops = linearize(sink) if lower_reduce else [u for u in sink.toposort() if u is not sink]
+    with gc_paused():
+        sink = lower_kernel(ast, lower_reduce, opts, extra_matcher)
+        uops = linearize(sink) if lower_reduce else [u for u in sink.toposort() if u is not sink]
     # the arguments are the AST's, even those simplification removed: the caller passes every buffer and variable
     nodes = ast.toposort()
     params = sorted((u for u in nodes if u.op is Ops.PARAM), key=_param_index)

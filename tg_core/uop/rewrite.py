@@ -265,7 +265,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
     if not isinstance(pm, PatternMatcher):
         raise TypeError(f"graph_rewrite needs a PatternMatcher, got {type(pm).__name__}")
     rw = _Rewriter(pm, ctx)
-    with _gc_paused():
+    with gc_paused():
         return rw.run(sink, node_first=bottom_up)
 
 
@@ -274,14 +274,16 @@ _gc_depth = 0
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while rewriting. A rewrite allocates many nodes and creates no
     reference cycles, and collections that walk millions of live nodes would otherwise double its time.
-    Reference counting still frees everything at once; nested and concurrent rewrites share one pause."""
+    Reference counting still frees everything at once; nested and concurrent rewrites share one pause.
+    Codegen holds one pause around a whole kernel (its passes and the renderer's work in between allocate
+    as much as the rewrites do: collections were a fifth of a first MLP forward's compile time)."""
     global _gc_depth
     with _gc_lock:
         if _gc_depth == 0:
-            _gc_paused.was_enabled = gc.isenabled()
+            gc_paused.was_enabled = gc.isenabled()
             gc.disable()
         _gc_depth += 1
     try:
@@ -289,7 +291,7 @@ def _gc_paused() -> Iterator[None]:
     finally:
         with _gc_lock:
             _gc_depth -= 1
-            if _gc_depth == 0 and _gc_paused.was_enabled:
+            if _gc_depth == 0 and gc_paused.was_enabled:
                 gc.enable()
 
 

@@ -22,6 +22,7 @@ from tg_core.device import Buffer, Compiled
 from tg_core.dtype import dtypes
 from tg_core.helpers import DEBUG
 from tg_core.renderer import Renderer
+from tg_core.uop.rewrite import gc_paused
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.execmem import ExecMemory
 from tg_cpu_x86.memory import CPUAllocator
@@ -198,9 +199,10 @@ class CPUDevice(Compiled):
 
     def _build(self, ast: UOp) -> CPURunner:
         renderer = self.render_with
-        split = split_cores(ast, self.threads, self.thread_min_work)
-        program = renderer.program(split)
-        src = renderer.render(program)
+        with gc_paused():  # codegen allocates many acyclic objects: collections would only slow it down
+            split = split_cores(ast, self.threads, self.thread_min_work)
+            program = renderer.program(split)
+            src = renderer.render(program)
         fn_name = renderer.function_name(program) if hasattr(renderer, "function_name") else program.name
         argtypes = [ctypes.c_void_p] * (max((_param_index(p) for p in program.params), default=-1) + 1)
         for v in program.variables:
