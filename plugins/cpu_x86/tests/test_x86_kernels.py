@@ -267,6 +267,18 @@ def test_vector_max_keeps_nan():
     np.testing.assert_array_equal(got, np.maximum(x, y))
 
 
+def test_reduction_read_by_scalar_math_is_a_vector_reduction():
+    """A max whose scalar result is scaled before use (softmax's first pass) still runs its accumulators as
+    one ymm vector folded by shuffles, NaN kept."""
+    x = f32(4, 64)
+    x[2, 9] = np.nan
+    t = Tensor(x).max(1) * 3 + Tensor(x).sum(1) * 0.5
+    got, kernels = run_tensor(t, own_opts=True)
+    text = "\n".join(k.asm_str() for k in kernels)
+    assert "vmaxps ymm" in text and "vextractf128" in text
+    np.testing.assert_allclose(got, x.max(1) * 3 + x.sum(1) * 0.5, rtol=1e-5)
+
+
 def _random_tensor_expr(rnd: np.random.Generator, leaves: list, depth: int):
     if depth == 0 or rnd.random() < 0.2:
         return leaves[int(rnd.integers(len(leaves)))] if rnd.random() < 0.8 else float(rnd.integers(-4, 5)) / 2

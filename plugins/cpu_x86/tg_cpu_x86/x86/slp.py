@@ -90,17 +90,17 @@ class Packer:
     def run(self) -> list[Group]:
         """The groups, or none: every seed's tree must pack and no lane may be read by scalar code, else nothing
         is vectorized (which keeps the scalar fallback simple). Stores outside seeds (a peeled tail) stay
-        scalar, or store a vector reduction."""
+        scalar; scalar code may read vector reductions' results."""
         seeds = self._seeds()
-        in_seeds = {s for seed in seeds for s in seed}
         for seed in seeds:
             if self._store_group(seed) is None:
                 return []
-        for u in self.uops:  # other stores stay scalar; a reduction they store may still be a vector one
-            if u.op is Ops.STORE and _acc_of(u.src[0]) is None and u not in in_seeds and \
-                    u.src[1].op in (Ops.ADD, Ops.MAX):
+        for u in self.uops:  # scalar code may still combine accumulators by a vector reduction (softmax's max
+            # feeds a multiply, a peeled tail's store a sum): tried one root at a time, undone if it fails
+            if u.op in (Ops.ADD, Ops.MAX) and u.dtype is dtypes.float32 and u not in self.trees and \
+                    self._tree(u) is not None:
                 saved = (len(self.groups), dict(self.memo), dict(self.acc_groups), dict(self.trees))
-                if self._reduction_tree(u.src[1]) is None:
+                if self._reduction_tree(u) is None or not self._closed():
                     del self.groups[saved[0]:]
                     self.memo, self.acc_groups, self.trees = saved[1], saved[2], saved[3]
         return self.groups if self.groups and self._closed() else []
@@ -184,6 +184,20 @@ class Packer:
         reduction ("hreduce", whose scalar is then broadcast)."""
         if root.op not in (Ops.ADD, Ops.MAX) or root.dtype is not dtypes.float32 or root in self.trees:
             return self.trees.get(root)
+        found = self._tree(root)
+        if found is None:
+            return None
+        nodes, leaves = found
+        acc = self._acc(tuple(leaves), tuple(_acc_of(n.src[0]) for n in leaves))
+        if acc is None:
+            return None
+        order = sorted(nodes, key=self.pos.__getitem__)
+        self.trees[root] = tree = self._add(Group("hreduce", tuple(order), (acc,)))
+        return tree
+
+    def _tree(self, root: UOp) -> tuple[list[UOp], list[UOp]] | None:
+        """The nodes and the LANES accumulator-load leaves of a reduction tree at `root` (see _reduction_tree),
+        found without changing anything."""
         nodes, leaves, stack = [], [], [root]
         while stack:
             n = stack.pop()
@@ -195,14 +209,7 @@ class Packer:
                 leaves.append(n)
             else:
                 return None
-        if len(leaves) != LANES:
-            return None
-        acc = self._acc(tuple(leaves), tuple(_acc_of(n.src[0]) for n in leaves))
-        if acc is None:
-            return None
-        order = sorted(nodes, key=self.pos.__getitem__)
-        self.trees[root] = tree = self._add(Group("hreduce", tuple(order), (acc,)))
-        return tree
+        return (nodes, leaves) if len(leaves) == LANES else None
 
     def _select(self, vals: tuple[UOp, ...]) -> Group | None:
         """where(a cmp b, x, y) with float32 a, b: a compare mask and a blend (the compares are members)."""
