@@ -509,10 +509,7 @@ def compile_cndmask(inst) -> Exec:
 
 def compile_readlane(inst) -> Exec:
     f = inst.fields
-    if inst.enc == "VOP1":
-        code, sd = f["src0"], f["vdst"]
-    else:
-        code, sd = f["src0"], f["vdst"]
+    code, sd = f["src0"], f["vdst"]          # the scalar destination sits in the vdst field
     if code < 256:
         raise EmulatorError(f"{inst.op} reads a VGPR, got operand code {code}")
     r = code - 256
@@ -597,11 +594,12 @@ def compile_swap(inst) -> Exec:
     f = inst.fields
     a, b = f["vdst"], f["src0"] - 256
 
+    wa, wb = vdst_writer(a, 32), vdst_writer(b, 32)
+
     def run(m: Machine, bt: Batch) -> None:
         va, vb = m.vgpr(a)[bt.idx].copy(), m.vgpr(b)[bt.idx].copy()
-        write = vdst_writer(a, 32)
-        write(m, bt, vb)
-        vdst_writer(b, 32)(m, bt, va)
+        wa(m, bt, vb)
+        wb(m, bt, va)
     return run
 
 
