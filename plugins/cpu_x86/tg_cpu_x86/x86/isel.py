@@ -1134,6 +1134,24 @@ def _hreduce(ctx: Selector, g: Group) -> None:
     ctx.vals[g.lanes[-1]] = x.reg
 
 
+def _const_blob(g: Group) -> bytes:
+    v0 = g.lanes[0]
+    return struct.pack("<8f", *(float(u.arg) for u in g.lanes)) if v0.dtype is dtypes.float32 else \
+        b"".join((int(u.arg) & 0xFFFFFFFF).to_bytes(4, "little") for u in g.lanes)
+
+
+def _const_group(g: Group) -> bool:
+    return g.kind == "const" or g.kind == "splat" and g.lanes[0].op is Ops.CONST
+
+
+def _vsrc(ctx: Selector, g: Group) -> Operand:
+    """A vector source operand: a nonzero constant is read from the data section by the instruction itself
+    (as scalar fsrc does), so no register holds it across the loop and pressure cannot force reloads."""
+    if _const_group(g) and (blob := _const_blob(g)) != bytes(32):
+        return Mem(data=ctx.const_data(blob), size=32)
+    return _y(_vector(ctx, g))
+
+
 def emit_group(ctx: Selector, g: Group) -> None:
     """The vector instructions of one group (float32 x 8 in a ymm register)."""
     if g in ctx.fused_away:
@@ -1184,8 +1202,7 @@ def emit_group(ctx: Selector, g: Group) -> None:
         else:
             ctx.ins("vbroadcastss", _y(d), ctx.reg(v0), w=(0,), r=(1,))
     elif g.kind in ("splat", "const"):
-        blob = struct.pack("<8f", *(float(u.arg) for u in g.lanes)) if v0.dtype is dtypes.float32 else \
-            b"".join((int(u.arg) & 0xFFFFFFFF).to_bytes(4, "little") for u in g.lanes)
+        blob = _const_blob(g)
         if blob == bytes(32):
             d.remat = ctx.ins("vxorps", _y(d), _y(d), _y(d), w=(0,))
         else:
@@ -1193,18 +1210,21 @@ def emit_group(ctx: Selector, g: Group) -> None:
     elif g.kind == "load":
         mem = ctx.addrs[v0.src[0]]
         ctx.ins("vmovups", _y(d), dataclasses.replace(mem, size=32), w=(0,))
+    elif (op := v0.op) is Ops.SHL:  # int32 lanes by a constant (slp.py packs nothing else)
+        ctx.ins("vpslld", _y(d), _y(_vector(ctx, g.srcs[0])), Imm(int(v0.src[1].arg) & 31), w=(0,), r=(1,))
+    elif op in _VEC_BIN or op is Ops.MAX:
+        x, y = g.srcs
+        if op in (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR) and _const_group(x) and not _const_group(y):
+            x, y = y, x
+        a, b = _y(_vector(ctx, x)), _vsrc(ctx, y)
+        if op is Ops.MAX:
+            _vmax(ctx, _y(d), a, b, 32)
+        else:
+            ctx.ins((_VEC_INT if v0.dtype is dtypes.int32 else _VEC_BIN)[op], _y(d), a, b, w=(0,), r=(1, 2))
     else:
         srcs = [_vector(ctx, s) for s in g.srcs]
-        op = v0.op
         if v0.dtype is dtypes.int32:
-            if op is Ops.SHL:  # by a constant (slp.py packs nothing else)
-                ctx.ins("vpslld", _y(d), _y(srcs[0]), Imm(int(v0.src[1].arg) & 31), w=(0,), r=(1,))
-            else:
-                ctx.ins(_VEC_INT[op], _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(1, 2))
-        elif op in _VEC_BIN:
-            ctx.ins(_VEC_BIN[op], _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(1, 2))
-        elif op is Ops.MAX:
-            _vmax(ctx, _y(d), _y(srcs[0]), _y(srcs[1]), 32)
+            ctx.ins(_VEC_INT[op], _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(1, 2))
         else:  # MULACC
             ctx.ins("vmovaps", _y(d), _y(srcs[2]), w=(0,), r=(1,), kind=MOVE)
             ctx.ins("vfmadd231ps", _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(0, 1, 2))
