@@ -4,7 +4,6 @@ runs for the same programs."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tg_core.device import Device
 from tg_core.testing import conformance as C
@@ -29,7 +28,6 @@ def _programs() -> None:
     t((1, 2, 5, 5), np.float32).conv2d(t((3, 2, 3, 3), np.float32)).numpy()
 
 
-@pytest.mark.slow
 def test_op_matrix_kernels_compile_and_load(monkeypatch):
     asts: dict = {}
     cls = type(Device["PYTHON"])
