@@ -466,9 +466,12 @@ def _minmax_recursive(u: UOp, depth: int) -> tuple[ConstType, ConstType]:
     than the limit fall back to the explicit stack."""
     if depth > 200:
         raise _TooDeep
-    for s in u.src:
-        if s._minmax is None:
-            _minmax_recursive(s, depth + 1)
+    # a float comparison's bounds ignore its operands' (vrange._cmplt: NaN makes any outcome possible), so the
+    # float expression under a relu's `0 < x` is not analyzed for nothing
+    if not (u.op in GroupOp.Comparison and u.src and dtypes.is_float(u.src[0].dtype)):
+        for s in u.src:
+            if s._minmax is None:
+                _minmax_recursive(s, depth + 1)
     mm = u._minmax = _compute_minmax(u)
     return mm
 

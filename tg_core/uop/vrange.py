@@ -171,6 +171,8 @@ def minmax(u: UOp) -> Bounds:  # noqa: F821 (UOp imported lazily to avoid a cycl
     srcs = u.src
     if not srcs or op not in _RULES:
         return dtype_bounds(dt)
+    if op in _FLOAT_BLIND and dtypes.is_float(srcs[0].dtype):
+        return False, True  # a NaN operand makes every comparison false; its operands' bounds may be unknown
     r = _RULES[op](u, *(s._minmax for s in srcs))
     if r is None:
         return dtype_bounds(dt)
@@ -200,8 +202,6 @@ def _neg(u, a):
 
 
 def _cmplt(u, a, b):
-    if dtypes.is_float(u.src[0].dtype):
-        return False, True  # a NaN operand makes every comparison false, and bounds do not track NaN
     if a[1] < b[0]:
         return True, True
     if a[0] >= b[1]:
@@ -210,8 +210,6 @@ def _cmplt(u, a, b):
 
 
 def _cmpne(u, a, b):
-    if dtypes.is_float(u.src[0].dtype):
-        return False, True
     if a[1] < b[0] or b[1] < a[0]:
         return True, True
     if a[0] == a[1] == b[0] == b[1]:
@@ -266,6 +264,9 @@ def _mulacc(u, a, b, c):
     r = _corners(lambda x, y: x * y, a, b)
     return None if r is None else (r[0] + c[0], r[1] + c[1])
 
+
+# comparisons of floats: any outcome, whatever the operands' bounds (minmax answers before reading them)
+_FLOAT_BLIND = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 
 _RULES: dict[Ops, Callable] = {
     Ops.ADD: _add, Ops.SUB: _sub, Ops.MUL: _mulr, Ops.MAX: _max, Ops.NEG: _neg,
