@@ -94,3 +94,18 @@ def test_indexes_that_may_wrap_are_not_rewritten():
         idx32 = rng * UOp.const(dtypes.int32, 4096) + UOp.const(dtypes.int32, 1)
         assert Selector(prog)._linear(idx32, rng, 1, {}) is affine
         assert "movsxd" not in k.asm_str()
+
+
+def test_vector_operands_from_memory():
+    """A load read by one vector op and a constant are that op's memory operand (sum's loop: one vaddps from
+    memory); a load with several users stays in a register."""
+    x = f32(16, 64)
+    got, kernels = run_tensor(Tensor(x).sum(1), own_opts=True)
+    np.testing.assert_allclose(got, x.sum(1), rtol=1e-5)
+    body = innermost_loop(kernels[-1], "vaddps")
+    assert any(t.startswith("vaddps ymm") and "ymmword ptr [r" in t for t in body), body
+    assert not any(t.startswith("vmovups ymm") for t in body), body
+    got, kernels = run_tensor(Tensor(x) * Tensor(x) + Tensor(x) * 3, own_opts=True)
+    np.testing.assert_allclose(got, x * x + x * 3, rtol=1e-5)
+    body = innermost_loop(kernels[-1], "vmulps")
+    assert any(t.startswith("vmovups ymm") for t in body) and any("[rip" in t for t in body), body

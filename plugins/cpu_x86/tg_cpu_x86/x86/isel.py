@@ -19,6 +19,7 @@ rcx, r8, r9, then on the stack.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import struct
@@ -105,6 +106,7 @@ class Selector:
         self.local_bytes = 0
         self.data: dict[bytes, str] = {}
         self.loops: dict[UOp, tuple[str, str]] = {}
+        self.at = 0  # the position of the uop being selected
         self.open_loops: list[UOp] = []  # the RANGEs around the uop being selected, innermost last
         self.preheaders: dict[UOp, list[MInst]] = {}  # per RANGE: run once before its loop starts
         self.pointers: dict[tuple, VReg] = {}  # (RANGE, base, invariant terms, step) -> its induction pointer
@@ -115,6 +117,8 @@ class Selector:
             for s in u.src:
                 self.users.setdefault(s, []).append(u)
         self.fold_into = self._accumulator_updates()
+        # where memory is written (stores to accumulators are register writes)
+        self.store_pos = [i for i, u in enumerate(self.uops) if u.op is Ops.STORE and self._acc_of(u.src[0]) is None]
         self.folded_adds = {u.src[1] for u in self.uops if u.op is Ops.INDEX and self._disp_fold(u) is not None}
         self._vector_plan()
 
@@ -1144,12 +1148,25 @@ def _const_group(g: Group) -> bool:
     return g.kind == "const" or g.kind == "splat" and g.lanes[0].op is Ops.CONST
 
 
-def _vsrc(ctx: Selector, g: Group) -> Operand:
-    """A vector source operand: a nonzero constant is read from the data section by the instruction itself
-    (as scalar fsrc does), so no register holds it across the loop and pressure cannot force reloads."""
+def _vsrc(ctx: Selector, g: Group, user: Group) -> Operand:
+    """A vector source operand of `user`: a nonzero constant is read from the data section by the instruction
+    itself (as scalar fsrc does: no register holds it across the loop, pressure cannot force reloads), and so
+    is a vector load only `user` reads when no store comes between the load and here (its vmovups dies)."""
     if _const_group(g) and (blob := _const_blob(g)) != bytes(32):
         return Mem(data=ctx.const_data(blob), size=32)
+    if g.kind == "load" and g.lanes[0].src[0] in ctx.addrs and all(
+            ctx.users.get(ld) == [x] for ld, x in zip(g.lanes, user.lanes)) and \
+            bisect.bisect(ctx.store_pos, ctx.pos[g.lanes[0]]) == bisect.bisect_left(ctx.store_pos, ctx.at):
+        return dataclasses.replace(ctx.addrs[g.lanes[0].src[0]], size=32)
     return _y(_vector(ctx, g))
+
+
+def _binary(ctx: Selector, user: Group, x: Group, y: Group, commutative: bool) -> tuple[Operand, Operand]:
+    """The register and the register-or-memory operand of a two-source vector op (sources swapped where
+    that lets the op read a constant or a load from memory)."""
+    if commutative and not isinstance(_vsrc(ctx, y, user), Mem) and isinstance(_vsrc(ctx, x, user), Mem):
+        x, y = y, x
+    return _y(_vector(ctx, x)), _vsrc(ctx, y, user)
 
 
 def emit_group(ctx: Selector, g: Group) -> None:
@@ -1165,7 +1182,7 @@ def emit_group(ctx: Selector, g: Group) -> None:
             ctx.ins("vfmadd231ps", _y(acc), a, b, w=(0,), r=(0, 1, 2))
         elif g in ctx.in_place:  # acc = acc op x, written into the accumulator after reading it
             v = ctx.in_place[g]
-            a, b = (_y(_vector(ctx, s)) for s in v.srcs)
+            a, b = _binary(ctx, v, *v.srcs, commutative=v.lanes[0].op is Ops.ADD)
             if v.lanes[0].op is Ops.ADD:
                 ctx.ins("vaddps", _y(acc), a, b, w=(0,), r=(1, 2))
             else:
@@ -1213,10 +1230,7 @@ def emit_group(ctx: Selector, g: Group) -> None:
     elif (op := v0.op) is Ops.SHL:  # int32 lanes by a constant (slp.py packs nothing else)
         ctx.ins("vpslld", _y(d), _y(_vector(ctx, g.srcs[0])), Imm(int(v0.src[1].arg) & 31), w=(0,), r=(1,))
     elif op in _VEC_BIN or op is Ops.MAX:
-        x, y = g.srcs
-        if op in (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR) and _const_group(x) and not _const_group(y):
-            x, y = y, x
-        a, b = _y(_vector(ctx, x)), _vsrc(ctx, y)
+        a, b = _binary(ctx, g, *g.srcs, commutative=op in (Ops.ADD, Ops.MUL))
         if op is Ops.MAX:
             _vmax(ctx, _y(d), a, b, 32)
         else:
@@ -1284,7 +1298,7 @@ def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
     (bytes -> data label) they read."""
     ctx = Selector(program)
     for i, u in enumerate(program.uops):
-        ctx.cur = ctx.buckets[i]
+        ctx.cur, ctx.at = ctx.buckets[i], i
         if u in ctx.folded_adds:
             continue  # folded into the displacement of the address that is its only user
         if u not in ctx.vskip:
