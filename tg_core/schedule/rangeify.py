@@ -40,10 +40,12 @@ _ZERO = UOp.const(dtypes.weakint, 0)
 
 # An elementwise value inside a reduction whose loop body would compute each of its elements this many times
 # or more (A of a matmul is computed once per output column: N times) is realized into its own buffer, in the
-# spirit of Inductor's realize_reads_threshold. Measured on CPU:LLVM with A = relu(h + b), (256, 1024) @
-# (1024, N): fused and realized are within noise up to N = 64 (the matmul's register tile computes A once per
-# 16 columns), realized is 2-3x faster from N = 128, and the MLP's 1024-wide layer 1.6x.
-REALIZE_READS = 64
+# spirit of Inductor's realize_reads_threshold. Measured with A = relu(h + b) from buffers, (256, 1024) @
+# (1024, N), kernel CPU time fused / realized: CPU:LLVM 0.7 (N=16), 0.9 (32, 64), 1.1 (128), 1.3 (256),
+# 1.4 (512); CPU:X86 1.0 (32), 1.1 (64), 1.3 (128), 1.45 (256). The register tile computes A once per 16
+# columns, so a small N recomputes little while realizing costs a kernel that writes and rereads A; 128 is
+# where realizing wins on both renderers.
+REALIZE_READS = 128
 
 
 @dataclass(frozen=True)
