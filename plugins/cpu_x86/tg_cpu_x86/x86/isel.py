@@ -134,7 +134,7 @@ class Selector:
         self.fused: dict[Group, Group] = {}  # accumulator store -> the product it adds
         self.fused_away: set[Group] = set()  # the sum and product an FMA replaces
         for g in self.groups:
-            if g.kind != "splat":
+            if g.kind not in ("splat", "load"):  # loads are selected as scalars too (dead unless read by one)
                 self.vskip.update(u for u in g.lanes if u.op is not Ops.CONST)
             if g.kind != "acc":
                 self.emit_at.setdefault(max(g.lanes, key=self.pos.__getitem__), []).append(g)

@@ -88,25 +88,49 @@ class Packer:
                 self.acc_stores.setdefault(acc, []).append(u)
 
     def run(self) -> list[Group]:
-        """The groups, or none: every seed's tree must pack and no lane may be read by scalar code, else nothing
-        is vectorized (which keeps the scalar fallback simple). Stores outside seeds (a peeled tail) stay
-        scalar; scalar code may read vector reductions' results."""
-        seeds = self._seeds()
-        for seed in seeds:
-            if self._store_group(seed) is None:
+        """The groups, or none. First every seed at once (the whole kernel's stores as vectors); if some seed
+        does not pack, seeds are taken one at a time where they pack and keep every lane's readers vector code
+        (partial vectorization: a 10-column matmul tile packs 8 columns, the other 2 stay scalar), provided at
+        least half the seeded stores pack. Stores outside seeds (a peeled tail) stay scalar; scalar code may
+        read vector reductions' results."""
+        runs = self._seeds()
+        if not all(self._store_group(seed) is not None for seed in runs):
+            self._restore(([], {}, {}, {}, {}))
+            packed, taken = 0, set()
+            for seed in self._seeds(exclusive=False):
+                if any(s in taken for s in seed):
+                    continue
+                saved = self._snapshot()
+                if self._store_group(seed) is not None and self._closed():
+                    taken.update(seed)
+                    packed += len(seed)
+                else:
+                    self._restore(saved)
+            if 2 * packed < sum(len(seed) for seed in runs):
                 return []
         for u in self.uops:  # scalar code may still combine accumulators by a vector reduction (softmax's max
             # feeds a multiply, a peeled tail's store a sum): tried one root at a time, undone if it fails
             if u.op in (Ops.ADD, Ops.MAX) and u.dtype is dtypes.float32 and u not in self.trees and \
                     self._tree(u) is not None:
-                saved = (len(self.groups), dict(self.memo), dict(self.acc_groups), dict(self.trees))
+                saved = self._snapshot()
                 if self._reduction_tree(u) is None or not self._closed():
-                    del self.groups[saved[0]:]
-                    self.memo, self.acc_groups, self.trees = saved[1], saved[2], saved[3]
+                    self._restore(saved)
         return self.groups if self.groups and self._closed() else []
 
-    def _seeds(self) -> list[tuple[UOp, ...]]:
-        """Runs of LANES stores to consecutive float32 elements of a buffer, in program order."""
+    def _snapshot(self) -> tuple:
+        return (list(self.groups), dict(self.memo), dict(self.acc_groups), dict(self.trees),
+                {g: g.lanes for g in self.acc_groups.values()})
+
+    def _restore(self, saved: tuple) -> None:
+        """Undo packing attempts since the snapshot (accumulator groups collect their loads as lanes)."""
+        self.groups, self.memo, self.acc_groups, self.trees, lanes = \
+            list(saved[0]), dict(saved[1]), dict(saved[2]), dict(saved[3]), saved[4]
+        for g, ls in lanes.items():
+            g.lanes = ls
+
+    def _seeds(self, exclusive: bool = True) -> list[tuple[UOp, ...]]:
+        """Runs of LANES stores to consecutive float32 elements of a buffer, in program order: disjoint runs
+        from the lowest element, or (not exclusive) every run, for taking the ones that pack."""
         by_base: dict[tuple[UOp, UOp], dict[int, UOp]] = {}
         for u in self.uops:
             if u.op is Ops.STORE and _plain_global(u.src[0]):
@@ -116,15 +140,15 @@ class Packer:
         for stores in by_base.values():
             for c in sorted(stores):
                 run = tuple(stores.get(c + k) for k in range(LANES))
-                if all(s is not None and s not in taken for s in run):
+                if all(s is not None and (s not in taken or not exclusive) for s in run):
                     seeds.append(run)
                     taken.update(run)
         return seeds
 
     def _closed(self) -> bool:
-        """Every member's users are members too (no lane is read by scalar code; constants and broadcast
-        scalars may be shared with it)."""
-        members = {u for g in self.groups if g.kind not in ("splat", "const") for u in g.lanes}
+        """Every member's users are members too (no lane is read by scalar code; constants, broadcast scalars
+        and loads may be shared with it: scalar code loads its own copy)."""
+        members = {u for g in self.groups if g.kind not in ("splat", "const", "load") for u in g.lanes}
         scalars = {g.lanes[-1] for g in self.groups if g.kind == "hreduce"}  # a reduction's result is a scalar
         return all(all(x in members for x in self.users.get(u, ())) for u in members
                    if u.op is not Ops.STORE and u not in scalars)

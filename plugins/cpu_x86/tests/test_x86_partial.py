@@ -1,0 +1,27 @@
+"""Partial vectorization (slp.Packer.run): when not every run of stores packs, the runs that do are ymm code
+and the rest stays scalar in the same loops; loads may be read by both. Values against numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tg_core import Tensor
+from test_x86_kernels import f32, run_tensor
+
+
+@pytest.mark.parametrize("n", [10, 12])
+def test_matmul_tile_wider_than_a_vector(n):
+    """A 4 x n tile (n not a multiple of 8): 8 columns as ymm accumulators, the rest scalar; B panel loads
+    are read by both."""
+    a, b = f32(24, 96), f32(96, n)
+    got, kernels = run_tensor(Tensor(a) @ Tensor(b), own_opts=True)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    text = "\n".join(k.asm_str() for k in kernels)
+    assert "vfmadd231ps ymm" in text and "vfmadd231ss xmm" in text
+
+
+def test_matmul_bias_relu_ten_columns():
+    """The MLP's last layer shape: a bias and relu after a 10-column product, partly vector, partly scalar."""
+    a, b, c = f32(16, 64), f32(64, 10), f32(10)
+    got, _ = run_tensor((Tensor(a) @ Tensor(b) + Tensor(c)).relu(), own_opts=True)
+    np.testing.assert_allclose(got, np.maximum(a @ b + c, 0), rtol=1e-4, atol=1e-4)
