@@ -25,3 +25,18 @@ def test_matmul_bias_relu_ten_columns():
     a, b, c = f32(16, 64), f32(64, 10), f32(10)
     got, _ = run_tensor((Tensor(a) @ Tensor(b) + Tensor(c)).relu(), own_opts=True)
     np.testing.assert_allclose(got, np.maximum(a @ b + c, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_packed_panels_are_cache_line_aligned_with_stack_arguments():
+    """A packed matmul with a long epilogue: 9 buffers, so 3 arrive on the stack (read through rbp, the
+    entry stack pointer) while rsp is rounded down to 64 bytes for the panel."""
+    a, b = f32(16, 40), f32(40, 16)
+    extra = [f32(16, 16) for _ in range(6)]
+    t = Tensor(a) @ Tensor(b)
+    for k, e in enumerate(extra):
+        t = t + Tensor(e) * (k + 1)
+    got, kernels = run_tensor(t, own_opts=True)
+    want = a @ b + sum(e * (k + 1) for k, e in enumerate(extra))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    text = kernels[-1].asm_str()
+    assert "and rsp, 0xffffffffffffffc0" in text and "[rbp + 0x10]" in text and "ymmword ptr [rsp + " in text

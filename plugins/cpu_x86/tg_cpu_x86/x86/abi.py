@@ -4,7 +4,9 @@ spill slots and the frame.
 Frame: callee-saved registers the function uses are pushed at entry, then one `sub rsp, N` reserves the
 spill area (N keeps rsp 16-byte aligned); before each return `add rsp, N` and the pops undo it. There is
 no frame pointer: rbp is an ordinary callee-saved register, and frame places are addressed from rsp.
-Incoming stack arguments (the seventh integer argument on) sit above the return address.
+Incoming stack arguments (the seventh integer argument on) sit above the return address. A function with
+stack arrays (packed panels) instead keeps its entry rsp in rbp (not allocated then) and rounds rsp down to
+64 bytes, so its arrays start on a cache line; stack arguments are then addressed from rbp.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from tg_core.renderer.isa import MOVE, ArchContext, Frame, Imm, MInst, Mem, PReg
 _GPR_NAMES = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi") + tuple(f"r{n}" for n in range(8, 16))
 GPR = {name: PReg(name, "gpr", num) for num, name in enumerate(_GPR_NAMES)}
 VEC = tuple(PReg(f"xmm{n}", "vec", n) for n in range(16))
-RSP = GPR["rsp"]
+RSP, RBP = GPR["rsp"], GPR["rbp"]
 ARG_REGS = tuple(GPR[n] for n in ("rdi", "rsi", "rdx", "rcx", "r8", "r9"))
 CALLEE_SAVED = frozenset(GPR[n] for n in ("rbx", "rbp", "r12", "r13", "r14", "r15"))
 # caller-saved first: a callee-saved register costs a push and a pop, so it is taken only under pressure
@@ -37,6 +39,22 @@ _VEC_STORE = {4: "vmovss", 8: "vmovsd", 16: "vmovups", 32: "vmovups"}
 class X86Frame(Frame):
     def __init__(self, saved: Sequence[PReg], spill_bytes: int, local_bytes: int = 0):
         pushed = 8 * len(saved)
+        self.fp = local_bytes > 0 and GPR["rbp"] not in saved
+        if self.fp:
+            # stack arrays (packed panels, read by 32-byte loads) sit on a 64-byte boundary so that no load splits
+            # a cache line: rbp keeps the entry rsp (for the epilogue and the stack arguments), rsp is rounded down
+            self.local_base = -(-spill_bytes // 64) * 64
+            size = -(-(self.local_base + local_bytes) // 64) * 64
+            self.arg_base = 16  # [rbp]: the saved rbp, then the return address
+            pro = [MInst("push", (RBP,), reads=(0,)), MInst("mov", (RBP, RSP), writes=(0,), reads=(1,))]
+            pro += [MInst("push", (r,), reads=(0,)) for r in saved]
+            pro += [MInst("sub", (RSP, Imm(size)), writes=(0,), reads=(0,)),
+                    MInst("and", (RSP, Imm(-64)), writes=(0,), reads=(0,))]
+            epi = [MInst("lea", (RSP, Mem(base=RBP, disp=-pushed, size=8)), writes=(0,))]
+            epi += [MInst("pop", (r,), writes=(0,)) for r in reversed(saved)]
+            epi.append(MInst("pop", (RBP,), writes=(0,)))
+            super().__init__(pro, epi, size)
+            return
         # stack arrays above the spill slots, 32-byte aligned relative to rsp
         self.local_base = -(-spill_bytes // 32) * 32
         # at entry rsp is 8 past a 16-byte boundary (the return address); keep rsp aligned inside
@@ -55,13 +73,20 @@ class X86Frame(Frame):
     def resolve(self, mem: Mem) -> Mem:
         ref = mem.frame
         assert ref is not None
+        if ref.kind == "arg" and self.fp:
+            return Mem(base=RBP, disp=self.arg_base + 8 * ref.index + mem.disp, size=mem.size)
         disp = {"slot": ref.index, "local": self.local_base + ref.index, "arg": self.arg_base + 8 * ref.index}[ref.kind]
         return Mem(base=RSP, index=mem.index, scale=mem.scale, disp=disp + mem.disp, size=mem.size)
 
 
 class X86Arch(ArchContext):
-    reg_classes = {"gpr": _GPR_ORDER, "vec": VEC}
+    """System V x86-64. With `frame_pointer` (a function with stack arrays) rbp is not allocated: the frame
+    keeps the entry stack pointer in it while rsp is aligned to 64 bytes."""
     callee_saved = CALLEE_SAVED
+
+    def __init__(self, frame_pointer: bool = False):
+        gpr = tuple(r for r in _GPR_ORDER if r is not RBP) if frame_pointer else _GPR_ORDER
+        self.reg_classes = {"gpr": gpr, "vec": VEC}
 
     def slot_size(self, cls: str, width: int) -> int:
         return width

@@ -148,7 +148,7 @@ class X86Renderer(Renderer):
     def compile(self, program: Program) -> X86Kernel:
         self.check_dtypes(program)
         fn, data = select(program)
-        alloc = allocate(fn, X86Arch())
+        alloc = allocate(fn, X86Arch(frame_pointer=fn.local_bytes > 0))
         asm = assemble(alloc.insts, data)
         return X86Kernel(asm.assemble(), asm, alloc)
 
