@@ -85,7 +85,8 @@ class MockInterface:
     @staticmethod
     def _check(buf: GPUBuffer, offset: int, n: int) -> None:
         if offset < 0 or offset + n > buf.size:
-            raise ValueError(f"copy of {n} bytes at offset {offset} is outside the {buf.size}-byte buffer at {buf.va:#x}")
+            raise ValueError(f"copy of {n} bytes at offset {offset} is outside the {buf.size}-byte buffer "
+                             f"at {buf.va:#x}")
 
     # ---- code ----
 
@@ -117,7 +118,8 @@ class MockInterface:
         kbuf = self._kernarg_segment(max(len(kernargs), kd.kernarg_size, 1) + 128)
         self.mem.write(kbuf, kernargs)
         packet = kbuf + (-(-max(len(kernargs), kd.kernarg_size) // 64) * 64)
-        self.mem.write(packet, dispatch_packet(global_size, local_size, kd, self.load(code) + ks.descriptor_offset, kbuf))
+        descriptor = self.load(code) + ks.descriptor_offset
+        self.mem.write(packet, dispatch_packet(global_size, local_size, kd, descriptor, kbuf))
         self.dispatch_id += 1
         user = user_sgpr_values(kd, {"dispatch_ptr": packet, "queue_ptr": self.queue, "kernarg_segment_ptr": kbuf,
                                      "dispatch_id": self.dispatch_id})
@@ -157,7 +159,8 @@ def check_launch(entry: str, kd: KernelDescriptor, global_size: tuple[int, int, 
     if n > MAX_WORKGROUP:
         raise ValueError(f"kernel {entry}: workgroup of {n} work-items; gfx1100 allows at most {MAX_WORKGROUP}")
     if kd.group_segment_fixed_size > MAX_LDS:
-        raise ValueError(f"kernel {entry} needs {kd.group_segment_fixed_size} bytes of LDS; gfx1100 has {MAX_LDS} per workgroup")
+        raise ValueError(f"kernel {entry} needs {kd.group_segment_fixed_size} bytes of LDS; gfx1100 has {MAX_LDS} "
+                         "per workgroup")
     if kd.vgprs() > MAX_VGPRS:
         raise ValueError(f"kernel {entry} needs {kd.vgprs()} VGPRs; a gfx1100 wave32 wave has at most {MAX_VGPRS}")
     if kd.private_segment_fixed_size > MAX_SCRATCH_LANE:

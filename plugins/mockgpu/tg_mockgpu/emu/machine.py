@@ -66,13 +66,17 @@ class Machine:
 
     def vgpr(self, r: int) -> np.ndarray:
         if r >= self.nvgprs:
-            raise EmulatorError(f"kernel {self.kernel} uses v{r}, but its descriptor allocates only {self.nvgprs} VGPRs")
+            self._too_few(r)
         return self.v[r]
+
+    def _too_few(self, r: int) -> None:
+        raise EmulatorError(f"kernel {self.kernel} uses v{r}, but its descriptor allocates only {self.nvgprs} "
+                            "VGPRs")
 
     def vgpr16(self, r: int, hi: int) -> np.ndarray:
         """The low (hi=0) or high (hi=1) 16-bit halves of VGPR r, as a (waves, 32) uint16 view."""
         if r >= self.nvgprs:
-            raise EmulatorError(f"kernel {self.kernel} uses v{r}, but its descriptor allocates only {self.nvgprs} VGPRs")
+            self._too_few(r)
         return self.v16[r][:, hi::2]
 
 

@@ -229,7 +229,8 @@ def compile_vmem(inst) -> Callable:
         payload = store_bytes(m, bt, data, nbytes, shift, where)
         if inst.enc == "SCRATCH":
             rows, offs = _scratch_index(m, bt, addr(m, bt), nbytes, where, "private write")
-            m.scratch[rows[:, None], offs[:, None] + np.arange(nbytes)] = np.ascontiguousarray(payload).view(u8).reshape(len(rows), nbytes)
+            raw = np.ascontiguousarray(payload).view(u8).reshape(len(rows), nbytes)
+            m.scratch[rows[:, None], offs[:, None] + np.arange(nbytes)] = raw
             return
         a = _pick(addr(m, bt), where)
         if flat:
@@ -326,6 +327,11 @@ def _serial_atomic(read: Callable, write: Callable, keys: np.ndarray, op: str, t
     return seen
 
 
+def _dwords(x: np.ndarray, nd: int) -> np.ndarray:
+    """(n,) 32- or 64-bit values as (n, nd) dwords."""
+    return np.ascontiguousarray(x).view(u32).reshape(len(x), nd)
+
+
 def _split_atomic(rest: str) -> tuple[str, str, int]:
     op, typ = rest.rsplit("_", 1)
     bits = int(typ[1:])
@@ -355,7 +361,7 @@ def compile_atomic(inst, rest: str) -> Callable:
         val = vals.view(u64 if nd == 2 else u32)[:, 0]
         cmpv = None if cmp is None else cmp.view(u64 if nd == 2 else u32)[:, 0]
         read = lambda: _global_read(m, bt, a, 4 * nd, where).view(u64 if nd == 2 else u32)[:, 0]  # noqa: E731
-        write = lambda new: _global_write(m, bt, a, np.ascontiguousarray(new).view(u32).reshape(len(a), nd), where)  # noqa: E731
+        write = lambda new: _global_write(m, bt, a, _dwords(new, nd), where)  # noqa: E731
         old = _serial_atomic(read, write, a, op, typ, val, cmpv)
         if returns:
             _write_rows(m, bt, vdst, np.ascontiguousarray(old).view(u32).reshape(len(a), nd), where)
@@ -475,7 +481,7 @@ def compile_ds(inst) -> Callable:
         if op == "cmpswap":
             cmp, val = val, _vreg_rows(m, bt, d1, nd, where).view(ut)[:, 0]
         read = lambda: lds_read(m, bt, offs, 4 * nd, where).view(ut)[:, 0]  # noqa: E731
-        write = lambda new: lds_write(m, bt, offs, np.ascontiguousarray(new).view(u32).reshape(len(offs), nd), where)  # noqa: E731
+        write = lambda new: lds_write(m, bt, offs, _dwords(new, nd), where)  # noqa: E731
         old = _serial_atomic(read, write, p, op, typ, val, cmp)
         if returns:
             _write_rows(m, bt, vdst, np.ascontiguousarray(old).view(u32).reshape(len(offs), nd), where)

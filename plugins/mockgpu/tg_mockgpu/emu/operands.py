@@ -84,10 +84,15 @@ def scalar_reader(code: int, width: int, is_float: bool, literal: int | None, ve
     if width == 64:
         if code & 1:
             raise EmulatorError(f"64-bit scalar operand s{code} must be an even register")
-        return _shape(lambda m, bt: m.s[code][bt.idx].astype(np.uint64) | (m.s[code + 1][bt.idx].astype(np.uint64) << np.uint64(32)), vector)
+        return _shape(lambda m, bt: _pair(m.s[code][bt.idx], m.s[code + 1][bt.idx]), vector)
     if width == 16:
         return _shape(lambda m, bt: m.s[code][bt.idx].astype(np.uint16), vector)
     return _shape(lambda m, bt: m.s[code][bt.idx], vector)
+
+
+def _pair(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """A 64-bit value from its two 32-bit registers."""
+    return lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32))
 
 
 def _shape(f: Reader, vector: bool) -> Reader:
@@ -100,7 +105,7 @@ def vgpr_reader(r: int, width: int, hi: int = 0) -> Reader:
     if width == 16:
         return lambda m, bt: m.vgpr16(r, hi)[bt.idx]
     if width == 64:
-        return lambda m, bt: m.vgpr(r)[bt.idx].astype(np.uint64) | (m.vgpr(r + 1)[bt.idx].astype(np.uint64) << np.uint64(32))
+        return lambda m, bt: _pair(m.vgpr(r)[bt.idx], m.vgpr(r + 1)[bt.idx])
     return lambda m, bt: m.vgpr(r)[bt.idx]
 
 

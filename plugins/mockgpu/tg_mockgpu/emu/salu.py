@@ -40,6 +40,22 @@ def _signed(x, bits: int = 32):
     return np.asarray(x, u32 if bits == 32 else u64).view(i32 if bits == 32 else i64)
 
 
+def _with_nz(r):
+    """(result, SCC = result != 0): what the bitwise and shift instructions give."""
+    return r, _nz(r)
+
+
+def _carry_out(wide):
+    """(low 32 bits, SCC = carry out) of a sum computed in 64 bits."""
+    return wide.astype(u32), (wide >> u64(32)) != 0
+
+
+def _bfm(a, b, bits: int):
+    """S_BFM: a mask of a bits shifted left by b."""
+    ones = (u64(1) << (np.asarray(a, u64) & u64(bits - 1))) - u64(1)
+    return (ones << (np.asarray(b, u64) & u64(bits - 1))).astype(UTYPE[bits])
+
+
 def _add_i32(a, b):
     r = _signed(a).astype(i64) + _signed(b)
     return r.astype(u32), (r > 2**31 - 1) | (r < -2**31)
@@ -114,13 +130,13 @@ for _b in (32, 64):
     sop(f"s_and_not1_{_s}", _b, (_b, _b), _bitwise(lambda a, b: a & ~b, _b))
     sop(f"s_or_not1_{_s}", _b, (_b, _b), _bitwise(lambda a, b: a | ~b, _b))
     sop(f"s_bcnt1_i32_{_s}", 32, (_b,), lambda a: (np.bitwise_count(a).astype(u32), _nz(np.bitwise_count(a))))
-    sop(f"s_bcnt0_i32_{_s}", 32, (_b,), lambda a, _b=_b: ((_b - np.bitwise_count(a)).astype(u32), _nz(_b - np.bitwise_count(a))))
+    sop(f"s_bcnt0_i32_{_s}", 32, (_b,), lambda a, _b=_b: _with_nz((_b - np.bitwise_count(a)).astype(u32)))
     sop(f"s_ctz_i32_{_s}", 32, (_b,), _ff1(_b))
-    sop(f"s_bfm_{_s}", _b, (32, 32),
-        lambda a, b, _b=_b: ((((u64(1) << (np.asarray(a, u64) & u64(_b - 1))) - u64(1)) << (np.asarray(b, u64) & u64(_b - 1))).astype(UTYPE[_b]), None))
+    sop(f"s_bfm_{_s}", _b, (32, 32), lambda a, b, _b=_b: (_bfm(a, b, _b), None))
 sop("s_clz_i32_u32", 32, (32,), _flbit(32))
 sop("s_clz_i32_u64", 32, (64,), _flbit(64))
-sop("s_brev_b32", 32, (32,), lambda a: (np.asarray([int(f"{int(x):032b}"[::-1], 2) for x in np.atleast_1d(a)], u32), None))
+sop("s_brev_b32", 32, (32,), lambda a: (np.asarray([int(f"{int(x):032b}"[::-1], 2) for x in np.atleast_1d(a)], u32),
+                                        None))
 sop("s_sext_i32_i8", 32, (32,), lambda a: (np.asarray(a, u32).astype(np.int8).astype(i32).view(u32), None))
 sop("s_sext_i32_i16", 32, (32,), lambda a: (np.asarray(a, u32).astype(np.int16).astype(i32).view(u32), None))
 sop("s_abs_i32", 32, (32,), lambda a: (np.abs(_signed(a)).view(u32), _nz(np.abs(_signed(a)))))
@@ -133,19 +149,17 @@ sop("s_add_u32", 32, (32, 32), _add_u32)
 sop("s_sub_u32", 32, (32, 32), lambda a, b: (a - b, b > a))
 sop("s_add_i32", 32, (32, 32), _add_i32)
 # these also read SCC (the carry/borrow in), passed as a third argument
-sop("s_addc_u32", 32, (32, 32), lambda a, b, c: ((np.asarray(a, u64) + b + c).astype(u32), (np.asarray(a, u64) + b + c) >> u64(32) != 0))
+sop("s_addc_u32", 32, (32, 32), lambda a, b, c: _carry_out(np.asarray(a, u64) + b + c))
 sop("s_subb_u32", 32, (32, 32), lambda a, b, c: (a - b - c, np.asarray(b, u64) + c > a))
 READS_SCC = {"s_addc_u32", "s_subb_u32"}
 sop("s_sub_i32", 32, (32, 32), _sub_i32)
-sop("s_absdiff_i32", 32, (32, 32),
-    lambda a, b: (np.abs(_signed(a).astype(i64) - _signed(b)).astype(u32), _nz(np.abs(_signed(a).astype(i64) - _signed(b)).astype(u32))))
+sop("s_absdiff_i32", 32, (32, 32), lambda a, b: _with_nz(np.abs(_signed(a).astype(i64) - _signed(b)).astype(u32)))
 sop("s_lshl_b32", 32, (32, 32), lambda a, b: (a << (b & u32(31)), _nz(a << (b & u32(31)))))
 sop("s_lshr_b32", 32, (32, 32), lambda a, b: (a >> (b & u32(31)), _nz(a >> (b & u32(31)))))
-sop("s_ashr_i32", 32, (32, 32), lambda a, b: ((_signed(a) >> (b & u32(31)).astype(i32)).view(u32), _nz(_signed(a) >> (b & u32(31)).astype(i32))))
-sop("s_lshl_b64", 64, (64, 32), lambda a, b: (a << (np.asarray(b, u64) & u64(63)), _nz(a << (np.asarray(b, u64) & u64(63)))))
-sop("s_lshr_b64", 64, (64, 32), lambda a, b: (a >> (np.asarray(b, u64) & u64(63)), _nz(a >> (np.asarray(b, u64) & u64(63)))))
-sop("s_ashr_i64", 64, (64, 32),
-    lambda a, b: ((_signed(a, 64) >> (np.asarray(b, i64) & i64(63))).view(u64), _nz(_signed(a, 64) >> (np.asarray(b, i64) & i64(63)))))
+sop("s_ashr_i32", 32, (32, 32), lambda a, b: _with_nz((_signed(a) >> (b & u32(31)).astype(i32)).view(u32)))
+sop("s_lshl_b64", 64, (64, 32), lambda a, b: _with_nz(a << (np.asarray(b, u64) & u64(63))))
+sop("s_lshr_b64", 64, (64, 32), lambda a, b: _with_nz(a >> (np.asarray(b, u64) & u64(63))))
+sop("s_ashr_i64", 64, (64, 32), lambda a, b: _with_nz((_signed(a, 64) >> (np.asarray(b, i64) & i64(63))).view(u64)))
 for _n in (1, 2, 3, 4):
     sop(f"s_lshl{_n}_add_u32", 32, (32, 32), _lshl_add(_n))
 sop("s_min_i32", 32, (32, 32), lambda a, b: (np.minimum(_signed(a), _signed(b)).view(u32), _signed(a) < _signed(b)))
@@ -221,9 +235,10 @@ def _compile_cmp(inst, a_code: int, b_code: int | None, imm: int | None = None) 
     return run
 
 
-SAVEEXEC = {"and": lambda s, e: s & e, "or": lambda s, e: s | e, "xor": lambda s, e: s ^ e, "nand": lambda s, e: ~(s & e),
-            "nor": lambda s, e: ~(s | e), "xnor": lambda s, e: ~(s ^ e), "and_not0": lambda s, e: ~s & e,
-            "or_not0": lambda s, e: ~s | e, "and_not1": lambda s, e: s & ~e, "or_not1": lambda s, e: s | ~e}
+SAVEEXEC = {"and": lambda s, e: s & e, "or": lambda s, e: s | e, "xor": lambda s, e: s ^ e,
+            "nand": lambda s, e: ~(s & e), "nor": lambda s, e: ~(s | e), "xnor": lambda s, e: ~(s ^ e),
+            "and_not0": lambda s, e: ~s & e, "or_not0": lambda s, e: ~s | e, "and_not1": lambda s, e: s & ~e,
+            "or_not1": lambda s, e: s | ~e}
 
 
 def _compile_saveexec(inst) -> Callable:
@@ -348,8 +363,10 @@ def compile_control(inst, kernel: str) -> tuple[Callable, str] | None:
         target = inst.addr + 4 + 4 * _sext16(f["simm16"])
         if name == "s_branch":
             return (lambda m, bt: target), JUMP
-        cond = {"s_cbranch_scc0": lambda m, bt: m.scc[bt.idx] == 0, "s_cbranch_scc1": lambda m, bt: m.scc[bt.idx] != 0,
-                "s_cbranch_vccz": lambda m, bt: m.s[VCC][bt.idx] == 0, "s_cbranch_vccnz": lambda m, bt: m.s[VCC][bt.idx] != 0,
+        cond = {"s_cbranch_scc0": lambda m, bt: m.scc[bt.idx] == 0,
+                "s_cbranch_scc1": lambda m, bt: m.scc[bt.idx] != 0,
+                "s_cbranch_vccz": lambda m, bt: m.s[VCC][bt.idx] == 0,
+                "s_cbranch_vccnz": lambda m, bt: m.s[VCC][bt.idx] != 0,
                 "s_cbranch_execz": lambda m, bt: m.s[EXEC][bt.idx] == 0,
                 "s_cbranch_execnz": lambda m, bt: m.s[EXEC][bt.idx] != 0}[name]
 

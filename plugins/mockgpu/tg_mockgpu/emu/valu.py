@@ -138,7 +138,8 @@ op("v_bfm_b32", "b32", "u32 u32", lambda a, b: ((u32(1) << (a & u32(31))) - u32(
 op("v_alignbit_b32", "b32", "b32 b32 u32",
    lambda a, b, c: ((np.asarray(a, u64) << u64(32) | np.asarray(b, u64)) >> np.asarray(c & u32(31), u64)).astype(u32))
 op("v_alignbyte_b32", "b32", "b32 b32 u32",
-   lambda a, b, c: ((np.asarray(a, u64) << u64(32) | np.asarray(b, u64)) >> (u64(8) * np.asarray(c & u32(3), u64))).astype(u32))
+   lambda a, b, c: ((np.asarray(a, u64) << u64(32) | np.asarray(b, u64))
+                    >> (u64(8) * np.asarray(c & u32(3), u64))).astype(u32))
 op("v_perm_b32", "b32", "b32 b32 b32", _perm)
 op("v_bcnt_u32_b32", "u32", "b32 u32", lambda a, b: _popcount(a) + b)
 op("v_clz_i32_u32", "i32", "u32", _clz)
@@ -168,7 +169,8 @@ op("v_mul_hi_u32_u24", "u32", "u32 u32",
    lambda a, b: ((np.asarray(a & u32(0xFFFFFF), u64) * np.asarray(b & u32(0xFFFFFF), u64)) >> u64(32)).astype(u32))
 op("v_mul_i32_i24", "i32", "i32 i32", lambda a, b: ((a << i32(8)) >> i32(8)) * ((b << i32(8)) >> i32(8)))
 op("v_mul_hi_i32_i24", "i32", "i32 i32",
-   lambda a, b: ((np.asarray((a << i32(8)) >> i32(8), i64) * np.asarray((b << i32(8)) >> i32(8), i64)) >> i64(32)).astype(i32))
+   lambda a, b: ((np.asarray((a << i32(8)) >> i32(8), i64) * np.asarray((b << i32(8)) >> i32(8), i64))
+                 >> i64(32)).astype(i32))
 op("v_mad_u32_u24", "u32", "u32 u32 u32", lambda a, b, c: (a & u32(0xFFFFFF)) * (b & u32(0xFFFFFF)) + c)
 op("v_mad_i32_i24", "i32", "i32 i32 i32", lambda a, b, c: ((a << i32(8)) >> i32(8)) * ((b << i32(8)) >> i32(8)) + c)
 op("v_mad_u16", "u16", "u16 u16 u16", lambda a, b, c: a * b + c)
@@ -222,11 +224,13 @@ op("v_cvt_f32_ubyte1", "f32", "u32", lambda a: np.asarray((a >> u32(8)) & u32(0x
 op("v_cvt_f32_ubyte2", "f32", "u32", lambda a: np.asarray((a >> u32(16)) & u32(0xFF), f32))
 op("v_cvt_f32_ubyte3", "f32", "u32", lambda a: np.asarray(a >> u32(24), f32))
 op("v_cvt_pk_i16_i32", "b32", "i32 i32",
-   lambda a, b: (np.clip(a, -32768, 32767).astype(u32) & u32(0xFFFF)) | (np.clip(b, -32768, 32767).astype(u32) << u32(16)))
+   lambda a, b: ((np.clip(a, -32768, 32767).astype(u32) & u32(0xFFFF))
+                 | (np.clip(b, -32768, 32767).astype(u32) << u32(16))))
 op("v_cvt_pk_u16_u32", "b32", "u32 u32",
    lambda a, b: np.minimum(a, u32(0xFFFF)) | (np.minimum(b, u32(0xFFFF)) << u32(16)))
 op("v_cvt_pk_u8_f32", "b32", "f32 u32 u32",
-   lambda a, b, c: (c & ~(u32(0xFF) << (u32(8) * (b & u32(3))))) | (np.asarray(fp.to_int(np.rint(a), np.uint8), u32) << (u32(8) * (b & u32(3)))))
+   lambda a, b, c: ((c & ~(u32(0xFF) << (u32(8) * (b & u32(3)))))
+                    | (np.asarray(fp.to_int(np.rint(a), np.uint8), u32) << (u32(8) * (b & u32(3))))))
 op("v_pack_b32_f16", "b32", "b16 b16", lambda a, b: np.asarray(a, u32) | (np.asarray(b, u32) << u32(16)))
 # float arithmetic, per float type
 for _t, _ty in (("f16", f16), ("f32", f32), ("f64", f64)):
@@ -265,7 +269,8 @@ op("v_rcp_iflag_f32", "f32", "f32", lambda a: (1.0 / np.asarray(a, f64)).astype(
 op("v_frexp_exp_i16_f16", "i16", "f16", lambda a: np.where(np.isfinite(a), np.frexp(a)[1], 0))
 op("v_mul_dx9_zero_f32", "f32", "f32 f32", lambda a, b: np.where((a == 0) | (b == 0), f32(0), a * b))
 op("v_fma_dx9_zero_f32", "f32", "f32 f32 f32", lambda a, b, c: np.where((a == 0) | (b == 0), c, fp.fma(a, b, c)))
-op("v_cvt_pk_rtz_f16_f32", "b32", "f32 f32", lambda a, b: np.asarray(_f16_rtz(a), u32) | (np.asarray(_f16_rtz(b), u32) << u32(16)))
+op("v_cvt_pk_rtz_f16_f32", "b32", "f32 f32",
+   lambda a, b: np.asarray(_f16_rtz(a), u32) | (np.asarray(_f16_rtz(b), u32) << u32(16)))
 op("v_cvt_pk_norm_i16_f32", "b32", "f32 f32",
    lambda a, b: (fp.to_int(np.rint(np.clip(a, -1, 1) * 32767), i16).view(u16).astype(u32)
                  | (fp.to_int(np.rint(np.clip(b, -1, 1) * 32767), i16).view(u16).astype(u32) << u32(16))))
@@ -421,8 +426,9 @@ CMP_FLOAT = {
     "t": lambda a, b: np.ones(np.broadcast_shapes(np.shape(a), np.shape(b)), bool),
     "lt": np.less, "eq": np.equal, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "lg": lambda a, b: (a < b) | (a > b), "o": lambda a, b: ~(np.isnan(a) | np.isnan(b)),
-    "u": lambda a, b: np.isnan(a) | np.isnan(b), "nge": lambda a, b: ~(a >= b), "nlg": lambda a, b: ~((a < b) | (a > b)),
-    "ngt": lambda a, b: ~(a > b), "nle": lambda a, b: ~(a <= b), "neq": lambda a, b: ~(a == b), "nlt": lambda a, b: ~(a < b),
+    "u": lambda a, b: np.isnan(a) | np.isnan(b), "nge": lambda a, b: ~(a >= b),
+    "nlg": lambda a, b: ~((a < b) | (a > b)), "ngt": lambda a, b: ~(a > b), "nle": lambda a, b: ~(a <= b),
+    "neq": lambda a, b: ~(a == b), "nlt": lambda a, b: ~(a < b),
 }
 CMP_INT = {"f": CMP_FLOAT["f"], "t": CMP_FLOAT["t"], "lt": np.less, "eq": np.equal, "le": np.less_equal,
            "gt": np.greater, "ne": np.not_equal, "ge": np.greater_equal}
@@ -610,7 +616,8 @@ SPECIAL: dict[str, Callable] = {
     "v_div_fmas_f32": compile_div_fmas, "v_div_fmas_f64": compile_div_fmas,
     "v_mad_u64_u32": compile_mad64, "v_mad_i64_i32": compile_mad64, "v_swap_b32": compile_swap,
 }
-for _n in ("v_add_co_u32", "v_sub_co_u32", "v_subrev_co_u32", "v_add_co_ci_u32", "v_sub_co_ci_u32", "v_subrev_co_ci_u32"):
+for _n in ("v_add_co_u32", "v_sub_co_u32", "v_subrev_co_u32", "v_add_co_ci_u32", "v_sub_co_ci_u32",
+           "v_subrev_co_ci_u32"):
     SPECIAL[_n] = compile_add_co
 NOPS = {"v_nop", "v_pipeflush"}
 
@@ -643,7 +650,8 @@ class _Half:
     """One half of a VOPD pair, shaped like a VOP2 instruction for the compilers above."""
 
     def __init__(self, inst, op: str, vdst: int, src0: int, vsrc1: int):
-        self.op, self.enc, self.literal, self.addr = op, "VOP2" if op != "v_mov_b32" else "VOP1", inst.literal, inst.addr
+        self.op, self.literal, self.addr = op, inst.literal, inst.addr
+        self.enc = "VOP1" if op == "v_mov_b32" else "VOP2"
         self.fields = {"vdst": vdst, "src0": src0, "vsrc1": vsrc1}
 
 
