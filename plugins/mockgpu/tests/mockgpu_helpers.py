@@ -14,7 +14,8 @@ from tg_amd.interface import DESCRIPTOR_SIZE, CodeObject, GPUBuffer, KernelDescr
 from tg_mockgpu.interface import MockInterface
 
 LLVM_MC = "llvm-mc-19"
-needs_llvm_mc = pytest.mark.skipif(shutil.which(LLVM_MC) is None, reason="llvm-mc-19 is not installed (apt-get install llvm-19)")
+needs_llvm_mc = pytest.mark.skipif(shutil.which(LLVM_MC) is None,
+                                   reason="llvm-mc-19 is not installed (apt-get install llvm-19)")
 
 KERNARG_PTR, WAVE32 = 1 << 3, 1 << 10
 
@@ -22,8 +23,8 @@ KERNARG_PTR, WAVE32 = 1 << 3, 1 << 10
 def assemble(asm: str) -> bytes:
     """The .text bytes of gfx1100 assembly (labels and branches resolved by llvm-mc). 16-bit operands may name
     register halves (v1.l, v1.h: real true16, which is what LLVM 22 emits for gfx1100)."""
-    p = subprocess.run([LLVM_MC, "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-mattr=+real-true16", "-filetype=obj", "-o", "-"],
-                       input=asm.encode(), capture_output=True, check=False)
+    cmd = [LLVM_MC, "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-mattr=+real-true16", "-filetype=obj", "-o", "-"]
+    p = subprocess.run(cmd, input=asm.encode(), capture_output=True, check=False)
     if p.returncode:
         raise ValueError(f"llvm-mc failed:\n{p.stderr.decode()}")
     return read_elf(p.stdout).section(".text").data

@@ -215,7 +215,8 @@ def test_vopd_reads_before_writes(gpu):
 
 def test_lds_with_barrier_reverses_the_workgroup(gpu):
     """256 work-items (8 waves) store to LDS, meet at s_barrier, then read the mirrored slot: a wave that ran ahead
-    without waiting would read zeros. Odd waves first take a detour so the waves reach the barrier at different times."""
+    without waiting would read zeros. Odd waves first take a detour so the waves reach the barrier at different
+    times."""
     code = addr(0, 2) + """
     v_lshlrev_b32 v4, 2, v0               // byte offset of this item
     v_mul_lo_u32 v5, v0, 3
@@ -280,12 +281,14 @@ def test_page_fault_names_address_instruction_wave_and_lane(gpu):
         gpu.run(asm_kernel(code, vgprs=16), (1, 1, 1), (64, 1, 1), out)
     msg = str(e.value)
     assert f"{out.va + 37 * 4 + 4096:#x}" in msg and "write" in msg
-    assert "global_store_b32 v[2:3], v10, off" in msg and "workgroup (0, 0, 0) wave 1 lane 5" in msg and "kernel k" in msg
+    assert "global_store_b32 v[2:3], v10, off" in msg and "kernel k" in msg
+    assert "workgroup (0, 0, 0) wave 1 lane 5" in msg
 
 
 def test_unimplemented_instruction_is_an_error(gpu):
     co = asm_kernel("v_cubeid_f32 v0, v1, v2, v3")
-    with pytest.raises(EmulatorError, match=r"unimplemented instruction v_cubeid_f32 v0, v1, v2, v3 \(0xD60C0000 0x040E0501\) at 0x[0-9a-f]+ in kernel k"):
+    with pytest.raises(EmulatorError, match=r"unimplemented instruction v_cubeid_f32 v0, v1, v2, v3 "
+                                            r"\(0xD60C0000 0x040E0501\) at 0x[0-9a-f]+ in kernel k"):
         gpu.run(co, (1, 1, 1), (32, 1, 1))
 
 

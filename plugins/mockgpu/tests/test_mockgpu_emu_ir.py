@@ -18,8 +18,8 @@ ATTRS = 'attributes #0 = {{ "amdgpu-flat-work-group-size"="1,{wg}" }}\n'
 def elementwise(body: str, ins: list[str], out: str, decls: str = "", wg: int = 64) -> str:
     """A kernel computing out[i] = body(in0[i], in1[i], ...) for i < n; the body reads %x0, %x1, ... and sets %r."""
     args = ", ".join(["ptr addrspace(1) noalias %out"] + [f"ptr addrspace(1) noalias %in{i}" for i in range(len(ins))])
-    loads = "".join(f"  %p{i} = getelementptr {t}, ptr addrspace(1) %in{i}, i32 %i\n  %x{i} = load {t}, ptr addrspace(1) %p{i}\n"
-                    for i, t in enumerate(ins))
+    loads = "".join(f"  %p{i} = getelementptr {t}, ptr addrspace(1) %in{i}, i32 %i\n"
+                    f"  %x{i} = load {t}, ptr addrspace(1) %p{i}\n" for i, t in enumerate(ins))
     return HEAD + decls + f"""define amdgpu_kernel void @k({args}, i32 %n) #0 {{
   %t = call i32 @llvm.amdgcn.workitem.id.x()
   %g = call i32 @llvm.amdgcn.workgroup.id.x()
@@ -59,14 +59,16 @@ def special_floats(rng: np.random.Generator, n: int, dtype: type) -> np.ndarray:
     specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, info.tiny, -info.tiny, info.max, 1.0, -3.0], dtype)
     x[:len(specials)] = specials
     if dtype == np.float32:
-        x[len(specials):len(specials) + 8] = np.array([1e-40, -3e-42, 2e-39, 7e-45, 1.5e-38, -1e-39, 3e-41, 1e-44], dtype)
+        denormals = [1e-40, -3e-42, 2e-39, 7e-45, 1.5e-38, -1e-39, 3e-41, 1e-44]
+        x[len(specials):len(specials) + 8] = np.array(denormals, dtype)
     return x
 
 
 def test_f32_division_is_correctly_rounded(gpu):
     rng = np.random.default_rng(0)
     a, b = special_floats(rng, 4000, np.float32), special_floats(rng, 4000, np.float32)[::-1].copy()
-    got = run_elementwise(gpu, elementwise("  %r = fdiv float %x0, %x1", ["float", "float"], "float"), [a, b], np.float32)
+    ir = elementwise("  %r = fdiv float %x0, %x1", ["float", "float"], "float")
+    got = run_elementwise(gpu, ir, [a, b], np.float32)
     with np.errstate(all="ignore"):
         want = a / b
     np.testing.assert_array_equal(got, want)
@@ -188,7 +190,8 @@ end:
 
 
 def test_divergent_loop_and_scratch_array(gpu):
-    """Per-lane trip counts (i % 13) fill a private array with a dynamic index (scratch), then read it back in reverse."""
+    """Per-lane trip counts (i % 13) fill a private array with a dynamic index (scratch), then read it back in
+    reverse."""
     ir = HEAD + """define amdgpu_kernel void @k(ptr addrspace(1) noalias %out) #0 {
 entry:
   %arr = alloca [16 x i32], align 4, addrspace(5)

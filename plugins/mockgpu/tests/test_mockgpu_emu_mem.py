@@ -32,7 +32,7 @@ def test_sub_dword_and_wide_loads_stores(gpu):
     global_load_d16_hi_b16 v4, v1, s[6:7]         // low half of word i into v4's high half
     v_lshlrev_b32 v5, 1, v1                        // 8 * (64 g + id): two words per lane
     v_mov_b32 v6, v1
-    global_load_b96 v[8:10], v6, s[6:7] offset:-4 // words i-1, i, i+1 (lane 0 of group 0 reads before in: avoided below)
+    global_load_b96 v[8:10], v6, s[6:7] offset:-4 // words i-1, i, i+1 (in[] starts one word into its buffer)
     s_waitcnt vmcnt(0)
     v_add_nc_u32 v11, v8, v10
     v_xor_b32 v11, v11, v9
