@@ -349,14 +349,18 @@ def typed_dest(inst, typ: str, vdst: int | None = None) -> Callable[[Machine, Ba
         raise EmulatorError(f"{inst.op}: 64-bit integer clamping is not implemented")
     scale = {0: None, 1: 2.0, 2: 4.0, 3: 0.5}[omod]
     ut = UINT[bits]
-    lo, hi = (0, 1) if is_float else (np.iinfo(ty).min, np.iinfo(ty).max)
+    if scale is None and not clamp:
+        if ty is ut:
+            return w            # raw bits: the register assignment converts
+        return lambda m, bt, val: w(m, bt, np.asarray(val, ty).view(ut))
+    low, high = (0, 1) if is_float else (np.iinfo(ty).min, np.iinfo(ty).max)
 
     def store(m: Machine, bt: Batch, val) -> None:
         v = np.asarray(val)
         if scale is not None:
             v = v * ty(scale)
         if clamp:   # floats to [0, 1] (NaN to 0); integers saturate (their sources were widened, see compile_generic)
-            v = np.where(np.isnan(v), 0, np.clip(v, lo, hi)) if is_float else np.clip(v, lo, hi)
+            v = np.where(np.isnan(v), 0, np.clip(v, low, high)) if is_float else np.clip(v, low, high)
         w(m, bt, v.astype(ty, copy=False).view(ut) if v.dtype != ut else v)
     return store
 
