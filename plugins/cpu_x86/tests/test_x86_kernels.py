@@ -279,6 +279,19 @@ def test_reduction_read_by_scalar_math_is_a_vector_reduction():
     np.testing.assert_allclose(got, x.max(1) * 3 + x.sum(1) * 0.5, rtol=1e-5)
 
 
+def test_vector_products_added_once_are_fmas():
+    """a*b + c on ymm lanes is one vfmadd213ps when the product has no other use; a product also used
+    elsewhere stays a vmulps."""
+    a, b, c = f32(4, 32), f32(4, 32), f32(4, 32)
+    got, kernels = run_tensor(Tensor(a) * Tensor(b) + Tensor(c), own_opts=True)
+    np.testing.assert_allclose(got, a * b + c, rtol=1e-5, atol=1e-6)
+    assert "vfmadd213ps ymm" in kernels[-1].asm_str() and "vmulps" not in kernels[-1].asm_str()
+    p = Tensor(a) * Tensor(b)
+    got, kernels = run_tensor((p + Tensor(c)) * p, own_opts=True)
+    np.testing.assert_allclose(got, (a * b + c) * (a * b), rtol=1e-5, atol=1e-6)
+    assert "vmulps" in kernels[-1].asm_str()
+
+
 def _random_tensor_expr(rnd: np.random.Generator, leaves: list, depth: int):
     if depth == 0 or rnd.random() < 0.2:
         return leaves[int(rnd.integers(len(leaves)))] if rnd.random() < 0.8 else float(rnd.integers(-4, 5)) / 2

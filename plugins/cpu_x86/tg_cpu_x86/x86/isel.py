@@ -158,6 +158,18 @@ class Selector:
                     self.in_place[g] = v
                     self.fused_away.add(v)
                 break
+        self.contracted: dict[Group, tuple[Group, Group]] = {}  # a*b + c -> (the product, c): one FMA
+        for g in self.groups:
+            if g.kind != "alu" or g.lanes[0].op is not Ops.ADD or g.lanes[0].dtype is not dtypes.float32 or \
+                    g in self.fused_away:
+                continue
+            for k in (0, 1):
+                m = g.srcs[k]
+                if m.kind == "alu" and m.lanes[0].op is Ops.MUL and m not in self.fused_away and \
+                        all(self.users.get(ml) == [gl] for ml, gl in zip(m.lanes, g.lanes)):
+                    self.contracted[g] = (m, g.srcs[1 - k])
+                    self.fused_away.add(m)
+                    break
 
     # ---- analysis --------------------------------------------------------------------------------------
 
@@ -1227,6 +1239,11 @@ def emit_group(ctx: Selector, g: Group) -> None:
     elif g.kind == "load":
         mem = ctx.addrs[v0.src[0]]
         ctx.ins("vmovups", _y(d), dataclasses.replace(mem, size=32), w=(0,))
+    elif g in ctx.contracted:  # d = a*b + c: d starts as a, then vfmadd213ps d, b, c (c may be in memory)
+        m, c = ctx.contracted[g]
+        a, b = m.srcs
+        ctx.ins("vmovaps", _y(d), _y(_vector(ctx, a)), w=(0,), r=(1,), kind=MOVE)
+        ctx.ins("vfmadd213ps", _y(d), _y(_vector(ctx, b)), _vsrc(ctx, c, g), w=(0,), r=(0, 1, 2))
     elif (op := v0.op) is Ops.SHL:  # int32 lanes by a constant (slp.py packs nothing else)
         ctx.ins("vpslld", _y(d), _y(_vector(ctx, g.srcs[0])), Imm(int(v0.src[1].arg) & 31), w=(0,), r=(1,))
     elif op in _VEC_BIN or op is Ops.MAX:
