@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 
 from tg_core.uop.ops import Ops
-from tg_core.uop.uop import UOp
+from tg_core.uop.uop import UOp, fill_ranges
 
 _EFFECTS = (Ops.STORE, Ops.END, Ops.GROUP)
 _FIRST = (Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_REG, Ops.DEFINE_LOCAL)  # the kernel's arguments and storage
@@ -168,7 +168,9 @@ def _block_items(nodes: list[UOp], where: _Blocks) -> tuple[dict[UOp | None, lis
 
 def linearize(sink: UOp) -> list[UOp]:
     """The nodes under `sink` (not the SINK itself) in execution order."""
-    nodes = [u for u in sink.toposort() if u is not sink]
+    order = sink.toposort()
+    fill_ranges(order)
+    nodes = [u for u in order if u is not sink]
     order = {u: i for i, u in enumerate(nodes)}
     scope = _scopes(nodes + [sink])
     parent, ends = _loop_tree(nodes, scope)
