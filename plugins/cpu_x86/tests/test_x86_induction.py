@@ -1,5 +1,6 @@
 """Strength-reduced addresses (isel.Selector.induction_address): an index affine in its innermost loop is a
-pointer set up before the loop and advanced by each iteration. Values against numpy for the shapes this
+pointer set up before the loop and advanced by each iteration; a loop whose counter then only counts ends on a
+pointer compare. Values against numpy for the shapes this
 produces (negative and non-power-of-two steps, a variable's offset, stack-array panels, gated accesses),
 the inner loops free of index arithmetic, and indexes that could wrap in 32 bits left as they were."""
 from __future__ import annotations
@@ -37,6 +38,10 @@ def test_matmul_inner_loop_has_no_index_arithmetic():
     body = innermost_loop(kernels[-1], "vfmadd231ps")
     assert any(t.startswith("vfmadd231ps") for t in body)
     assert not any(t.startswith(("movsxd", "imul", "lea")) for t in body), body
+    # no counter left: the loop ends when a pointer reaches its end (one 64-bit compare of two registers)
+    cmps = [t for t in body if t.startswith("cmp ")]
+    assert len(cmps) == 1 and cmps[0].split()[1].startswith("r") and "0x" not in cmps[0], body
+    assert all(t.split()[1].startswith("r") for t in body if t.startswith("add ")), body
 
 
 def test_negative_and_odd_steps():
@@ -109,3 +114,14 @@ def test_vector_operands_from_memory():
     np.testing.assert_allclose(got, x * x + x * 3, rtol=1e-5)
     body = innermost_loop(kernels[-1], "vmulps")
     assert any(t.startswith("vmovups ymm") for t in body) and any("[rip" in t for t in body), body
+
+
+def test_counter_used_as_a_value_is_kept():
+    """out[i] = a[i] + i: the counter is data, so the loop keeps it (and still advances pointers)."""
+    a, out = UOp.param(0, dtypes.float32.ptr(40)), UOp.param(1, dtypes.float32.ptr(40))
+    r = UOp.range(40, 0)
+    ast = kernel(out.index(r).store(a.index(r).load() + r.cast(dtypes.float32)).end(r), name="counter")
+    x, res = f32(40), np.zeros(40, np.float32)
+    k = run_x86(ast, [x, res])
+    np.testing.assert_allclose(res, x + np.arange(40), rtol=1e-6)
+    assert any(t.startswith("vcvtsi2ss") for t in innermost_loop(k, "vcvtsi2ss"))

@@ -111,6 +111,9 @@ class Selector:
         self.preheaders: dict[UOp, list[MInst]] = {}  # per RANGE: run once before its loop starts
         self.pointers: dict[tuple, VReg] = {}  # (RANGE, base, invariant terms, step) -> its induction pointer
         self.steps: dict[UOp, list[tuple[VReg, int]]] = {}  # per RANGE: pointers advanced by each iteration
+        self.counter_init: dict[UOp, MInst] = {}
+        # per RANGE: (counter, its init and increment, its compare, a compare of a pointer with its end instead)
+        self.counted: dict[UOp, tuple[VReg, tuple[MInst, MInst], MInst, MInst]] = {}
         self._labels = itertools.count()
         self.users: dict[UOp, list[UOp]] = {}
         for u in self.uops:
@@ -574,7 +577,7 @@ def sel_range(ctx: Selector, u: UOp) -> None:
     size = gsize(u.dtype)
     ctx.preheaders[u] = []  # emitted before this bucket (select)
     ctx.open_loops.append(u)
-    ctx.ins("mov", View(i, size), Imm(0), w=(0,))
+    ctx.counter_init[u] = ctx.ins("mov", View(i, size), Imm(0), w=(0,))
     end = u.src[0]
     if not (end.op is Ops.CONST and int(end.arg) > 0):  # the trip count may be zero: guard the loop
         ctx.ins("cmp", View(i, size), ctx.src(end, size), r=(0, 1))
@@ -589,10 +592,16 @@ def sel_end(ctx: Selector, u: UOp) -> None:
     ctx.open_loops.remove(rng)
     for p, step in ctx.steps.get(rng, ()):
         ctx.ins("add", p, Imm(step), w=(0,), r=(0,))
-    ctx.ins("add", View(i, size), Imm(1), w=(0,), r=(0,))
-    ctx.ins("cmp", View(i, size), ctx.src(rng.src[0], size), r=(0, 1))
+    add = ctx.ins("add", View(i, size), Imm(1), w=(0,), r=(0,))
+    cmp = ctx.ins("cmp", View(i, size), ctx.src(rng.src[0], size), r=(0, 1))
     ctx.jump("jl", top)
     ctx.place(exit_)
+    n = int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else 0
+    ptr = next(((p, step) for p, step in ctx.steps.get(rng, ()) if step > 0 and step * n < 2**31), None)
+    if n > 0 and ptr is not None:  # the loop may instead end when a pointer reaches its end (see select)
+        end = VReg("gpr", 8)
+        ctx.preheaders[rng].append(MInst("lea", (end, Mem(base=ptr[0], disp=ptr[1] * n, size=8)), writes=(0,)))
+        ctx.counted[rng] = (i, (ctx.counter_init[rng], add), cmp, MInst("cmp", (ptr[0], end), reads=(0, 1)))
 
 
 # ---- ALU: floats ---------------------------------------------------------------------------------------
@@ -1326,8 +1335,19 @@ def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
         for g in ctx.emit_at.get(u, ()):
             emit_group(ctx, g)
     pre = {ctx.pos[r]: p for r, p in ctx.preheaders.items()}
-    insts = eliminate_dead_code(ctx.buckets[-1] + [ins for i, b in enumerate(ctx.buckets[:-1])
-                                                   for ins in pre.get(i, []) + b])
+    flat = ctx.buckets[-1] + [ins for i, b in enumerate(ctx.buckets[:-1]) for ins in pre.get(i, []) + b]
+    insts = eliminate_dead_code(flat)
+    # a loop whose counter only counts (every index became a pointer) ends when a pointer reaches its end:
+    # no counter increment per iteration
+    drop: set[int] = set()
+    swap: dict[int, MInst] = {}
+    for counter, control, cmp, pointer_cmp in ctx.counted.values():
+        own = {id(x) for x in (*control, cmp)}
+        if not any(counter in x.used_regs() or counter in x.defined_regs() for x in insts if id(x) not in own):
+            drop.update(id(x) for x in control)
+            swap[id(cmp)] = pointer_cmp
+    if swap:
+        insts = eliminate_dead_code([swap.get(id(x), x) for x in flat if id(x) not in drop])
     if ctx.groups:  # no penalty for the caller's SSE code after our 256-bit instructions
         insts.append(MInst("vzeroupper"))
     insts.append(MInst("ret", kind=RET))
