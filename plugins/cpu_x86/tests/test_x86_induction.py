@@ -22,10 +22,11 @@ def innermost_loop(k, containing: str = "") -> list[str]:
     loops = []
     for off, _, text in rows:
         op, _, arg = text.partition(" ")
-        if op.startswith("j") and arg.startswith("0x") and int(arg, 16) <= off:
-            body = [t for o, _, t in rows if int(arg, 16) <= o <= off]
+        if op.startswith("j") and arg.isalnum() and int(arg, 0) <= off:  # capstone prints small targets in decimal
+            top = int(arg, 0)
+            body = [t for o, _, t in rows if top <= o <= off]
             if any(t.startswith(containing) for t in body):
-                loops.append((off - int(arg, 16), int(arg, 16), off))
+                loops.append((off - top, top, off))
     assert loops, f"the kernel has a loop with {containing!r}"
     _, start, end = min(loops)
     return [text for off, _, text in rows if start <= off <= end]
