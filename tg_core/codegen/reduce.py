@@ -17,8 +17,6 @@ import itertools
 
 from tg_core.dtype import AddrSpace, ConstType, DType, dtypes
 from tg_core.uop.ops import Ops
-from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
 
 # bools have no ADD/MUL: their sum and product are OR and AND
@@ -58,6 +56,28 @@ def _lower(ctx: itertools.count, red: UOp) -> UOp:
 
 
 def lower_reduce(ast: UOp) -> UOp:
-    """`ast` with every REDUCE lowered to an accumulator (accumulators are numbered in rewrite order)."""
-    pm = PatternMatcher([(UPat(Ops.REDUCE, name="red"), _lower)])
-    return graph_rewrite(ast, pm, ctx=itertools.count())
+    """`ast` with every REDUCE lowered to an accumulator, each after the REDUCEs inside it.
+
+    One sources-first walk instead of a graph_rewrite (a REDUCE is the only node that changes, and what it
+    becomes needs no further rewriting). The walk visits sources last to first, as graph_rewrite does, so
+    the accumulators are numbered as they were when this was a rewrite."""
+    count = itertools.count()
+    new: dict[UOp, UOp] = {}
+    stack: list = [ast]  # a node, then (node,) again once its sources are lowered
+    while stack:
+        n = stack.pop()
+        if type(n) is tuple:
+            n = n[0]
+        elif n in new:
+            continue
+        else:
+            pending = [s for s in n.src if s not in new]
+            if pending:
+                stack.append((n,))
+                stack += pending
+                continue
+        src = n.src
+        lowered = tuple([new[s] for s in src])
+        nn = n if lowered == src else UOp(n.op, n.dtype, lowered, n.arg, n.tag)
+        new[n] = _lower(count, nn) if nn.op is Ops.REDUCE else nn
+    return new[ast]
