@@ -6,6 +6,8 @@ into one `END(GROUP(x1, x2), r)`: one loop, both effects inside it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tg_core.codegen.linearize import LinearizeError
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
@@ -50,19 +52,33 @@ def merge_ends(root: UOp) -> UOp:
         root = substitute(root, {e: merged for e in ends})
 
 
+def split_ends(ast: UOp, order: Iterable[UOp] | None = None) -> UOp:
+    """`ast` with single-range ENDs: `pm_split_ends` to its fixed point, in one sources-first walk over
+    `order` (the toposort of `ast`, if known)."""
+    new: dict[UOp, UOp] = {}
+    for u in ast.toposort() if order is None else order:
+        src = u.src
+        lowered = tuple([new[s] for s in src])
+        x = u if lowered == src else UOp(u.op, u.dtype, lowered, u.arg, u.tag)
+        while x.op is Ops.END and len(x.src) > 2:
+            x = UOp(Ops.END, dtypes.void, (UOp(Ops.END, dtypes.void, (x.src[0], x.src[-1])), *x.src[1:-1]))
+        new[u] = x
+    return new[ast]
+
+
 # (matcher, matcher + pm_split_ends) by id(matcher): a renderer's decompositions, built once
 _with_split: dict[int, tuple[PatternMatcher, PatternMatcher]] = {}
 
 
 def normalize_ends(ast: UOp, also: PatternMatcher | None = None) -> UOp:
-    """`ast` with single-range ENDs, one per range. `also` (a renderer's extra rules, on ops other than END) is
-    applied in the same pass: one walk of the whole kernel instead of two."""
-    pm = pm_split_ends
-    if also is not None:
-        if Ops.END in also.rules_by_op:
-            ast = graph_rewrite(ast, also)  # its rules might look at the ENDs: they see them unsplit, as before
-        else:
-            if id(also) not in _with_split:
-                _with_split[id(also)] = (also, also + pm_split_ends)
-            pm = _with_split[id(also)][1]
-    return merge_ends(graph_rewrite(ast, pm))
+    """`ast` with single-range ENDs, one per range. `also` (a renderer's extra rules) is applied first; when
+    no node has an op it rewrites (a matmul has no transcendentals to decompose) the rewrite is skipped and
+    the ENDs split in a plain walk; else, when it has no END rules, it runs in the splitting pass."""
+    order = ast.toposort()
+    if also is None or not any(u.op in also.rules_by_op for u in order):
+        return merge_ends(split_ends(ast, order))
+    if Ops.END in also.rules_by_op:
+        return merge_ends(graph_rewrite(graph_rewrite(ast, also), pm_split_ends))  # its rules see unsplit ENDs
+    if id(also) not in _with_split:
+        _with_split[id(also)] = (also, also + pm_split_ends)
+    return merge_ends(graph_rewrite(ast, _with_split[id(also)][1]))
