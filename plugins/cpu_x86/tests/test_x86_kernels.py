@@ -333,3 +333,5 @@ def test_vector_matmul_with_packed_panels(m, k, n):
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
     text = "\n".join(k.asm_str() for k in kernels)
     assert "vfmadd231ps ymm" in text and "ymmword ptr [rsp + " in text
+    # the panel copy's columns are lanes too: rows are copied by vector stores into the stack array
+    assert any(t.startswith("vmovups ymmword ptr [rsp + ") for t in text.splitlines())

@@ -12,20 +12,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tg_core.codegen.heuristic import CPUTarget, cpu_opts
-from tg_core.codegen.opts import Opt, OptOps
+from tg_core.codegen.opts import Opt, OptOps, apply_opts, kernel_ranges
 from tg_core.codegen.program import Program, linearize_kernel
 from tg_core.codegen.regalloc import Allocation, allocate
 from tg_core.dtype import dtypes
 from tg_core.renderer import Renderer
 from tg_core.renderer.isa import LABEL, Imm, Label, MInst, Mem, Operand, PReg, View
-from tg_core.uop.ops import Ops
+from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.x86 import operands as x86
 from tg_cpu_x86.x86.abi import X86Arch
 from tg_cpu_x86.x86.encode import Assembler
 from tg_cpu_x86.x86.isel import SUPPORTED, select
-from tg_cpu_x86.x86.slp import Packer
+from tg_cpu_x86.x86.slp import Packer, buffer_of
 
 
 def _decompositions() -> PatternMatcher | None:
@@ -104,6 +104,19 @@ _VECTOR_OPS = frozenset({Ops.SINK, Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RAN
                          Ops.BITCAST})
 
 
+def _copy_lanes(ast: UOp, opts: list[Opt]) -> list[Opt]:
+    """The panel copy's column loop as lanes too (LLVM's loop vectorizer widens it; slp.py only packs lanes):
+    each panel row is copied by vector loads and stores instead of one float at a time."""
+    packed = apply_opts(ast, opts)
+    copies = [u.src[0] for u in packed.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
+              and buffer_of(u.src[0]).op is Ops.DEFINE_REG and buffer_of(u.src[0]).dtype.size > 1]
+    width = opts[0].amt
+    loops = kernel_ranges(packed, AxisType.LOOP)
+    cols = [r for r in loops if r.src[0].op is Ops.CONST and r.src[0].arg == width and
+            any(r in c.src[1].ranges for c in copies)]
+    return [Opt(OptOps.UPCAST, loops.index(cols[0]), width)] if len(cols) == 1 else []
+
+
 class X86Renderer(Renderer):
     """Native x86-64 code for the CPU device (DEV=CPU:X86)."""
     name = "X86"
@@ -125,7 +138,8 @@ class X86Renderer(Renderer):
         if any(u.op not in _VECTOR_OPS or u.op in (Ops.LOAD, Ops.STORE) and u.src[0].dtype.base is not dtypes.float32
                or u.op is Ops.INDEX and len(u.src) > 2 for u in nodes):
             return []
-        return cpu_opts(ast, _VECTOR)
+        opts = cpu_opts(ast, _VECTOR)
+        return opts + _copy_lanes(ast, opts) if opts and opts[0].op is OptOps.PACK else opts
 
     def opts_for(self, ast: UOp) -> list[Opt]:
         """Register tiles for matmul-like kernels; otherwise scalar lanes only where they split a short chain
