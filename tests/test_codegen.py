@@ -568,6 +568,16 @@ def test_improper_nesting_is_an_error():
         linearize_kernel(kernel(st.end(i, j), st2.end(j, i)))
 
 
+def test_range_ended_inside_its_own_end_is_an_error():
+    """A loop over r whose body needs another loop over r to have finished: the two ENDs cannot merge."""
+    a, b = UOp.param(0, F32.ptr(16)), UOp.param(1, F32.ptr(16))
+    r = UOp.range(16, 0)
+    first = a.index(r).store(UOp.const(F32, 1.0)).end(r)
+    second = b.index(r).store(a.after(first).index(r).load()).end(r)
+    with pytest.raises(LinearizeError, match="r0 is ended twice"):
+        linearize_kernel(kernel(first, second))
+
+
 def test_index_simplification():
     """A reshape round trip ((i*m+j)//m*m + (i*m+j)%m) folds back to i*m+j: no division is left."""
     n, m = 3, 4

@@ -37,17 +37,19 @@ def _ends_by_range(root: UOp) -> dict[UOp, list[UOp]]:
 def merge_ends(root: UOp) -> UOp:
     """`root` with the ENDs of each range merged into one (innermost ranges first: merging them can make
     the ENDs around them identical)."""
+    merged_ranges: set[UOp] = set()
     while True:
         many = [(r, ends) for r, ends in _ends_by_range(root).items() if len(ends) > 1]
         if not many:
             return root
         r, ends = many[0]  # toposort order: an END comes before the ENDs that contain it
-        # one walk under all of them finds an END inside another (an END is never inside its own body)
         body = UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends))
-        inside = body.toposort()
-        if any(e in inside for e in ends):
+        # a range is merged once, unless one of its ENDs was inside another (the merged END still contains
+        # that one): only then is the nesting checked, with one walk under all of them
+        if r in merged_ranges and not body.toposort().keys().isdisjoint(ends):
             raise LinearizeError(f"range r{r.arg[0]} is ended twice, one END depending on the other: "
                                  "its loops are not properly nested (or one reduction over it needs another)")
+        merged_ranges.add(r)
         merged = UOp(Ops.END, dtypes.void, (body, r))
         root = substitute(root, {e: merged for e in ends})
 
