@@ -702,3 +702,25 @@ def test_equal_graphs_realized_together_get_separate_storage():
     Tensor.realize_all(y1, y2, y1)
     y1.assign(0.0)
     np.testing.assert_allclose(y2.numpy(), [2.0, 4.0])
+
+
+def test_eager_chains_without_gradients_keep_no_old_buffers_alive():
+    """A realized tensor made under no_grad (or detached) remembers no graph, so a loop that replaces `x`
+    with a function of itself holds one buffer, not one per step."""
+    import gc
+
+    from tg_core.device import Buffer
+
+    def live() -> int:
+        gc.collect()
+        return sum(isinstance(o, Buffer) for o in gc.get_objects())
+
+    x = Tensor(np.zeros(16, np.float32)).realize()
+    before = live()
+    for _ in range(20):
+        x = (x + 1).detach().realize()
+    with Tensor.test():
+        for _ in range(20):
+            x = (x + 1).realize()
+    assert live() - before <= 1
+    np.testing.assert_array_equal(x.numpy(), np.full(16, 40, np.float32))

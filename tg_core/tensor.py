@@ -470,6 +470,9 @@ def _note_origin(buf: UOp, graph: UOp) -> None:
     # a write into buf itself (assigning to a value, clone) computed its value
     while graph.op is Ops.ASSIGN and _storage(graph.src[0]) is buf:
         graph = graph.src[1]
+    if graph.op is Ops.DETACH:  # nothing flows back through it: keeping it would only keep its inputs alive
+        _origins.pop(buf, None)
+        return
     reads = {n: _versions.get(n, 0) for n in _buffers_in(graph)}
     if buf not in reads:  # a graph that reads buf's old contents cannot stand for its new ones
         _origins[buf] = (graph, reads)
