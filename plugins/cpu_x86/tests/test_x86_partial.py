@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tg_core import Tensor
+from test_x86_induction import innermost_loop
 from test_x86_kernels import f32, run_tensor
 
 
@@ -40,3 +41,16 @@ def test_packed_panels_are_cache_line_aligned_with_stack_arguments():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     text = kernels[-1].asm_str()
     assert "and rsp, 0xffffffffffffffc0" in text and "[rbp + 0x10]" in text and "ymmword ptr [rsp + " in text
+
+
+def test_columns_not_a_multiple_of_the_panel_use_one_vector_panels():
+    """24 columns (not a multiple of 16): panels of 8 that divide them, 8 rows, instead of a padded panel
+    whose gated copy and stores would not vectorize; each row's broadcast is emitted at its FMA, so the 8
+    accumulators, the panel vector and one broadcast fit the registers (no spill in the loop)."""
+    a, b = f32(32, 40), f32(40, 24)
+    got, kernels = run_tensor(Tensor(a) @ Tensor(b), own_opts=True)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    body = innermost_loop(kernels[-1], "vfmadd231ps")
+    assert sum(t.startswith("vfmadd231ps ymm") for t in body) == 8
+    assert sum(t.startswith("vbroadcastss") for t in body) == 8
+    assert not any(t.startswith("vmovups ymmword ptr [rsp") for t in body), body

@@ -122,6 +122,9 @@ class Selector:
         self.fold_into = self._accumulator_updates()
         # where memory is written (stores to accumulators are register writes)
         self.store_pos = [i for i, u in enumerate(self.uops) if u.op is Ops.STORE and self._acc_of(u.src[0]) is None]
+        # what a load may not be moved across: memory writes, and loop boundaries
+        self.barriers = sorted(self.store_pos + [i for i, u in enumerate(self.uops) if u.op in (Ops.RANGE, Ops.END)])
+        self.lazy: dict[Group, Mem] = {}  # broadcasts of loads emitted where first read (see emit_group)
         self.folded_adds = {u.src[1] for u in self.uops if u.op is Ops.INDEX and self._disp_fold(u) is not None}
         self._vector_plan()
 
@@ -1121,6 +1124,9 @@ def _vector(ctx: Selector, g: Group) -> VReg:
         if g.accs not in ctx.vaccs:
             ctx.vaccs[g.accs] = VReg("vec", 32)
         return ctx.vaccs[g.accs]
+    if g not in ctx.vvals and g in ctx.lazy:  # a deferred broadcast, emitted at its first reader
+        ctx.vvals[g] = d = VReg("vec", 32)
+        ctx.ins("vbroadcastss", _y(d), ctx.lazy[g], w=(0,))
     return ctx.vvals[g]
 
 
@@ -1231,7 +1237,14 @@ def emit_group(ctx: Selector, g: Group) -> None:
         ctx.ins("vcvttps2dq" if v0.dtype is dtypes.int32 else "vcvtdq2ps", _y(d), _y(_vector(ctx, g.srcs[0])),
                 w=(0,), r=(1,))
     elif g.kind == "splat" and v0.op is Ops.LOAD and v0.src[0] in ctx.addrs and v0.src[0] not in ctx.gates:
-        ctx.ins("vbroadcastss", _y(d), ctx.addrs[v0.src[0]], w=(0,))  # from memory (the scalar load may die)
+        last = max(ctx.pos[x] for x in ctx.users[v0])
+        if bisect.bisect(ctx.barriers, ctx.pos[v0]) == bisect.bisect_left(ctx.barriers, last):
+            # no store, loop start or end before its last reader: broadcast where it is first read, so a tile
+            # of one-use row values does not hold them all at once (8 rows x 1 vector: 8 fewer live registers)
+            del ctx.vvals[g]
+            ctx.lazy[g] = ctx.addrs[v0.src[0]]
+        else:
+            ctx.ins("vbroadcastss", _y(d), ctx.addrs[v0.src[0]], w=(0,))  # from memory (the scalar load may die)
     elif g.kind == "splat" and v0.op is not Ops.CONST:
         if v0.dtype is dtypes.int32:
             t = VReg("vec", 16)

@@ -97,6 +97,7 @@ _HEAVY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 # ymm lanes: 8 float32 lanes on the contiguous axis, matmul tiles of 4 rows x 16 columns (8 ymm accumulators)
 # reading B from packed panels (stack arrays)
 _VECTOR = CPUTarget(vector_bytes=32, tile_rows=4, auto_vectorize=False, pack=True)
+_NARROW = CPUTarget(vector_bytes=16, tile_rows=8, auto_vectorize=False, pack=True)
 # what a kernel may contain to be tried with vector lanes (slp.py decides whether it really packs)
 _VECTOR_OPS = frozenset({Ops.SINK, Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.END, Ops.INDEX, Ops.LOAD,
                          Ops.STORE, Ops.REDUCE, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC, Ops.GROUP,
@@ -139,7 +140,14 @@ class X86Renderer(Renderer):
                or u.op is Ops.INDEX and len(u.src) > 2 for u in nodes):
             return []
         opts = cpu_opts(ast, _VECTOR)
-        return opts + _copy_lanes(ast, opts) if opts and opts[0].op is OptOps.PACK else opts
+        if opts and opts[0].op is OptOps.PACK:
+            cols = kernel_ranges(ast, AxisType.LOOP)[opts[0].axis].src[0]
+            if cols.op is Ops.CONST and cols.arg % opts[0].amt and not cols.arg % 8:
+                # a padded last panel gates the copy and the stores (no vector forms here): one-vector panels
+                # that divide the columns, twice the rows (1000 columns: 8 x 125 panels)
+                opts = cpu_opts(ast, _NARROW)
+            return opts + _copy_lanes(ast, opts) if opts and opts[0].op is OptOps.PACK else opts
+        return opts
 
     def opts_for(self, ast: UOp) -> list[Opt]:
         """Register tiles for matmul-like kernels; otherwise scalar lanes only where they split a short chain
