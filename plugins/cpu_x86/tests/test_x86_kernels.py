@@ -232,6 +232,8 @@ VECTOR_CASES = {
     "exp_where": (lambda a, b: (a > 0).where(a.exp(), b[:24] * 2), True),
     "log_softmax": (lambda a, b: a.log_softmax(), True),  # the row's log is scalar code on a vector sum
     "log_elementwise": (lambda a, b: (a.abs() + 1).log() * 2, False),
+    "layernorm": (lambda a, b: a.layernorm() * b[0, :32] + b[1, :32], True),  # per-row sqrt/reciprocal scalar
+    "sqrt_elementwise": (lambda a, b: (a.abs() + 1).sqrt() + b[:24].reciprocal(), False),
     "max_rows_nan": (lambda a, b: (a / (a - a[0:1])).max(1, keepdim=True) + b[:24], False),
     "int_roundtrip": (lambda a, b: (a * 100).cast("int32").cast("float32") + (a * 8).cast("int32").bitcast("float32"),
                       True),

@@ -101,8 +101,8 @@ _NARROW = CPUTarget(vector_bytes=16, tile_rows=8, auto_vectorize=False, pack=Tru
 # what a kernel may contain to be tried with vector lanes (slp.py decides whether it really packs)
 _VECTOR_OPS = frozenset({Ops.SINK, Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.END, Ops.INDEX, Ops.LOAD,
                          Ops.STORE, Ops.REDUCE, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC, Ops.GROUP,
-                         Ops.AFTER, Ops.NOOP, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.EXP2, Ops.LOG2, Ops.CAST,
-                         Ops.BITCAST})
+                         Ops.AFTER, Ops.NOOP, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.EXP2, Ops.LOG2, Ops.SQRT,
+                         Ops.RECIPROCAL, Ops.CAST, Ops.BITCAST})
 
 
 def _copy_lanes(ast: UOp, opts: list[Opt]) -> list[Opt]:
