@@ -827,6 +827,9 @@ def sel_divide(ctx: Selector, u: UOp) -> None:
         ctx.ins("neg", View(d, size), w=(0,), r=(0,))
         ctx.extend(d, dt)
         return
+    if signed and size == 4 and divisor is not None and divisor > 1:
+        _divide_by_constant(ctx, u, d, divisor)
+        return
     done = ctx.label()
     bv = ctx.reg(b)
     if divisor is None:
@@ -852,6 +855,39 @@ def sel_divide(ctx: Selector, u: UOp) -> None:
     ctx.move(d, rax if u.op is Ops.IDIV else rdx, size)
     ctx.place(done)
     ctx.extend(d, dt)
+
+
+def _divide_by_constant(ctx: Selector, u: UOp, d: VReg, c: int) -> None:
+    """int32 x / c and x % c (truncating, as alu.py) for a constant c > 1 without idiv (tens of cycles): a power
+    of two is a shift of x biased by c - 1 when x is negative; otherwise q = (x*m >> L) + (x < 0) with the
+    round-up reciprocal m = 2^L // c + 1, L = 31 + bitlen(c), in 64 bits (Hacker's Delight 10-4: the error
+    x*(m*c - 2^L) stays below 2^L for every int32 x, so the floor is exact; m <= 2^32 keeps x*m in int64)."""
+    x = View(ctx.reg(u.src[0]), 4)
+    q = VReg("gpr", 8)
+    if c & (c - 1) == 0:
+        k = c.bit_length() - 1
+        ctx.ins("mov", View(q, 4), x, w=(0,), r=(1,))
+        ctx.ins("sar", View(q, 4), Imm(31), w=(0,), r=(0,))
+        ctx.ins("shr", View(q, 4), Imm(32 - k), w=(0,), r=(0,))
+        ctx.ins("add", View(q, 4), x, w=(0,), r=(0, 1))
+        ctx.ins("sar", View(q, 4), Imm(k), w=(0,), r=(0,))
+    else:
+        shift = 31 + c.bit_length()
+        m, neg = VReg("gpr", 8), VReg("gpr", 4)
+        ctx.ins("movsxd", q, x, w=(0,), r=(1,))
+        ctx.ins("mov", m, Imm((1 << shift) // c + 1), w=(0,))
+        ctx.ins("imul", q, m, w=(0,), r=(0, 1))
+        ctx.ins("sar", q, Imm(shift), w=(0,), r=(0,))
+        ctx.ins("mov", View(neg, 4), x, w=(0,), r=(1,))
+        ctx.ins("sar", View(neg, 4), Imm(31), w=(0,), r=(0,))
+        ctx.ins("sub", View(q, 4), View(neg, 4), w=(0,), r=(0, 1))
+    if u.op is Ops.IDIV:
+        ctx.move(d, q, 4)
+        return
+    p = VReg("gpr", 4)
+    ctx.ins("imul", View(p, 4), View(q, 4), Imm(c), w=(0,), r=(1,))
+    ctx.move(d, x.reg, 4)
+    ctx.ins("sub", View(d, 4), View(p, 4), w=(0,), r=(0, 1))
 
 
 def sel_int_pow(ctx: Selector, u: UOp) -> None:
