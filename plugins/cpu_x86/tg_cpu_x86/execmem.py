@@ -88,7 +88,8 @@ class ExecMemory:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_addr", None) is not None:
+        # at interpreter exit this module's globals may be gone before the object; the OS frees the pages then
+        if getattr(self, "_addr", None) is not None and _libc is not None:
             self.close()
 
     def __repr__(self) -> str:
