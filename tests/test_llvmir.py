@@ -14,8 +14,11 @@ from tg_core.codegen import Program, linearize_kernel
 from tg_core.dtype import AddrSpace, DType, dtypes, to_numpy_dtype
 from tg_core.renderer import Renderer, UnsupportedDTypeError
 from tg_core.renderer.llvmir import LLVMRenderer, render_const
-from tg_core.uop import AxisType, KernelInfo, Ops, UOp
-from tg_core.uop.alu import bitcast_const, cast_const, exec_alu
+from tg_core.testing.kernels import INTS, check_random_expressions, elementwise, int_pairs, kernel, np_buf, \
+    py_values, same
+from tg_core.testing.kernels import check_alu as shared_check_alu
+from tg_core.uop import AxisType, Ops, UOp
+from tg_core.uop.alu import cast_const
 
 llvm = pytest.importorskip("llvmlite.binding")
 
@@ -53,71 +56,19 @@ def run(ast: UOp, arrays: list[np.ndarray], var_vals: dict[str, int] | None = No
     return prog
 
 
-def kernel(*effects: UOp, name: str = "k") -> UOp:
-    return UOp(Ops.SINK, dtypes.void, effects, KernelInfo(name))
-
-
-def elementwise(fn, in_dts: list[DType], out_dt: DType, n: int, name: str = "ew") -> UOp:
-    """out[i] = fn(in0[i], in1[i], ...) for i < n; PARAM i is input i, the output is the last PARAM."""
-    ins = [UOp.param(i, dt.ptr(n)) for i, dt in enumerate(in_dts)]
-    out = UOp.param(len(in_dts), out_dt.ptr(n))
-    r = UOp.range(n, 0)
-    return kernel(out.index(r).store(fn(*[p.index(r).load() for p in ins])).end(r), name=name)
-
-
-def np_buf(values, dt: DType) -> np.ndarray:
-    if dt is dtypes.bfloat16:
-        return np.array([bitcast_const(float(v), dt, dtypes.uint16) for v in values], dtype=np.uint16)
-    return np.array(values, dtype=to_numpy_dtype(dt))
-
-
-def py_values(arr: np.ndarray, dt: DType) -> list:
-    if dt is dtypes.bfloat16:
-        return [bitcast_const(int(v), dtypes.uint16, dt) for v in arr]
-    return [v.item() for v in arr]
-
-
-def same(got, want, dt: DType) -> bool:
-    if dtypes.is_float(dt):
-        if math.isnan(want):
-            return math.isnan(got)
-        tol = {dtypes.float16: 1e-3, dtypes.bfloat16: 1e-2, dtypes.float32: 1e-6}.get(dt, 1e-12)
-        return got == want or math.isclose(got, want, rel_tol=tol, abs_tol=tol * 1e-3)
-    return got == want
-
-
 def check_alu(op: Ops, out_dt: DType, in_dt: DType, *columns: list) -> None:
     """`op` over the columns of values, rendered and run, equals tg's exact ALU semantics element by element."""
-    n = len(columns[0])
-    ast = elementwise(lambda *xs: UOp(op, out_dt, xs), [in_dt] * len(columns), out_dt, n,
-                      name=f"{op.name.lower()}_{in_dt.name}")
-    out = np.zeros(n, to_numpy_dtype(out_dt))
-    run(ast, [np_buf(c, in_dt) for c in columns] + [out])
-    ins = [py_values(np_buf(c, in_dt), in_dt) for c in columns]
-    for i, got in enumerate(py_values(out, out_dt)):
-        want = exec_alu(op, out_dt, tuple(col[i] for col in ins), (in_dt,) * len(columns))
-        assert same(got, want, out_dt), f"{op} {in_dt!r} {[c[i] for c in ins]}: got {got}, want {want}"
+    shared_check_alu(run, op, out_dt, in_dt, *columns)
 
 
-INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
-        dtypes.uint64]
 FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
-
-
-def _int_pairs(dt: DType) -> tuple[list[int], list[int]]:
-    lo, hi = dtypes.min(dt), dtypes.max(dt)
-    a = [7, -7, 7, -7, 0, hi, lo, 100, lo + 1, 13]
-    b = [2, 2, -2, -2, 3, 7, 3, -1, -1, 5]
-    if dtypes.is_unsigned(dt):
-        a, b = [x % (hi + 1) for x in a], [x % (hi + 1) or 1 for x in b]
-    return a, b
 
 
 # ---- ALU ops -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
 def test_int_binary(dt):
-    a, b = _int_pairs(dt)
+    a, b = int_pairs(dt)
     for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR):
         check_alu(op, dt, dt, a, b)
     # C division: truncation toward zero, remainder with the dividend's sign; x/0 and x%0 are 0 and MIN/-1
@@ -131,7 +82,7 @@ def test_int_binary(dt):
 
 @pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
 def test_int_shifts_and_unary(dt):
-    a, _ = _int_pairs(dt)
+    a, _ = int_pairs(dt)
     amounts = [1, 2, 0, 3, 1, 2, 1, 4, 1, 2]
     check_alu(Ops.SHR, dt, dt, a, amounts)  # arithmetic for signed, logical for unsigned
     small = [x for x in a if abs(x) < 1000]
@@ -359,24 +310,7 @@ def _random_expr(rnd: np.random.Generator, leaves: list[UOp], dt: DType, depth: 
 
 @pytest.mark.parametrize("dt", [dtypes.int32, dtypes.float32], ids=lambda d: d.name)
 def test_random_expressions_match_evaluation(dt):
-    rnd = np.random.default_rng(7)
-    n = 8
-    for case in range(25):
-        a, b, out = UOp.param(0, dt.ptr(n)), UOp.param(1, dt.ptr(n)), UOp.param(2, dt.ptr(n))
-        r = UOp.range(n, 0)
-        la, lb = a.index(r).load(), b.index(r).load()
-        expr = _random_expr(rnd, [la, lb], dt, 4)
-        ast = kernel(out.index(r).store(expr).end(r), name=f"rand_{case}")
-        npdt = to_numpy_dtype(dt)
-        if dtypes.is_int(dt):
-            xa, xb = rnd.integers(-2**31, 2**31, n).astype(npdt), rnd.integers(-50, 50, n).astype(npdt)
-        else:
-            xa, xb = (rnd.standard_normal(n) * 4).astype(npdt), (rnd.standard_normal(n) * 4).astype(npdt)
-        res = np.zeros(n, npdt)
-        run(ast, [xa, xb, res])
-        for i in range(n):
-            want = expr.substitute({la: UOp.const(dt, xa[i].item()), lb: UOp.const(dt, xb[i].item())}).evaluate()
-            assert same(res[i].item(), want, dt), f"case {case}, {expr.render()} at {xa[i]}, {xb[i]}: {res[i]}"
+    check_random_expressions(run, _random_expr, dt)
 
 
 def _gpu_kernel() -> UOp:

@@ -7,10 +7,7 @@ import numpy as np
 import pytest
 
 from tg_core import Tensor
-from tg_core.dtype import to_numpy_dtype
-from tg_core.engine.realize import _buffers
-from tg_core.schedule import create_schedule
-from tg_core.uop.ops import Ops
+from tg_core.testing.kernels import run_schedule
 
 pytest.importorskip("llvmlite.binding")
 from test_llvmir import run  # noqa: E402  (shared JIT helpers)
@@ -20,22 +17,7 @@ RNG = np.random.default_rng(7)
 
 def run_llvm(t: Tensor) -> np.ndarray:
     """Every kernel of `t`'s schedule through LLVM, on numpy copies of the input buffers."""
-    items, out = create_schedule([t.uop], [t.device])
-    arrays: dict = {}
-
-    def array_of(node):
-        if node not in arrays:
-            known = _buffers.get(node)
-            arrays[node] = known.numpy().copy() if known is not None and known.is_allocated() else \
-                np.zeros(node.arg, dtype=to_numpy_dtype(node.dtype))
-        return arrays[node]
-    for ast, nodes in items:
-        bufs = [array_of(n) for n in nodes]
-        if ast.op is Ops.COPY:
-            bufs[0][:] = bufs[1]
-            continue
-        run(ast, bufs)
-    return array_of(out[t.uop]).reshape(t.shape)
+    return run_schedule(t, run)
 
 
 def f32(*shape):

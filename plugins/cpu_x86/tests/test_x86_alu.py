@@ -6,49 +6,29 @@ import math
 
 import numpy as np
 import pytest
-from x86_harness import elementwise, kernel, np_buf, run_x86, same
+from x86_harness import run_x86
 
 from tg_core.codegen import linearize_kernel
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.renderer import UnsupportedDTypeError
+from tg_core.testing.kernels import INTS, check_random_expressions, elementwise, int_pairs, kernel, np_buf, \
+    py_values, same
+from tg_core.testing.kernels import check_alu as shared_check_alu
 from tg_core.uop import Ops, UOp
 from tg_core.uop.alu import cast_const, exec_alu
 from tg_cpu_x86.x86.renderer import X86Renderer
 
-INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
-        dtypes.uint64]
 FLOATS = [dtypes.float16, dtypes.float32, dtypes.float64]
-
-
-def py_values(arr: np.ndarray) -> list:
-    return [v.item() for v in arr]
 
 
 def check_alu(op: Ops, out_dt: DType, in_dt: DType, *columns: list) -> None:
     """`op` over the columns, run as X86 code, equals alu.py's value element by element."""
-    n = len(columns[0])
-    ast = elementwise(lambda *xs: UOp(op, out_dt, xs), [in_dt] * len(columns), out_dt, n,
-                      name=f"{op.name.lower()}_{in_dt.name}")
-    out = np.zeros(n, to_numpy_dtype(out_dt))
-    run_x86(ast, [np_buf(c, in_dt) for c in columns] + [out])
-    ins = [py_values(np_buf(c, in_dt)) for c in columns]
-    for i, got in enumerate(py_values(out)):
-        want = exec_alu(op, out_dt, tuple(col[i] for col in ins), (in_dt,) * len(columns))
-        assert same(got, want, out_dt), f"{op} {in_dt!r} {[c[i] for c in ins]}: got {got}, want {want}"
-
-
-def _int_pairs(dt: DType) -> tuple[list[int], list[int]]:
-    lo, hi = dtypes.min(dt), dtypes.max(dt)
-    a = [7, -7, 7, -7, 0, hi, lo, 100, lo + 1, 13]
-    b = [2, 2, -2, -2, 3, 7, 3, -1, -1, 5]
-    if dtypes.is_unsigned(dt):
-        a, b = [x % (hi + 1) for x in a], [x % (hi + 1) or 1 for x in b]
-    return a, b
+    shared_check_alu(run_x86, op, out_dt, in_dt, *columns)
 
 
 @pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
 def test_int_binary(dt):
-    a, b = _int_pairs(dt)
+    a, b = int_pairs(dt)
     for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR):
         check_alu(op, dt, dt, a, b)
     lo, minus_one = dtypes.min(dt), dtypes.as_const(-1, dt)
@@ -60,7 +40,7 @@ def test_int_binary(dt):
 
 @pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
 def test_int_shifts_and_unary(dt):
-    a, _ = _int_pairs(dt)
+    a, _ = int_pairs(dt)
     amounts = [1, 2, 0, 3, 1, 2, 1, 4, 1, 2]
     check_alu(Ops.SHR, dt, dt, a, amounts)  # arithmetic for signed, logical for unsigned; count in cl
     small = [x for x in a if abs(x) < 1000]
@@ -234,21 +214,4 @@ def _random_expr(rnd: np.random.Generator, leaves: list[UOp], dt: DType, depth: 
 
 @pytest.mark.parametrize("dt", [dtypes.int32, dtypes.int64, dtypes.float32], ids=lambda d: d.name)
 def test_random_expressions_match_evaluation(dt):
-    rnd = np.random.default_rng(7)
-    n = 8
-    for case in range(25):
-        a, b, out = UOp.param(0, dt.ptr(n)), UOp.param(1, dt.ptr(n)), UOp.param(2, dt.ptr(n))
-        r = UOp.range(n, 0)
-        la, lb = a.index(r).load(), b.index(r).load()
-        expr = _random_expr(rnd, [la, lb], dt, 4)
-        ast = kernel(out.index(r).store(expr).end(r), name=f"rand_{case}")
-        npdt = to_numpy_dtype(dt)
-        if dtypes.is_int(dt):
-            xa, xb = rnd.integers(-2**31, 2**31, n).astype(npdt), rnd.integers(-50, 50, n).astype(npdt)
-        else:
-            xa, xb = (rnd.standard_normal(n) * 4).astype(npdt), (rnd.standard_normal(n) * 4).astype(npdt)
-        res = np.zeros(n, npdt)
-        run_x86(ast, [xa, xb, res])
-        for i in range(n):
-            want = expr.substitute({la: UOp.const(dt, xa[i].item()), lb: UOp.const(dt, xb[i].item())}).evaluate()
-            assert same(res[i].item(), want, dt), f"case {case}, {expr.render()} at {xa[i]}, {xb[i]}: {res[i]}"
+    check_random_expressions(run_x86, _random_expr, dt)

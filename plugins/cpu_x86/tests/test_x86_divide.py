@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from x86_harness import elementwise, run_x86
+from x86_harness import run_x86
 
 from tg_core.dtype import dtypes
+from tg_core.testing.kernels import elementwise
 from tg_core.uop import Ops, UOp
 
 RNG = np.random.default_rng(5)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from x86_harness import compile_x86, kernel, run_x86
+from x86_harness import compile_x86, run_x86
 
 from tg_core import Tensor
 from tg_core.codegen.opts import Opt, OptOps
 from tg_core.dtype import dtypes, to_numpy_dtype
-from tg_core.engine.realize import _buffers
-from tg_core.schedule import create_schedule
+from tg_core.testing.kernels import kernel, run_schedule
 from tg_core.uop import AxisType, Ops, UOp
 from tg_cpu_x86.x86.renderer import X86Renderer
 
@@ -20,30 +19,12 @@ RNG = np.random.default_rng(3)
 
 
 def run_tensor(t: Tensor, opts_for=lambda ast: (), own_opts: bool = False) -> list:
-    """Every kernel of `t`'s schedule through X86 (see run_x86); the result and the compiled kernels."""
+    """Every kernel of `t`'s schedule through X86 (see run_x86), on numpy copies of the input buffers; the result
+    and the compiled kernels."""
     kernels: list = []
-    out = _run_tensor(t, opts_for, own_opts, kernels)
+    out = run_schedule(t, lambda ast, bufs: kernels.append(
+        run_x86(ast, bufs, opts=() if own_opts else opts_for(ast), own_opts=own_opts)))
     return out, kernels
-
-
-def _run_tensor(t: Tensor, opts_for, own_opts: bool, kernels: list) -> np.ndarray:
-    """Every kernel of `t`'s schedule through X86, on numpy copies of the input buffers."""
-    items, out = create_schedule([t.uop], [t.device])
-    arrays: dict = {}
-
-    def array_of(node):
-        if node not in arrays:
-            known = _buffers.get(node)
-            arrays[node] = known.numpy().copy() if known is not None and known.is_allocated() else \
-                np.zeros(node.arg, dtype=to_numpy_dtype(node.dtype))
-        return arrays[node]
-    for ast, nodes in items:
-        bufs = [array_of(n) for n in nodes]
-        if ast.op is Ops.COPY:
-            bufs[0][:] = bufs[1]
-            continue
-        kernels.append(run_x86(ast, bufs, opts=() if own_opts else opts_for(ast), own_opts=own_opts))
-    return array_of(out[t.uop]).reshape(t.shape)
 
 
 def f32(*shape):

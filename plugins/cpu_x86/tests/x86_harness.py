@@ -1,17 +1,15 @@
 """Shared by the test_x86_*.py files: compile a kernel AST with the X86 renderer, check every emitted
-instruction against capstone's disassembly, place the code in executable memory and run it on numpy arrays."""
+instruction against capstone's disassembly, place the code in executable memory and run it on numpy arrays.
+Kernel builders and value checks shared with core's LLVM tests are in tg_core.testing.kernels."""
 from __future__ import annotations
 
 import ctypes
-import math
 
 import numpy as np
 import pytest
 
 from tg_core.codegen import Program, linearize_kernel
-from tg_core.dtype import DType, dtypes, to_numpy_dtype
-from tg_core.uop import KernelInfo, Ops, UOp
-from tg_core.uop.alu import bitcast_const
+from tg_core.uop import UOp
 
 capstone = pytest.importorskip("capstone")
 
@@ -61,30 +59,3 @@ def run_x86(ast: UOp, arrays: list[np.ndarray], var_vals: dict[str, int] | None 
     fn = mem.function(None, *[ctypes.c_void_p] * len(arrays), *var_types)
     fn(*[a.ctypes.data for a in arrays], *[(var_vals or {})[v.arg[0]] for v in prog.variables])
     return k
-
-
-def kernel(*effects: UOp, name: str = "k") -> UOp:
-    return UOp(Ops.SINK, dtypes.void, effects, KernelInfo(name))
-
-
-def elementwise(fn, in_dts: list[DType], out_dt: DType, n: int, name: str = "ew") -> UOp:
-    """out[i] = fn(in0[i], in1[i], ...) for i < n; PARAM i is input i, the output is the last PARAM."""
-    ins = [UOp.param(i, dt.ptr(n)) for i, dt in enumerate(in_dts)]
-    out = UOp.param(len(in_dts), out_dt.ptr(n))
-    r = UOp.range(n, 0)
-    return kernel(out.index(r).store(fn(*[p.index(r).load() for p in ins])).end(r), name=name)
-
-
-def np_buf(values, dt: DType) -> np.ndarray:
-    if dt is dtypes.bfloat16:
-        return np.array([bitcast_const(float(v), dt, dtypes.uint16) for v in values], dtype=np.uint16)
-    return np.array(values, dtype=to_numpy_dtype(dt))
-
-
-def same(got, want, dt: DType) -> bool:
-    if dtypes.is_float(dt):
-        if math.isnan(want):
-            return math.isnan(got)
-        tol = {dtypes.float16: 1e-3, dtypes.float32: 1e-6}.get(dt, 1e-12)
-        return got == want or math.isclose(got, want, rel_tol=tol, abs_tol=tol * 1e-3)
-    return got == want
