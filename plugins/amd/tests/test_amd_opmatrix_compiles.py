@@ -3,37 +3,14 @@ through tg-amd's ELF reader and fits gfx1100: checked without a GPU, by capturin
 runs for the same programs."""
 from __future__ import annotations
 
-import numpy as np
-
-from tg_core.device import Device
-from tg_core.testing import conformance as C
+from tg_core.testing.kernels import capture_kernels, op_matrix_programs
 from tg_amd.compiler import AMDCompiler
 from tg_amd.elf import load_code_object
 from tg_amd.renderer import AMDRenderer
 
 
-def _programs() -> None:
-    from tg_core.tensor import Tensor
-    rng = np.random.default_rng(0)
-
-    def t(shape, dt):
-        return Tensor((rng.standard_normal(shape) * 3).astype(dt), device="PYTHON")
-    for _, op, _, dts in C._UNARY:
-        for dt in dts:
-            op(t((4, 6), dt)).numpy()
-    for _, op, _, dts in C._BINARY:
-        for dt in dts:
-            op(t((4, 6), dt), t((6,), dt)).numpy()
-    (t((5, 7), np.float32) @ t((7, 3), np.float32)).numpy()
-    t((1, 2, 5, 5), np.float32).conv2d(t((3, 2, 3, 3), np.float32)).numpy()
-
-
-def test_op_matrix_kernels_compile_and_load(monkeypatch):
-    asts: dict = {}
-    cls = type(Device["PYTHON"])
-    orig = cls.get_runner
-    monkeypatch.setattr(cls, "get_runner", lambda self, ast: (asts.setdefault(ast, None), orig(self, ast))[1])
-    _programs()
+def test_op_matrix_kernels_compile_and_load():
+    asts = capture_kernels(op_matrix_programs)
     assert len(asts) >= 30
     r, comp = AMDRenderer(), AMDCompiler()
     for ast in asts:

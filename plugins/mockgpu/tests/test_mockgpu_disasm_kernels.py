@@ -13,6 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from tg_core.testing.kernels import capture_kernels, op_matrix_programs
 from tg_amd.compiler import AMDCompiler
 from tg_amd.elf import read_elf
 from tg_mockgpu.rdna3.decode import decode_all
@@ -290,20 +291,6 @@ def test_hand_written_kernel_disassembly_matches_objdump(name: str, tmp_path) ->
     assert lines > 20 and (t16 >= 8 if name.startswith("half") else True)
 
 
-def _capture_tg_kernels(build) -> list:
-    """The kernels tg schedules for `build()` on the PYTHON reference device, as ASTs."""
-    from tg_core.device import Device
-    asts: dict = {}
-    cls = type(Device["PYTHON"])
-    orig = cls.get_runner
-    cls.get_runner = lambda self, ast: (asts.setdefault(ast, None), orig(self, ast))[1]
-    try:
-        build()
-    finally:
-        cls.get_runner = orig
-    return list(asts)
-
-
 def _tensor_programs() -> None:
     from tg_core.tensor import Tensor
     rng = np.random.default_rng(0)
@@ -317,35 +304,17 @@ def _tensor_programs() -> None:
 
 def test_tg_kernels_disassembly_matches_objdump(tmp_path) -> None:
     from tg_amd.renderer import AMDRenderer
-    asts = _capture_tg_kernels(_tensor_programs)
+    asts = capture_kernels(_tensor_programs)
     assert len(asts) >= 4
     r = AMDRenderer()
     lines = sum(compare(r.render(r.program(ast)), tmp_path)[0] for ast in asts)
     assert lines > 100
 
 
-def _op_matrix_programs() -> None:
-    """Every unary and binary op of core's op matrix in every dtype it tests, plus matmul and conv2d."""
-    from tg_core.tensor import Tensor
-    from tg_core.testing import conformance as C
-    rng = np.random.default_rng(0)
-
-    def t(shape, dt):
-        return Tensor((rng.standard_normal(shape) * 3).astype(dt), device="PYTHON")
-    for _, op, _, dts in C._UNARY:
-        for dt in dts:
-            op(t((4, 6), dt)).numpy()
-    for _, op, _, dts in C._BINARY:
-        for dt in dts:
-            op(t((4, 6), dt), t((6,), dt)).numpy()
-    (t((5, 7), np.float32) @ t((7, 3), np.float32)).numpy()
-    t((1, 2, 5, 5), np.float32).conv2d(t((3, 2, 3, 3), np.float32)).numpy()
-
-
 @pytest.mark.slow
 def test_op_matrix_kernels_disassembly_matches_objdump(tmp_path) -> None:
     from tg_amd.renderer import AMDRenderer
-    asts = _capture_tg_kernels(_op_matrix_programs)
+    asts = capture_kernels(op_matrix_programs)
     assert len(asts) >= 30
     r = AMDRenderer()
     results = [compare(r.render(r.program(ast)), tmp_path) for ast in asts]
