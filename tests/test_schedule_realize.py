@@ -115,3 +115,12 @@ def test_one_hot_mask_stays_inlined():
     t = Tensor(idx).one_hot(7).float() @ Tensor(w)
     assert len(schedule(t)) == 1
     np.testing.assert_array_equal(t.numpy(), w[idx])
+
+
+def test_realized_reduction_of_constants_runs_on_its_consumers_device():
+    # the inner product of two constant tensors reads no buffer; realized for the outer matmul, it is
+    # computed on the device of the kernel that loads it
+    x = Tensor(randn(3, 2))
+    t = (Tensor.ones(4, 5) @ Tensor.full((5, 3), 0.5)) @ x
+    assert len(schedule(t)) == 2
+    np.testing.assert_allclose(t.numpy(), np.full((4, 3), 2.5) @ x.numpy(), rtol=1e-5, atol=1e-5)

@@ -252,8 +252,9 @@ class Scheduler:
         raise NotImplementedError(f"the scheduler cannot lower {op} yet ({u.render()[:80]})")
 
     def _load_realized(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
-        """`u` realized into its own buffer (scheduled now if it is not yet), loaded at `idxs`."""
-        buf = self.realize(u)
+        """`u` realized into its own buffer (scheduled now if it is not yet), loaded at `idxs`. A value that
+        reads no buffer (a reduction of constants) is computed on the device of the kernel that loads it."""
+        buf = self.realize(u, k.params[0].device)
         return self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing)
 
     def _worth_realizing(self, u: UOp, idxs: tuple[UOp, ...], reducing: tuple[Reduction, ...]) -> bool:
