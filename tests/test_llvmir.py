@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 
 from tg_core.codegen import Program, linearize_kernel
-from tg_core.dtype import AddrSpace, DType, dtypes, to_numpy_dtype
+from tg_core.dtype import AddrSpace, DType, dtypes
 from tg_core.renderer import Renderer, UnsupportedDTypeError
 from tg_core.renderer.llvmir import LLVMRenderer, render_const
-from tg_core.testing.kernels import INTS, check_random_expressions, elementwise, int_pairs, kernel, np_buf, \
-    py_values, same
+from tg_core.testing.kernels import INTS, check_bitcast, check_cast, check_random_expressions, elementwise, int_pairs, \
+    kernel
 from tg_core.testing.kernels import check_alu as shared_check_alu
 from tg_core.uop import AxisType, Ops, UOp
-from tg_core.uop.alu import cast_const
 
 llvm = pytest.importorskip("llvmlite.binding")
 
@@ -154,12 +153,7 @@ def test_casts(src):
         if dst is src:
             continue
         vals = _cast_values(src, dst)
-        ast = elementwise(lambda a: a.cast(dst), [src], dst, len(vals), f"cast_{src.name}_{dst.name}")
-        out = np.zeros(len(vals), to_numpy_dtype(dst))
-        run(ast, [np_buf(vals, src), out])
-        for v, got in zip(py_values(np_buf(vals, src), src), py_values(out, dst)):
-            want = cast_const(v, src, dst)
-            assert same(got, want, dst), f"cast {v!r} {src!r} -> {dst!r}: got {got!r}, want {want!r}"
+        check_cast(run, src, dst, vals)
 
 
 @pytest.mark.parametrize("src,dst", [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32),
@@ -169,11 +163,7 @@ def test_casts(src):
                          ids=lambda d: d.name)
 def test_bitcasts(src, dst):
     vals = [0.0, 1.5, -2.0, math.inf] if dtypes.is_float(src) else [0, 1, -3 if src is dtypes.int8 else -300, 77]
-    ast = elementwise(lambda a: a.bitcast(dst), [src], dst, len(vals), f"bitcast_{src.name}_{dst.name}")
-    out = np.zeros(len(vals), to_numpy_dtype(dst))
-    inp = np_buf(vals, src)
-    run(ast, [inp, out])
-    assert out.tobytes() == inp.tobytes()
+    check_bitcast(run, src, dst, vals)
 
 
 # ---- memory, signature, errors ---------------------------------------------------------------------------

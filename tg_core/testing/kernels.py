@@ -1,9 +1,10 @@
 """Helpers for testing a renderer or compiler on kernels, shared by core's tests and plugins' tests.
 
 Building kernel ASTs (`kernel`, `elementwise`), numpy buffers of any dtype and tg's exact values back
-(`np_buf`, `py_values`, `same`), checking an ALU op against alu.py with any way of running a kernel
-(`check_alu`), running every kernel of a Tensor's schedule on numpy copies of its buffers (`run_schedule`),
-and capturing the kernels the PYTHON reference device runs (`capture_kernels`, `op_matrix_programs`).
+(`np_buf`, `py_values`, `same`), checking ALU ops, casts and random expressions against tg's exact semantics
+with any way of running a kernel (`check_alu`, `check_cast`, `check_bitcast`, `check_random_expressions`),
+running every kernel of a Tensor's schedule on numpy copies of its buffers (`run_schedule`), and capturing
+the kernels the PYTHON reference device runs (`capture_kernels`, `op_matrix_programs`).
 
 A "run" function takes a kernel AST and its numpy arrays in PARAM order and fills the arrays in place.
 """
@@ -16,7 +17,7 @@ import numpy as np
 
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.uop import KernelInfo, Ops, UOp
-from tg_core.uop.alu import bitcast_const, exec_alu
+from tg_core.uop.alu import bitcast_const, cast_const, exec_alu
 
 INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
         dtypes.uint64]
@@ -80,6 +81,25 @@ def check_alu(run: Callable[[UOp, list[np.ndarray]], Any], op: Ops, out_dt: DTyp
     for i, got in enumerate(py_values(out, out_dt)):
         want = exec_alu(op, out_dt, tuple(col[i] for col in ins), (in_dt,) * len(columns))
         assert same(got, want, out_dt), f"{op} {in_dt!r} {[c[i] for c in ins]}: got {got}, want {want}"
+
+
+def check_cast(run: Callable[[UOp, list[np.ndarray]], Any], src: DType, dst: DType, vals: list) -> None:
+    """`vals` as `src` cast to `dst`, run by `run`, equal tg's exact cast semantics (cast_const) value by value."""
+    ast = elementwise(lambda a: a.cast(dst), [src], dst, len(vals), f"cast_{src.name}_{dst.name}")
+    out = np.zeros(len(vals), to_numpy_dtype(dst))
+    run(ast, [np_buf(vals, src), out])
+    for v, got in zip(py_values(np_buf(vals, src), src), py_values(out, dst)):
+        want = cast_const(v, src, dst)
+        assert same(got, want, dst), f"cast {v!r} {src!r} -> {dst!r}: got {got!r}, want {want!r}"
+
+
+def check_bitcast(run: Callable[[UOp, list[np.ndarray]], Any], src: DType, dst: DType, vals: list) -> None:
+    """`vals` as `src` bitcast to `dst`, run by `run`, keep their bytes."""
+    ast = elementwise(lambda a: a.bitcast(dst), [src], dst, len(vals), f"bitcast_{src.name}_{dst.name}")
+    out = np.zeros(len(vals), to_numpy_dtype(dst))
+    inp = np_buf(vals, src)
+    run(ast, [inp, out])
+    assert out.tobytes() == inp.tobytes()
 
 
 def check_random_expressions(run: Callable[[UOp, list[np.ndarray]], Any], random_expr, dt: DType,

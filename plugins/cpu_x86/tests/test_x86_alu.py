@@ -11,11 +11,11 @@ from x86_harness import run_x86
 from tg_core.codegen import linearize_kernel
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.renderer import UnsupportedDTypeError
-from tg_core.testing.kernels import INTS, check_random_expressions, elementwise, int_pairs, kernel, np_buf, \
-    py_values, same
+from tg_core.testing.kernels import INTS, check_bitcast, check_cast, check_random_expressions, elementwise, int_pairs, \
+    kernel, np_buf
 from tg_core.testing.kernels import check_alu as shared_check_alu
 from tg_core.uop import Ops, UOp
-from tg_core.uop.alu import cast_const, exec_alu
+from tg_core.uop.alu import exec_alu
 from tg_cpu_x86.x86.renderer import X86Renderer
 
 FLOATS = [dtypes.float16, dtypes.float32, dtypes.float64]
@@ -148,12 +148,7 @@ def test_casts(src):
         if dst is src:
             continue
         vals = _cast_values(src, dst)
-        ast = elementwise(lambda a: a.cast(dst), [src], dst, len(vals), f"cast_{src.name}_{dst.name}")
-        out = np.zeros(len(vals), to_numpy_dtype(dst))
-        run_x86(ast, [np_buf(vals, src), out])
-        for v, got in zip(py_values(np_buf(vals, src)), py_values(out)):
-            want = cast_const(v, src, dst)
-            assert same(got, want, dst), f"cast {v!r} {src!r} -> {dst!r}: got {got!r}, want {want!r}"
+        check_cast(run_x86, src, dst, vals)
 
 
 @pytest.mark.parametrize("src,dst", [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32),
@@ -164,11 +159,7 @@ def test_casts(src):
 def test_bitcasts(src, dst):
     vals = [0.0, 1.5, -2.0, math.inf] if dtypes.is_float(src) else \
         [0, 1, dtypes.max(src), 77] if dtypes.is_unsigned(src) else [0, 1, -3, 77]
-    ast = elementwise(lambda a: a.bitcast(dst), [src], dst, len(vals), f"bitcast_{src.name}_{dst.name}")
-    out = np.zeros(len(vals), to_numpy_dtype(dst))
-    inp = np_buf(vals, src)
-    run_x86(ast, [inp, out])
-    assert out.tobytes() == inp.tobytes()
+    check_bitcast(run_x86, src, dst, vals)
 
 
 def test_gated_load_and_store():
