@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from tg_core.codegen.decomp import decomp
 from tg_core.codegen.gpudims import LaunchDims, add_gpudims
+from tg_core.codegen.intpow import pm_int_pow
 from tg_core.codegen.opts import Opt
 from tg_core.codegen.program import Program, linearize_kernel
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
@@ -33,7 +34,6 @@ from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
 
-from tg_amd.intpow import pm_int_pow
 
 ARCH = "gfx1100"
 MAX_LOCAL = 256  # work-items per workgroup the renderer asks for (8 waves of 32)

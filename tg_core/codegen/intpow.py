@@ -1,5 +1,5 @@
-"""Integer POW as multiplies and selects, for CPU renderers (a CPU has no integer power instruction and LLVM
-no intrinsic for it).
+"""Integer POW as multiplies and selects, for renderers whose target has no integer power instruction (LLVM has
+no intrinsic for one): the CPU's LLVM path and the AMD renderer use it.
 
 alu.py defines `x ** y` on ints: for y >= 0 the exact power wrapped to the dtype, for y < 0 the real power
 truncated toward zero (so 1 for x == 1, +-1 for x == -1 by the parity of y, and 0 otherwise, 0 ** -n
@@ -42,9 +42,10 @@ def int_pow(x: UOp, y: UOp) -> UOp:
 
 
 def _rule(u: UOp) -> UOp | None:
-    if u.dtype.count != 1 or not dtypes.is_int(u.dtype) or u.src[0].dtype != u.src[1].dtype:
+    if u.dtype.count != 1 or not dtypes.is_int(u.dtype) or u.dtype in (dtypes.bool, dtypes.weakint):
         return None
-    return int_pow(*u.src)
+    x, y = u.src
+    return int_pow(x, y if y.dtype is x.dtype else y.cast(x.dtype))
 
 
 pm_int_pow = PatternMatcher([(UPat(Ops.POW, name="u"), _rule)])
