@@ -22,10 +22,13 @@ def test_matmul_tile_wider_than_a_vector(n):
 
 
 def test_matmul_bias_relu_ten_columns():
-    """The MLP's last layer shape: a bias and relu after a 10-column product, partly vector, partly scalar."""
+    """The MLP's last layer shape: a bias and relu after a 10-column product, partly vector, partly scalar.
+    The bias loads have constant indices (b[0..9], the tile's columns): b[0..7] is one vector load."""
     a, b, c = f32(16, 64), f32(64, 10), f32(10)
-    got, _ = run_tensor((Tensor(a) @ Tensor(b) + Tensor(c)).relu(), own_opts=True)
+    got, kernels = run_tensor((Tensor(a) @ Tensor(b) + Tensor(c)).relu(), own_opts=True)
     np.testing.assert_allclose(got, np.maximum(a @ b + c, 0), rtol=1e-4, atol=1e-4)
+    text = "\n".join(k.asm_str() for k in kernels)
+    assert "vfmadd231ps ymm" in text and "vaddps ymm" in text and "vfmadd231ss xmm" in text
 
 
 def test_packed_panels_are_cache_line_aligned_with_stack_arguments():

@@ -68,6 +68,8 @@ def _plain_global(idx: UOp) -> bool:
 def _consecutive(idxs: tuple[UOp, ...]) -> bool:
     if not all(_plain_global(i) for i in idxs) or len({buffer_of(i) for i in idxs}) != 1:
         return False
+    if all(i.src[1].op is Ops.CONST for i in idxs):  # constant elements: a 10-column tile's bias loads b[0..7]
+        return all(i.src[1].arg == idxs[0].src[1].arg + k for k, i in enumerate(idxs))
     offs = [offset(i) for i in idxs]
     return len({b for b, _ in offs}) == 1 and all(c == offs[0][1] + k for k, (_, c) in enumerate(offs))
 
