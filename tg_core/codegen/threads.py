@@ -8,9 +8,16 @@ compiled function once per core with its `core_id`, and renderers see it as an o
 range that every effect of the kernel is inside may be split (otherwise some store would run on every
 core), and only a kernel with enough work (`work_estimate`) is: starting threads costs more than a small
 kernel.
+
+A kernel with no such range whose only effect stores one ADD/MAX/MUL reduction to element 0 of a buffer (a
+full `sum`, `max` or `prod`) has its reduce range split the same way instead, and each core stores its partial
+result to element `core_id` of that buffer, which the split kernel declares with `cores` elements: the runner
+passes a scratch buffer there and combines the partials into the real output (`partial_reduction` says which
+buffer and how), since cores do not wait for each other inside a kernel.
 """
 from __future__ import annotations
 
+from tg_core.dtype import DType
 from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.uop import UOp
 
@@ -43,19 +50,31 @@ def work_estimate(ast: UOp) -> int:
 
 
 def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK) -> UOp:
-    """`ast` with a parallel range split across `cores` cores, or `ast` itself when the kernel has no parallel
-    range of two rows per core or less work than `min_work` (see the module doc)."""
+    """`ast` with a parallel range (or a full reduction's range) split across `cores` cores, or `ast` itself
+    when the kernel has no such range of two rows per core or less work than `min_work` (see the module doc)."""
     if not isinstance(cores, int) or cores < 1:
         raise ValueError(f"the core count must be a positive int, got {cores!r}")
     if cores == 1 or ast.op is not Ops.SINK:
         return ast
     if any(u.op is Ops.DEFINE_VAR and u.arg[0] == CORE_ID for u in ast.toposort()):
         raise ValueError(f"kernel already has a variable named {CORE_ID!r}, which multi-core splitting reserves")
+    if work_estimate(ast) < min_work:
+        return ast
     # the outermost with two rows per core at least (a range of one iteration is folded away by codegen's
     # simplification): a batch of 2 splits its columns instead
     rng = next((r for r in parallel_ranges(ast) if r.src[0].vmax >= 2 * cores), None)
-    if rng is None or work_estimate(ast) < min_work:
-        return ast
+    if rng is None:
+        return _split_reduction(ast, cores)
+    local, index = _core_rows(rng, cores)
+    split = ast.substitute({rng: index})
+    # an END lists the loops it closes: there the loop itself belongs, not the row index computed from it
+    ends = {e: UOp(e.op, e.dtype, tuple(local if s is index else s for s in e.src), e.arg, e.tag)
+            for e in split.src if e.op is Ops.END}
+    return split.substitute(ends)
+
+
+def _core_rows(rng: UOp, cores: int) -> tuple[UOp, UOp]:
+    """The range of core `core_id`'s rows of `rng` and the row index computed from it."""
     n, core = rng.src[0], UOp.variable(CORE_ID, 0, cores - 1)
     if n.op is Ops.CONST and n.arg % cores == 0:
         # equal parts: a constant trip count and an index without division keep the loop easy to vectorize
@@ -64,12 +83,50 @@ def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK) -> UOp:
         start = (core * n) // cores
         rows = (((core + 1) * n) // cores - start).simplify()
     local = UOp(Ops.RANGE, rng.dtype, (rows,), rng.arg, rng.tag)
-    index = local + start
-    split = ast.substitute({rng: index})
-    # an END lists the loops it closes: there the loop itself belongs, not the row index computed from it
-    ends = {e: UOp(e.op, e.dtype, tuple(local if s is index else s for s in e.src), e.arg, e.tag)
-            for e in split.src if e.op is Ops.END}
-    return split.substitute(ends)
+    return local, local + start
+
+
+# reductions whose per-core partial results combine by the same operation (floats: in another order, so
+# within rounding of the one-core result)
+PARTIAL_OPS = (Ops.ADD, Ops.MAX, Ops.MUL)
+
+
+def _split_reduction(ast: UOp, cores: int) -> UOp:
+    """`ast` storing each core's partial reduction to element `core_id` of its output (see the module doc), or
+    `ast` itself when it is not one store of one reduction over one range of two iterations per core."""
+    if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
+        return ast
+    target, red = ast.src[0].src[:2]
+    if target.op is not Ops.INDEX or len(target.src) != 2 or red.op is not Ops.REDUCE or len(red.src) != 2:
+        return ast
+    buf, at = target.src
+    rng = red.src[1]
+    if (buf.op is not Ops.PARAM or at.op is not Ops.CONST or at.arg != 0 or red.arg not in PARTIAL_OPS
+            or red.dtype != buf.dtype.base or red.dtype.count != 1 or rng.src[0].vmax < 2 * cores):
+        return ast
+    # the output is only stored to: were it also loaded, its partial slots would be read as the real buffer
+    if any(buf in u.src for u in ast.toposort() if u is not target):
+        return ast
+    local, index = _core_rows(rng, cores)
+    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: index}), local), red.arg, red.tag)
+    slots = UOp(Ops.PARAM, buf.dtype.base.ptr(cores, buf.dtype.addrspace), buf.src, buf.arg, buf.tag)
+    core = UOp.variable(CORE_ID, 0, cores - 1)
+    store = ast.src[0]
+    slot = UOp(Ops.INDEX, slots.dtype, (slots, core), target.arg, target.tag)
+    return UOp(Ops.SINK, ast.dtype, (UOp(store.op, store.dtype, (slot, partial, *store.src[2:]), store.arg,
+                                         store.tag),), ast.arg, ast.tag)
+
+
+def partial_reduction(ast: UOp) -> tuple[int, Ops, DType] | None:
+    """For a kernel from `split_cores` whose cores store partial reductions: the index of the output PARAM (whose
+    `core_count` elements the runner combines), the reduction's operation and dtype; otherwise None."""
+    if ast.op is not Ops.SINK or len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
+        return None
+    target, value = ast.src[0].src[:2]
+    if target.op is Ops.INDEX and target.src[1].op is Ops.DEFINE_VAR and target.src[1].arg[0] == CORE_ID:
+        buf = target.src[0]
+        return (buf.arg[0] if isinstance(buf.arg, tuple) else buf.arg), value.arg, value.dtype
+    return None
 
 
 def core_count(ast: UOp) -> int:

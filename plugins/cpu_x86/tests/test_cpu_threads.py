@@ -5,9 +5,10 @@ import threading
 import numpy as np
 import pytest
 
-from tg_core.codegen.threads import CORE_ID, core_count, parallel_ranges, split_cores, work_estimate
+from tg_core.codegen.threads import (CORE_ID, core_count, parallel_ranges, partial_reduction, split_cores,
+                                     work_estimate)
 from tg_core.device import Buffer, Device
-from tg_core.dtype import dtypes
+from tg_core.dtype import dtypes, to_numpy_dtype
 from tg_core.uop import AxisType, KernelInfo, Ops, UOp
 
 pytest.importorskip("llvmlite.binding")
@@ -27,6 +28,14 @@ def rows_kernel(n: UOp | int, m: int = 3):
     total = inp.index(k).load().reduce(Ops.ADD, k)
     value = (i * m + j).cast(dtypes.int32) + total
     return sink(out.index(i * m + j).store(value).end(i, j))
+
+
+def full_reduction(n: int, op: Ops, dtype, after=None):
+    """out[0] = reduce(op, in[k] for k < n), optionally followed by `after`."""
+    inp, out = UOp.param(0, dtype.ptr(n)), UOp.param(1, dtype.ptr(1))
+    k = UOp.range(n, 0, AxisType.REDUCE)
+    total = inp.index(k).load().reduce(op, k)
+    return sink(out.index(UOp.const(dtypes.weakint, 0)).store(total if after is None else after(total)))
 
 
 def test_split_structure():
@@ -61,12 +70,11 @@ def test_what_is_not_split():
     assert split_cores(small, 2) is small  # too little work for the default threshold
     assert split_cores(small, 1, min_work=0) is small
     assert split_cores(rows_kernel(3, m=3), 2, min_work=0) is rows_kernel(3, m=3)  # no range of 2 rows per core
-    # a reduction to one value has no parallel range
-    inp, out = UOp.param(0, dtypes.float32.ptr(1 << 20)), UOp.param(1, dtypes.float32.ptr(1))
-    k = UOp.range(1 << 20, 0, AxisType.REDUCE)
-    total = inp.index(k).load().reduce(Ops.ADD, k)
-    scalar = sink(out.index(UOp.const(dtypes.weakint, 0)).store(total))
-    assert parallel_ranges(scalar) == [] and split_cores(scalar, 2, min_work=0) is scalar
+    # a reduction to one value has no parallel range; one followed by more math cannot be combined by the runner
+    mean = full_reduction(1 << 20, Ops.ADD, dtypes.float32, lambda r: r / (1 << 20))
+    assert parallel_ranges(mean) == [] and split_cores(mean, 2, min_work=0) is mean
+    short = full_reduction(3, Ops.ADD, dtypes.int32)  # not two iterations per core
+    assert split_cores(short, 2, min_work=0) is short
     # two effects not inside one outer range
     a, b = UOp.param(0, dtypes.int32.ptr(8)), UOp.param(1, dtypes.int32.ptr(8))
     r0, r1 = UOp.range(8, 0), UOp.range(8, 1)
@@ -127,6 +135,63 @@ def test_split_kernel_with_variable_rows(cpu):
         want = np.full(64 * 3, -1, np.int32)
         want[:rows * 3] = np.arange(rows * 3) + 16
         np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_full_reduction_structure():
+    """A full reduction is split by its reduce range; core c stores its partial to element c of its output."""
+    ast = full_reduction(1001, Ops.MAX, dtypes.float32)
+    split = split_cores(ast, 3, min_work=0)
+    assert core_count(split) == 3 and partial_reduction(split) == (1, Ops.MAX, dtypes.float32)
+    assert partial_reduction(ast) is None and split_cores(ast, 3) is ast  # 1001 iterations: below thread_min_work
+    target, red = split.src[0].src[:2]
+    assert target.src[0].dtype.size == 3 and target.src[1].op is Ops.DEFINE_VAR
+    core, rng = target.src[1], red.src[1]
+    load_index = red.src[0].src[0].src[1]
+    seen = [load_index.evaluate({core: c, rng: r}) for c in range(3) for r in range(rng.src[0].evaluate({core: c}))]
+    assert sorted(seen) == list(range(1001))
+
+
+# in the array's own dtype: integer sums and products wrap as the kernel's do
+_NP_REDUCE = {Ops.ADD: lambda a: np.sum(a, dtype=a.dtype), Ops.MAX: np.max,
+              Ops.MUL: lambda a: np.prod(a, dtype=a.dtype)}
+
+
+@pytest.mark.parametrize("renderer", ["X86", "LLVM"])
+@pytest.mark.parametrize("cores", [1, 2, 3])
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL])
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32, dtypes.float64, dtypes.int64, dtypes.uint8])
+def test_full_reductions_match_numpy(cpu, renderer, cores, op, dtype):
+    """Sums, maxima and products of sizes no core count divides, combined from per-core partials."""
+    cpu.select_renderer(renderer)
+    cpu.configure_threads(cores, 0)
+    n = 10007
+    rng = np.random.default_rng(cores)
+    np_dtype = to_numpy_dtype(dtype)
+    if op is Ops.MUL:  # near 1 (floats) or mostly 1 with a few 3s (ints, which wrap): no overflow to inf
+        a = (1 + rng.standard_normal(n) * 1e-3) if dtypes.is_float(dtype) else rng.choice([1, 1, 1, 3, -1], n)
+    else:
+        a = rng.standard_normal(n) * 100
+    a = a.astype(np_dtype)
+    inp, out = Buffer.from_numpy(a, "CPU"), Buffer.from_numpy(np.zeros(1, np_dtype), "CPU")
+    runner = cpu.get_runner(full_reduction(n, op, dtype))
+    assert runner.cores == cores
+    runner([inp, out], {})
+    want = _NP_REDUCE[op](a)
+    if dtypes.is_float(dtype):
+        np.testing.assert_allclose(out.numpy()[0], want, rtol=1e-4 if dtype is dtypes.float32 else 1e-10)
+    else:
+        assert out.numpy()[0] == want
+
+
+def test_tensor_reductions_use_all_cores(cpu):
+    from tg_core.tensor import Tensor
+    cpu.configure_threads(2, 0)
+    a = np.random.default_rng(0).standard_normal(1001).astype(np.float32)
+    np.testing.assert_allclose(Tensor(a).sum().numpy(), a.sum(), rtol=1e-5)
+    np.testing.assert_allclose(Tensor(a).max().numpy(), a.max())
+    np.testing.assert_allclose(Tensor(a).mean().numpy(), a.mean(), rtol=1e-5)  # stays on one core
+    b = np.arange(-500, 501, dtype=np.int32)
+    assert Tensor(b).sum().numpy() == b.sum() and Tensor(b).max().numpy() == 500
 
 
 def test_pool_runs_parts_concurrently():

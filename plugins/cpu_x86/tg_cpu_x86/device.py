@@ -17,16 +17,24 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tg_core.codegen.threads import CORE_ID, MIN_WORK, core_count, split_cores
+import numpy as np
+
+from tg_core.codegen.threads import CORE_ID, MIN_WORK, core_count, partial_reduction, split_cores
 from tg_core.device import Buffer, Compiled
-from tg_core.dtype import dtypes
+from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.helpers import DEBUG
 from tg_core.renderer import Renderer
 from tg_core.uop.rewrite import gc_paused
+from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.execmem import ExecMemory
 from tg_cpu_x86.memory import CPUAllocator
 
+# how a split full reduction's per-core partial results combine (threads.partial_reduction)
+_COMBINE = {Ops.ADD: np.add, Ops.MAX: np.maximum, Ops.MUL: np.multiply}
+# the dtypes numpy computes in natively (bfloat16 and fp8 it only stores as raw bits)
+_COMBINABLE = frozenset((dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
+                         dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64))
 _CTYPE = {dtypes.int32: ctypes.c_int32, dtypes.int64: ctypes.c_int64, dtypes.uint32: ctypes.c_uint32,
           dtypes.uint64: ctypes.c_uint64}
 
@@ -119,10 +127,13 @@ class CorePool:
 class CPURunner:
     """Calls a loaded kernel: buffer addresses, then the int variables in program order; for a split
     kernel once per core with its `core_id`. Everything per kernel is prepared here, not per call."""
-    __slots__ = ("fn", "name", "var_names", "core_pos", "cores", "pool", "keep")
+    __slots__ = ("fn", "name", "var_names", "core_pos", "cores", "pool", "keep", "partial")
 
-    def __init__(self, fn: Any, name: str, variables: list[str], cores: int, pool: CorePool, keep: Any):
+    def __init__(self, fn: Any, name: str, variables: list[str], cores: int, pool: CorePool, keep: Any,
+                 partial: tuple[int, Ops, DType] | None = None):
         self.fn, self.name, self.cores, self.pool, self.keep = fn, name, cores, pool, keep
+        # a split full reduction: (output buffer, operation, dtype) whose per-core partials the runner combines
+        self.partial = partial
         self.var_names = tuple(v for v in variables if v != CORE_ID)
         # core_id's place among the variables (the arguments after the buffers)
         self.core_pos = variables.index(CORE_ID) if CORE_ID in variables else None
@@ -135,7 +146,15 @@ class CPURunner:
             self.fn(*args)
             return
         pos = len(bufs) + self.core_pos
+        if self.partial is None:
+            self.pool.run(self.fn, [args[:pos] + [c] + args[pos:] for c in range(self.cores)])
+            return
+        # each core writes its partial to its own slot of a scratch array (one per call: calls may overlap)
+        out, op, dtype = self.partial
+        slots = np.empty(self.cores, to_numpy_dtype(dtype))
+        args[out] = slots.ctypes.data
         self.pool.run(self.fn, [args[:pos] + [c] + args[pos:] for c in range(self.cores)])
+        bufs[out].opaque.numpy(dtype)[0] = _COMBINE[op].reduce(slots, dtype=slots.dtype)
 
     def __repr__(self) -> str:
         return f"<CPURunner {self.name} on {self.cores} core(s)>"
@@ -201,6 +220,9 @@ class CPUDevice(Compiled):
         renderer = self.render_with
         with gc_paused():  # codegen allocates many acyclic objects: collections would only slow it down
             split = split_cores(ast, self.threads, self.thread_min_work)
+            partial = partial_reduction(split)
+            if partial is not None and partial[2] not in _COMBINABLE:
+                split, partial = ast, None  # the runner combines partials with numpy: this dtype stays on one core
             program = renderer.program(split)
             src = renderer.render(program)
         fn_name = renderer.function_name(program) if hasattr(renderer, "function_name") else program.name
@@ -214,7 +236,7 @@ class CPUDevice(Compiled):
         if DEBUG >= 3:
             self._show(renderer, program, src, core_count(split))
         return CPURunner(fn, program.name, [v.arg[0] for v in program.variables], core_count(split), self.pool,
-                         self._loaded[src])
+                         self._loaded[src], partial)
 
     def _show(self, renderer: Renderer, program: Any, src: str | bytes, cores: int) -> None:
         """DEBUG=3: the rendered kernel (LLVM IR, or the X86 renderer's assembly); DEBUG=4 adds LLVM's assembly."""
