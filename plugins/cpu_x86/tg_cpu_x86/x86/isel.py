@@ -34,7 +34,7 @@ from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
-from tg_cpu_x86.x86.slp import Group, Packer, buffer_of
+from tg_cpu_x86.x86.slp import Group, buffer_of, plan
 
 DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -131,8 +131,7 @@ class Selector:
     def _vector_plan(self) -> None:
         """Which uops are computed as ymm vectors (slp.py), where each group is emitted (after its last
         member), and which accumulator updates become one FMA into the accumulator."""
-        self.packer = Packer(self.uops, self.users)
-        self.groups = self.packer.run()
+        self.packer, self.groups = plan(self.uops, self.users)
         self.vskip: set[UOp] = set()
         self.emit_at: dict[UOp, list[Group]] = {}
         self.vvals: dict[Group, VReg] = {}

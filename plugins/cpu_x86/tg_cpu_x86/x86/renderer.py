@@ -25,7 +25,7 @@ from tg_cpu_x86.x86 import operands as x86
 from tg_cpu_x86.x86.abi import X86Arch
 from tg_cpu_x86.x86.encode import Assembler
 from tg_cpu_x86.x86.isel import SUPPORTED, select
-from tg_cpu_x86.x86.slp import Packer, buffer_of
+from tg_cpu_x86.x86.slp import buffer_of, plan
 
 
 def _decompositions() -> PatternMatcher | None:
@@ -129,7 +129,7 @@ class X86Renderer(Renderer):
         else the scalar lanes of opts_for."""
         if opts is None and (vector := self._vector_opts(ast)):
             prog = linearize_kernel(ast, self.lower_reduce, vector, self.extra_matcher)
-            if Packer(prog.uops, _users(prog.uops)).run():
+            if plan(prog.uops, _users(prog.uops))[1]:
                 return prog
         return super().program(ast, opts)
 
