@@ -13,7 +13,7 @@ import pytest
 from tg_core.codegen import Program, linearize_kernel
 from tg_core.dtype import AddrSpace, DType, dtypes
 from tg_core.renderer import Renderer, UnsupportedDTypeError
-from tg_core.renderer.llvmir import LLVMRenderer, render_const
+from tg_core.renderer.llvmir import LLVMFunction, LLVMRenderer, render_const
 from tg_core.testing.kernels import INTS, check_bitcast, check_cast, check_random_expressions, elementwise, int_pairs, \
     kernel
 from tg_core.testing.kernels import check_alu as shared_check_alu
@@ -314,6 +314,34 @@ def _gpu_kernel() -> UOp:
 def test_special_needs_an_intrinsic():
     with pytest.raises(NotImplementedError, match="no intrinsic for SPECIAL 'gidx0'"):
         LLVMRenderer().render(linearize_kernel(_gpu_kernel()))
+
+
+class _FixedIdsFunction(LLVMFunction):
+    """A target whose ids are constants: SPECIAL through an overridden handler method."""
+    ids = {"gidx0": 2, "lidx0": 5}
+
+    def special(self, u: UOp) -> None:
+        self.names[u] = render_const(self.ids[u.arg], u.dtype)
+
+
+class _FixedIds(LLVMRenderer):
+    function_class = _FixedIdsFunction
+
+    def attributes(self, program: Program) -> str:
+        return f'nounwind "tg-kernel"="{program.name}"'
+
+
+def test_public_extension_points():
+    """A subclass's override of a handler method is what renders the op, and `attributes` is per program."""
+    prog = linearize_kernel(_gpu_kernel())
+    a, out = np.random.default_rng(0).standard_normal(256).astype(np.float32), np.zeros(32, np.float32)
+    src = _FixedIds().render(prog)
+    assert '"tg-kernel"="gpu_rowmax"' in src and "workgroup" not in src
+    compile_and_run(src, prog, [a, out])
+    row = 2 * 8 + 5  # only the fixed ids' row is written
+    want = np.zeros(32, np.float32)
+    want[row] = np.sqrt(np.exp2(a[row * 8:row * 8 + 8]).max())
+    np.testing.assert_allclose(out, want, rtol=1e-6)
 
 
 def test_amdgcn_object_from_the_same_renderer():

@@ -10,8 +10,23 @@ undefined cases (shifts by the width or more, out-of-range float -> int) are LLV
 
 Values are kept in their LLVM type (bool is i1) except in memory, where a bool is a byte. bfloat16 is
 carried as its 16 raw bits (i16): every op on it runs in float32, and float32 -> bfloat16 rounds to
-nearest even in integer code, so no target needs bfloat16 instructions or a runtime library. A subclass
-(AMD) sets the address spaces, the calling convention and the target.
+nearest even in integer code, so no target needs bfloat16 instructions or a runtime library.
+
+Extending it for a target (the public API plugins build on; tg-amd and tg-cpu-x86 use nothing else):
+- `LLVMRenderer` class attributes configure the module: `addrspaces` (GLOBAL/LOCAL/REG -> LLVM address
+  space), `calling_convention`, `target_triple`, `data_layout`, `function_attributes` (or override
+  `attributes(program)` when they depend on the kernel), `float_flags`/`reduce_flags` (fast-math flags),
+  `special_intrinsics` (SPECIAL name -> the i32 intrinsic reading it, e.g. a GPU's workgroup id).
+- `LLVMRenderer.function_class` is the `LLVMFunction` subclass that renders one program. Its `handlers`
+  table maps an op to the name of the method rendering it, so a subclass adds ops the shared renderer does
+  not know (a GPU's DEFINE_LOCAL and BARRIER) by extending the table, and replaces how an op is rendered by
+  overriding the method (`special`, `define_reg`, `index`, `load`, `store`, `range`, `end`, `cast_uop`,
+  `bitcast`). Arithmetic goes through `alu` -> `float_alu` / `int_alu`: override `float_alu` to use a
+  target's math instructions for some ops and dtypes, delegating the rest to the base.
+- Inside a method, `names[u]` is the rendered value of a uop (set it for the uop being rendered), `ins`
+  writes an instruction and returns its result, `stmt` one without a result, `call` calls a function it
+  declares, `declare` adds a module-level line (a declaration or a global), `cast` converts a value between
+  dtypes; `ltype` and `render_const` give a dtype's LLVM type and a constant's literal.
 """
 from __future__ import annotations
 
@@ -74,39 +89,13 @@ def _as_signed(v: int, bits: int) -> int:
     return v - (1 << bits) if v >= 1 << (bits - 1) else v
 
 
-class LLVMRenderer(Renderer):
-    """LLVM IR text for any LLVM target; subclasses set the target's address spaces and conventions."""
-    name = "LLVM"
-    supported_dtypes = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
-                                  dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16,
-                                  dtypes.float32, dtypes.float64})
-    addrspaces: dict[AddrSpace, int] = {AddrSpace.GLOBAL: 0, AddrSpace.LOCAL: 0, AddrSpace.REG: 0}
-    calling_convention: str = ""  # e.g. "amdgpu_kernel"
-    target_triple: str | None = None
-    data_layout: str | None = None
-    function_attributes: str = "nounwind"
-    # fast-math flags on float arithmetic, e.g. "contract" to let LLVM fuse a multiply and an add into an FMA;
-    # empty (strict IEEE, results as the reference device computes them) unless a device opts in
-    float_flags: str = ""
-    # extra fast-math flags on the combine of a reduction's accumulator update only, e.g. "reassoc": a
-    # reduction's order is unspecified, so LLVM may split it into vector accumulators (the loop vectorizer
-    # needs reassoc for that) without reassociating any other float arithmetic of the kernel
-    reduce_flags: str = ""
-    # SPECIAL name -> the intrinsic (no arguments, i32 result) that reads it, e.g. a GPU's workgroup id
-    special_intrinsics: dict[str, str] = {}
-
-    def render(self, program: Program) -> str:
-        self.check_dtypes(program)
-        return _Function(self, program).text()
-
-    @staticmethod
-    def function_name(program: Program) -> str:
-        """The symbol of the program's function in the rendered module (what a loader looks up)."""
-        return _ident(program.name)
-
-
-class _Function:
-    """The state of rendering one program: SSA names, the current block, and the lines written."""
+class LLVMFunction:
+    """The state of rendering one program: SSA names, the current block, and the lines written. Targets
+    subclass it (see the module docstring) and name the subclass in their renderer's `function_class`."""
+    # op -> the method rendering it (by name, so a subclass's override of the method is the one called)
+    handlers: dict[Ops, str] = {Ops.SPECIAL: "special", Ops.DEFINE_REG: "define_reg", Ops.INDEX: "index",
+                                Ops.LOAD: "load", Ops.STORE: "store", Ops.RANGE: "range", Ops.END: "end",
+                                Ops.CAST: "cast_uop", Ops.BITCAST: "bitcast"}
 
     def __init__(self, renderer: LLVMRenderer, program: Program):
         self.r, self.prog = renderer, program
@@ -146,8 +135,13 @@ class _Function:
         space = self.r.addrspaces[dt.addrspace] if isinstance(dt, PtrDType) else 0
         return "ptr" if space == 0 else f"ptr addrspace({space})"
 
+    def declare(self, text: str) -> None:
+        """A module-level line after the function (a declaration or a global), written once."""
+        self.declares[text] = None
+
     def call(self, fn: str, ret: str, args: list[tuple[str, str]], flags: str = "") -> str:
-        self.declares[f"declare {ret} @{fn}({', '.join(t for t, _ in args)})"] = None
+        """A call of `fn` (declared as returning `ret`), its result's name."""
+        self.declare(f"declare {ret} @{fn}({', '.join(t for t, _ in args)})")
         return self.ins(f"call{flags} {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
 
     # ---- the function ----------------------------------------------------------------------------------
@@ -175,11 +169,12 @@ class _Function:
             head.append(f'target triple = "{self.r.target_triple}"')
         cc = f"{self.r.calling_convention} " if self.r.calling_convention else ""
         fn = self.r.function_name(self.prog)
-        head.append(f"define {cc}void @{fn}({', '.join(args)}) {self.r.function_attributes} {{")
+        head.append(f"define {cc}void @{fn}({', '.join(args)}) {self.r.attributes(self.prog)} {{")
         return "\n".join(head + ["entry:"] + self.allocas + self.lines + ["  ret void", "}", *self.declares,
                                                                           *self.metadata]) + "\n"
 
     def render(self, u: UOp) -> None:
+        """Render one uop of the program, in order."""
         op = u.op
         if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.GROUP, Ops.NOOP):
             return
@@ -187,8 +182,8 @@ class _Function:
             self.names[u] = render_const(u.arg, u.dtype)
         elif op is Ops.AFTER:
             self.names[u] = self.names[u.src[0]]
-        elif op in _HANDLERS:
-            _HANDLERS[op](self, u)
+        elif op in self.handlers:
+            getattr(self, self.handlers[op])(u)
         elif op in GroupOp.ALU:
             flags = self.r.reduce_flags if u in self.reduce_ops else ""
             self.names[u] = self.alu(u.op, u.dtype, [s.dtype for s in u.src], [self.names[s] for s in u.src], flags)
@@ -454,9 +449,42 @@ def _reduction_updates(uops: tuple[UOp, ...]) -> set[UOp]:
     return out
 
 
-_HANDLERS = {Ops.SPECIAL: _Function.special, Ops.DEFINE_REG: _Function.define_reg, Ops.INDEX: _Function.index,
-             Ops.LOAD: _Function.load, Ops.STORE: _Function.store, Ops.RANGE: _Function.range, Ops.END: _Function.end,
-             Ops.CAST: _Function.cast_uop, Ops.BITCAST: _Function.bitcast}
+class LLVMRenderer(Renderer):
+    """LLVM IR text for any LLVM target; subclasses set the target's address spaces and conventions."""
+    name = "LLVM"
+    supported_dtypes = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
+                                  dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16,
+                                  dtypes.float32, dtypes.float64})
+    addrspaces: dict[AddrSpace, int] = {AddrSpace.GLOBAL: 0, AddrSpace.LOCAL: 0, AddrSpace.REG: 0}
+    calling_convention: str = ""  # e.g. "amdgpu_kernel"
+    target_triple: str | None = None
+    data_layout: str | None = None
+    function_attributes: str = "nounwind"
+    # fast-math flags on float arithmetic, e.g. "contract" to let LLVM fuse a multiply and an add into an FMA;
+    # empty (strict IEEE, results as the reference device computes them) unless a device opts in
+    float_flags: str = ""
+    # extra fast-math flags on the combine of a reduction's accumulator update only, e.g. "reassoc": a
+    # reduction's order is unspecified, so LLVM may split it into vector accumulators (the loop vectorizer
+    # needs reassoc for that) without reassociating any other float arithmetic of the kernel
+    reduce_flags: str = ""
+    # SPECIAL name -> the intrinsic (no arguments, i32 result) that reads it, e.g. a GPU's workgroup id
+    special_intrinsics: dict[str, str] = {}
+    # the class rendering one program: LLVMFunction, or a target's subclass of it
+    function_class: type[LLVMFunction] = LLVMFunction
+
+    def render(self, program: Program) -> str:
+        self.check_dtypes(program)
+        return self.function_class(self, program).text()
+
+    def attributes(self, program: Program) -> str:
+        """The attributes of `program`'s function: `function_attributes`, unless a target derives them from
+        the kernel (AMD: its workgroup size)."""
+        return self.function_attributes
+
+    @staticmethod
+    def function_name(program: Program) -> str:
+        """The symbol of the program's function in the rendered module (what a loader looks up)."""
+        return _ident(program.name)
 
 
 def _ident(name: str) -> str:

@@ -1,4 +1,7 @@
-"""Core's LLVM IR renderer specialized for amdgcn-amd-amdhsa (gfx1100, RDNA3, wave32).
+"""Core's LLVM IR renderer specialized for amdgcn-amd-amdhsa (gfx1100, RDNA3, wave32), through llvmir.py's
+public extension points only: the renderer's configuration attributes and `attributes(program)`, and an
+`LLVMFunction` subclass (`function_class`) that adds DEFINE_LOCAL and BARRIER to its `handlers` table and
+overrides `float_alu`.
 
 What changes against the host renderer:
 - the kernel is an `amdgpu_kernel`: its arguments (buffer pointers, then the int variables) arrive in the
@@ -17,7 +20,6 @@ What changes against the host renderer:
 """
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from tg_core.codegen.intpow import pm_int_pow
 from tg_core.codegen.opts import Opt
 from tg_core.codegen.program import Program, linearize_kernel
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
-from tg_core.renderer.llvmir import LLVMRenderer, _Function, ltype, render_const
+from tg_core.renderer.llvmir import LLVMFunction, LLVMRenderer, ltype, render_const
 from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.upat import UPat
@@ -71,54 +73,23 @@ def kernarg_layout(program: Program) -> tuple[list[tuple[int, int]], int]:
     return out, at
 
 
-class AMDRenderer(LLVMRenderer):
-    name = "LLVM"
-    device = "AMD"
-    addrspaces = {AddrSpace.GLOBAL: 1, AddrSpace.LOCAL: 3, AddrSpace.REG: 5}
-    calling_convention = "amdgpu_kernel"
-    target_triple = "amdgcn-amd-amdhsa"
-    special_intrinsics = _SPECIALS
-    extra_matcher = _F64_MATH + pm_int_pow
-    arch = ARCH
-
-    def __init__(self) -> None:
-        from tg_amd.compiler import data_layout  # llvmlite knows the target's layout
-        self.data_layout = data_layout(self.arch)
-
-    def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> AMDProgram:
-        ast, launch = add_gpudims(ast, MAX_LOCAL)
-        chosen = self.opts_for(ast) if opts is None else opts
-        p = linearize_kernel(ast, self.lower_reduce, chosen, self.extra_matcher)
-        return AMDProgram(p.name, p.uops, p.params, p.variables, launch)
-
-    def render(self, program: Program) -> str:
-        self.check_dtypes(program)
-        local = next((int(u.src[0].arg) for u in program.uops if u.op is Ops.SPECIAL and u.arg == "lidx0"), 1)
-        r = copy.copy(self)  # the workgroup size is per kernel
-        r.function_attributes = f'nounwind "amdgpu-flat-work-group-size"="1,{local}"'
-        return _AMDFunction(r, program).text()
-
-
-class _AMDFunction(_Function):
+class AMDFunction(LLVMFunction):
     """Rendering one program for amdgcn: LDS buffers, barriers and the hardware's math."""
+    handlers = {**LLVMFunction.handlers, Ops.DEFINE_LOCAL: "define_local", Ops.BARRIER: "barrier"}
 
-    def render(self, u: UOp) -> None:
-        if u.op is Ops.DEFINE_LOCAL:
-            self.define_local(u)
-        elif u.op is Ops.BARRIER:
-            self.stmt('fence syncscope("workgroup") release')
-            self.stmt("call void @llvm.amdgcn.s.barrier()")
-            self.declares["declare void @llvm.amdgcn.s.barrier()"] = None
-            self.stmt('fence syncscope("workgroup") acquire')
-        else:
-            super().render(u)
+    def barrier(self, u: UOp) -> None:
+        """Workgroup fences around s_barrier, so LDS writes before it are seen by every work-item after it."""
+        self.stmt('fence syncscope("workgroup") release')
+        self.stmt("call void @llvm.amdgcn.s.barrier()")
+        self.declare("declare void @llvm.amdgcn.s.barrier()")
+        self.stmt('fence syncscope("workgroup") acquire')
 
     def define_local(self, u: UOp) -> None:
         """An LDS array: a module-level global in address space 3 (its size goes into group_segment_fixed_size)."""
         name = f"@lds.{u.arg}" if isinstance(u.arg, (int, str)) else f"@lds.{len(self.declares)}"
         name = name.replace(" ", "_")
         elem = "i8" if u.dtype.base is dtypes.bool else ltype(u.dtype.base)
-        self.declares[f"{name} = internal addrspace(3) global [{u.dtype.size} x {elem}] undef, align 16"] = None
+        self.declare(f"{name} = internal addrspace(3) global [{u.dtype.size} x {elem}] undef, align 16")
         self.names[u] = name
 
     def float_alu(self, op: Ops, dt: DType, vals: list[str], *rest: str) -> str:
@@ -140,3 +111,30 @@ class _AMDFunction(_Function):
         y = self.call(fma, "float", [("float", nk), ("float", render_const(_TWO_PI_HI, dtypes.float32)), ("float", x)])
         y = self.call(fma, "float", [("float", nk), ("float", render_const(_TWO_PI_LO, dtypes.float32)), ("float", y)])
         return self.call("llvm.amdgcn.sin.f32", "float", [("float", self.ins(f"fmul float {y}, {inv}"))])
+
+
+class AMDRenderer(LLVMRenderer):
+    name = "LLVM"
+    device = "AMD"
+    addrspaces = {AddrSpace.GLOBAL: 1, AddrSpace.LOCAL: 3, AddrSpace.REG: 5}
+    calling_convention = "amdgpu_kernel"
+    target_triple = "amdgcn-amd-amdhsa"
+    special_intrinsics = _SPECIALS
+    extra_matcher = _F64_MATH + pm_int_pow
+    arch = ARCH
+    function_class = AMDFunction
+
+    def __init__(self) -> None:
+        from tg_amd.compiler import data_layout  # llvmlite knows the target's layout
+        self.data_layout = data_layout(self.arch)
+
+    def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> AMDProgram:
+        ast, launch = add_gpudims(ast, MAX_LOCAL)
+        chosen = self.opts_for(ast) if opts is None else opts
+        p = linearize_kernel(ast, self.lower_reduce, chosen, self.extra_matcher)
+        return AMDProgram(p.name, p.uops, p.params, p.variables, launch)
+
+    def attributes(self, program: Program) -> str:
+        """The kernel's workgroup size bounds the ids and lets LLVM drop barriers of single-wave workgroups."""
+        local = next((int(u.src[0].arg) for u in program.uops if u.op is Ops.SPECIAL and u.arg == "lidx0"), 1)
+        return f'nounwind "amdgpu-flat-work-group-size"="1,{local}"'
