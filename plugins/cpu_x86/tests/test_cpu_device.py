@@ -146,7 +146,8 @@ def test_large_kernels_split_only_when_big(cpu):
         x = f32(1 << 18)
         np.testing.assert_allclose((t(x) * 2 + 1).numpy(), x * 2 + 1, rtol=1e-6)
         y = f32(16)
-        np.testing.assert_allclose((t(y) * 3 + 1).numpy(), y * 3 + 1, rtol=1e-6)
+        # y*3+1 contracts to one FMA (a single rounding): near zero it differs from numpy's two roundings by an ulp of 3y
+        np.testing.assert_allclose((t(y) * 3 + 1).numpy(), y * 3 + 1, rtol=1e-6, atol=1e-6)
         cores = {ast.arg.name + str(r.cores) for ast, r in cpu._runners.items()}
         assert cores == {"k0_mul_add2", "k0_mul_add1"}, cores
     finally:
