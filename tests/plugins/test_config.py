@@ -200,3 +200,18 @@ def test_renderer_list_error_names_the_file(make_registry, tmp_path):
                           open_device="MULTI")
     assert msg.startswith(f"{tmp_path / 'tg.yaml'}: renderer not offered for devices.MULTI.renderers: ['FAST', 'SLOW']")
     assert "FAST, EXACT, EXTRA" in msg
+
+
+def test_option_minimum():
+    from tg_core.plugins.config import _check_option
+    from tg_core.plugins.specs import Option
+    cores = Option(int, 0, "cores; 0: all", minimum=0)
+    assert _check_option("tg.yaml", "devices.CPU.threads", cores, 3) == 3
+    with pytest.raises(ConfigError) as e:
+        _check_option("environment variable TG_CPU_THREADS", "TG_CPU_THREADS", cores, -3)
+    assert str(e.value) == ("environment variable TG_CPU_THREADS: too small for TG_CPU_THREADS: -3; "
+                            "allowed: an int >= 0 (default 0: cores; 0: all)")
+    with pytest.raises(ValueError, match="minimum"):
+        Option(int, -1, "a default below its own minimum", minimum=0)
+    with pytest.raises(ValueError, match="minimum"):
+        Option(str, "x", "a minimum on a string", minimum=0)

@@ -353,6 +353,8 @@ def _check_option(source: str, key: str, opt: Option, value: Any) -> Any:
     if opt.choices is not None and value not in opt.choices:
         raise ConfigError(source, key, value, opt.describe(), suggest(str(value), [str(c) for c in opt.choices]),
                           problem="bad value")
+    if opt.minimum is not None and value < opt.minimum:
+        raise ConfigError(source, key, value, opt.describe(), None, problem="too small")
     return float(value) if opt.type is float else value
 
 

@@ -14,11 +14,13 @@ _OPTION_TYPES = (bool, int, float, str)
 
 @dataclass(frozen=True)
 class Option:
-    """One per-device option: its type (bool, int, float or str), default, help, and optionally the allowed values."""
+    """One per-device option: its type (bool, int, float or str), default, help, and optionally the allowed values
+    or, for numbers, the smallest allowed value."""
     type: type
     default: Any
     help: str
     choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
 
     def __post_init__(self) -> None:
         if self.type not in _OPTION_TYPES:
@@ -27,11 +29,15 @@ class Option:
             raise TypeError(f"option default {self.default!r} is not a {self.type.__name__}")
         if self.choices is not None and self.default not in self.choices:
             raise ValueError(f"option default {self.default!r} is not one of its choices {list(self.choices)}")
+        if self.minimum is not None and (self.type not in (int, float) or self.default < self.minimum):
+            raise ValueError(f"option minimum {self.minimum!r} needs a number option whose default is at least it")
 
     def describe(self) -> str:
         name = self.type.__name__
         article = "an" if name == "int" else "a"
         allowed = " | ".join(repr(c) for c in self.choices) if self.choices else f"{article} {name}"
+        if self.minimum is not None:
+            allowed += f" >= {self.minimum!r}"
         return f"{allowed} (default {self.default!r}: {self.help})"
 
 

@@ -32,9 +32,9 @@ def tg_devices() -> list[DeviceSpec]:
     from tg_cpu_x86.device import CPUDevice
     return [DeviceSpec("CPU", CPUDevice, description="this machine's CPU: native x86-64 or LLVM-compiled kernels",
                        options={
-                           "threads": Option(int, 0, "cores a large kernel is split across; 0: every core"),
+                           "threads": Option(int, 0, "cores a large kernel is split across; 0: every core", minimum=0),
                            "thread_min_work": Option(int, MIN_WORK, "a kernel with fewer loop iterations than "
-                                                                    "this runs on one core"),
+                                                                    "this runs on one core", minimum=0),
                        })]
 
 
