@@ -46,7 +46,8 @@ def open_interface(device: str, wanted: str) -> tuple[Any, str]:
                 f"`python -m pip install {MOCK_DIST}` (the real KFD interface is not written yet)")
         if name == "kfd":
             raise DeviceUnavailable(
-                f"{device}: {KFD_PATH} exists but no plugin offers the 'kfd' interface (not written yet); "
+                f"{device}: {KFD_PATH} {'exists' if os.path.exists(KFD_PATH) else 'is absent'} and no plugin "
+                f"offers the 'kfd' interface (not written yet); "
                 f"use the mock GPU with `devices: {{AMD: {{interface: mock}}}}` in ./tg.yaml; offered: "
                 f"{', '.join(offered)}")
         raise DeviceUnavailable(f"{device}: no AMD interface named {name!r} ({why}); offered: {', '.join(offered)}"
