@@ -12,7 +12,6 @@ import itertools
 import os
 import random
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

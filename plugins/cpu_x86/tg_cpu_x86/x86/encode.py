@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from .operands import Reg, Mem, Imm, Label, Operand, REGS
-from .forms import Form, FORMS, BRANCHES, CONDITIONS, CONDITION_ALIASES, CMP_PREDICATES
+from .forms import Form, FORMS, BRANCHES, CONDITION_ALIASES, CMP_PREDICATES
 
 
 class EncodeError(ValueError):

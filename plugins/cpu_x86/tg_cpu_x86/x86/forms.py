@@ -232,7 +232,7 @@ def _vex_rows() -> list[tuple[str, ...]]:
         add((f"vcmp{t}", f"x x xm{bits} u8", f"V.128.{pp}.0F.W0 C2 /r ib", "RVMI"))
         add((f"vround{t}", f"x x xm{bits} u8", f"V.128.66.0F3A.W0 {'0A' if t == 'ss' else '0B'} /r ib", "RVMI"))
         add((f"vmov{t}", f"x m{bits}", f"V.128.{pp}.0F.W0 10 /r", "RM"))
-        add((f"vmov{t}", f"x x x", f"V.128.{pp}.0F.W0 10 /r", "RVM"))
+        add((f"vmov{t}", "x x x", f"V.128.{pp}.0F.W0 10 /r", "RVM"))
         add((f"vmov{t}", f"m{bits} x", f"V.128.{pp}.0F.W0 11 /r", "MR"))
         pre = "NP" if t == "ss" else "66"
         add((f"vucomi{t}", f"x xm{bits}", f"V.128.{pre}.0F.W0 2E /r", "RM"))
