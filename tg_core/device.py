@@ -92,15 +92,18 @@ class LRUAllocator(Allocator):
         self._by_key: dict[tuple[int, BufferSpec], list[int]] = {}
         self._tickets = itertools.count()
         self.cached_bytes = 0
+        # the cache's bookkeeping is shared by every thread using the device: one change at a time
+        self._cache_lock = threading.RLock()
 
     def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
         options = options or _DEFAULT_SPEC
-        tickets = self._by_key.get((size, options))
-        if tickets:
-            # the most recently freed one: its memory is the likeliest to be warm
-            _, opaque = self._entries.pop(tickets.pop())
-            self.cached_bytes -= size
-            return opaque
+        with self._cache_lock:
+            tickets = self._by_key.get((size, options))
+            if tickets:
+                # the most recently freed one: its memory is the likeliest to be warm
+                _, opaque = self._entries.pop(tickets.pop())
+                self.cached_bytes -= size
+                return opaque
         try:
             return super().alloc(size, options)
         except MemoryError:
@@ -112,12 +115,13 @@ class LRUAllocator(Allocator):
         if not LRU or options.nolru or (self.cache_limit is not None and size > self.cache_limit):
             super().free(opaque, size, options)
             return
-        ticket = next(self._tickets)
-        self._entries[ticket] = ((size, options), opaque)
-        self._by_key.setdefault((size, options), []).append(ticket)
-        self.cached_bytes += size
-        while self.cache_limit is not None and self.cached_bytes > self.cache_limit:
-            self._evict_oldest()
+        with self._cache_lock:
+            ticket = next(self._tickets)
+            self._entries[ticket] = ((size, options), opaque)
+            self._by_key.setdefault((size, options), []).append(ticket)
+            self.cached_bytes += size
+            while self.cache_limit is not None and self.cached_bytes > self.cache_limit:
+                self._evict_oldest()
 
     def _evict_oldest(self) -> None:
         ticket, ((size, options), opaque) = self._entries.popitem(last=False)
@@ -127,8 +131,9 @@ class LRUAllocator(Allocator):
 
     def free_cache(self) -> None:
         """Really free every cached allocation."""
-        while self._entries:
-            self._evict_oldest()
+        with self._cache_lock:
+            while self._entries:
+                self._evict_oldest()
 
     @property
     def cached_count(self) -> int:

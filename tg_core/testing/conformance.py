@@ -293,6 +293,35 @@ class OpConformance:
         r = (t * 2).realize()
         self._check((r + t).numpy(), a * 3, "a realized tensor reused in a new kernel")
 
+    def test_threads_get_their_own_results(self) -> None:
+        """Several threads running the same kernels on the device at once each get their own values (shared
+        scratch in a device, e.g. one kernarg segment, would hand a thread another's inputs or outputs)."""
+        import threading
+
+        from tg_core.tensor import Tensor
+        nthreads, rounds = 4, 6
+        start = threading.Barrier(nthreads)
+        got: dict[tuple[int, int], np.ndarray] = {}
+        errors: list[BaseException] = []
+
+        def work(k: int) -> None:
+            try:
+                start.wait()
+                for r in range(rounds):
+                    v = 100 * k + r
+                    got[k, r] = (Tensor(np.full((4, 4), v, np.float32), device=self.device) * 2 + 1).numpy()
+            except BaseException as e:  # reported by the main thread, with the others' results
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(nthreads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, f"a thread failed: {errors[0]!r}"
+        wrong = {kr: a.ravel()[0] for kr, a in got.items() if not (a == 2 * (100 * kr[0] + kr[1]) + 1).all()}
+        assert not wrong, f"(thread, round) -> first value of wrong results: {wrong}"
+
 
 class DeviceConformance(BufferConformance, OpConformance):
     """Everything a device must pass. Subclass it and set `device`."""

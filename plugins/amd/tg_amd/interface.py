@@ -269,7 +269,8 @@ class AMDInterface(Protocol):
 
     Class attributes: `name` (what `devices.AMD.interface` selects, e.g. "mock"), `description` (one line for
     `tg devices`). `available()` (a classmethod) returns None when the interface can be opened here, else why
-    not. The constructor takes no arguments. All calls are synchronous."""
+    not. The constructor takes no arguments. All calls are synchronous, and may come from several threads at once
+    (the device runs kernels for whichever threads use it): an interface serializes what its calls share."""
     name: ClassVar[str]
     description: ClassVar[str]
     arch: str  # the gfx target the GPU runs, e.g. "gfx1100"

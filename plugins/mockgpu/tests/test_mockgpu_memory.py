@@ -107,3 +107,36 @@ def test_alignment_and_reuse(mem):
     assert c == b                                                        # the freed range is reused
     with pytest.raises(ValueError, match="power of two"):
         mem.alloc(10, align=3)
+
+
+def test_allocations_from_several_threads_never_share_pages(mem):
+    """Threads mapping and unmapping at once (the AMD device may be used from several): every live allocation has
+    pages of its own, so each thread reads back exactly what it wrote."""
+    import sys
+    import threading
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for r in range(150):
+                pattern = bytes([k * 16 + r % 16]) * (PAGE_SIZE + 8)
+                va = mem.alloc(len(pattern))
+                mem.write(va, pattern)
+                if mem.read(va, len(pattern)) != pattern:
+                    raise AssertionError(f"thread {k} round {r}: its allocation at {va:#x} holds another's bytes")
+                mem.free(va)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, so the races show within a few hundred rounds
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, repr(errors[0])
+    assert not mem.allocs and len(set(mem.pool.tolist())) == len(mem.pool)

@@ -6,10 +6,15 @@ the initial state its kernel descriptor enables -- user SGPRs in hardware order,
 work-item ids in v0, EXEC covering the live lanes of a partial wave -- with the workgroup's LDS and each lane's
 private (scratch) memory. Workgroups are made resident in batches as large as the register budget allows and run
 to completion by the emulator (emu/run.py).
+
+The device may call the interface from several threads. The mock has one in-order queue: a dispatch holds the
+interface's lock from writing its kernargs (one segment, reused) to its last wave, so another thread's dispatch
+cannot overwrite them mid-run; code loading takes the same lock, and GPUMemory locks its own mapping changes.
 """
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -60,6 +65,7 @@ class MockInterface:
         self.queue = self.mem.alloc(256)     # stands in for the amd_queue_t a queue pointer would point at
         self.kernarg_va, self.kernarg_size = 0, 0
         self.last = DispatchStats()
+        self._queue = threading.RLock()      # one dispatch (or code load) at a time; load runs inside dispatch
 
     # ---- memory ----
 
@@ -92,20 +98,22 @@ class MockInterface:
 
     def load(self, code: CodeObject) -> int:
         """Copy a code object into GPU memory once; returns its load address."""
-        hit = self.loaded.get(id(code))
-        if hit is not None and hit[0] is code:
-            return hit[1]
-        va = self.mem.alloc(len(code.image), 256)
-        self.mem.write(va, code.image_at(va))
-        self.loaded[id(code)] = (code, va, {})
-        return va
+        with self._queue:
+            hit = self.loaded.get(id(code))
+            if hit is not None and hit[0] is code:
+                return hit[1]
+            va = self.mem.alloc(len(code.image), 256)
+            self.mem.write(va, code.image_at(va))
+            self.loaded[id(code)] = (code, va, {})
+            return va
 
     def program(self, code: CodeObject, entry: str) -> tuple[Program, int]:
-        va = self.load(code)
-        progs = self.loaded[id(code)][2]
-        if entry not in progs:
-            progs[entry] = Program(self.mem.read(va, len(code.image)), va, entry)
-        return progs[entry], va + code.kernel(entry).code_offset
+        with self._queue:
+            va = self.load(code)
+            progs = self.loaded[id(code)][2]
+            if entry not in progs:
+                progs[entry] = Program(self.mem.read(va, len(code.image)), va, entry)
+            return progs[entry], va + code.kernel(entry).code_offset
 
     # ---- dispatch ----
 
@@ -114,23 +122,24 @@ class MockInterface:
         ks = code.kernel(entry)
         kd = ks.descriptor
         check_launch(entry, kd, global_size, local_size)
-        prog, pc = self.program(code, entry)
-        kbuf = self._kernarg_segment(max(len(kernargs), kd.kernarg_size, 1) + 128)
-        self.mem.write(kbuf, kernargs)
-        packet = kbuf + (-(-max(len(kernargs), kd.kernarg_size) // 64) * 64)
-        descriptor = self.load(code) + ks.descriptor_offset
-        self.mem.write(packet, dispatch_packet(global_size, local_size, kd, descriptor, kbuf))
-        self.dispatch_id += 1
-        user = user_sgpr_values(kd, {"dispatch_ptr": packet, "queue_ptr": self.queue, "kernarg_segment_ptr": kbuf,
-                                     "dispatch_id": self.dispatch_id})
-        t0 = time.perf_counter()
-        self.last = DispatchStats()
-        for groups in resident_batches(global_size, local_size, kd):
-            m = start_waves(self.mem, kd, entry, groups, local_size, user)
-            run(m, prog, pc)
-            self.last.lane_instructions += m.lane_count
-            self.last.waves += m.nwaves
-        self.last.seconds = time.perf_counter() - t0
+        with self._queue:  # the kernarg segment, the dispatch id and `last` are the running dispatch's
+            prog, pc = self.program(code, entry)
+            kbuf = self._kernarg_segment(max(len(kernargs), kd.kernarg_size, 1) + 128)
+            self.mem.write(kbuf, kernargs)
+            packet = kbuf + (-(-max(len(kernargs), kd.kernarg_size) // 64) * 64)
+            descriptor = self.load(code) + ks.descriptor_offset
+            self.mem.write(packet, dispatch_packet(global_size, local_size, kd, descriptor, kbuf))
+            self.dispatch_id += 1
+            user = user_sgpr_values(kd, {"dispatch_ptr": packet, "queue_ptr": self.queue, "kernarg_segment_ptr": kbuf,
+                                         "dispatch_id": self.dispatch_id})
+            t0 = time.perf_counter()
+            self.last = DispatchStats()
+            for groups in resident_batches(global_size, local_size, kd):
+                m = start_waves(self.mem, kd, entry, groups, local_size, user)
+                run(m, prog, pc)
+                self.last.lane_instructions += m.lane_count
+                self.last.waves += m.nwaves
+            self.last.seconds = time.perf_counter() - t0
 
     def _kernarg_segment(self, nbytes: int) -> int:
         """GPU memory for a dispatch's kernargs and packet: one region, reused (dispatches are synchronous), grown
@@ -143,8 +152,9 @@ class MockInterface:
         return self.kernarg_va
 
     def close(self) -> None:
-        self.loaded.clear()
-        self.mem.close()
+        with self._queue:
+            self.loaded.clear()
+            self.mem.close()
 
 
 def check_launch(entry: str, kd: KernelDescriptor, global_size: tuple[int, int, int],

@@ -10,11 +10,15 @@ The emulator reads and writes per-lane addresses with `gather`/`scatter`: one pa
 then one fancy-indexed read or write of the backing store. Host copies (`read`/`write`) go a page at a time.
 Every access is checked: an address that is not mapped raises `PageFault` with the address and the index of the
 element that faulted (the emulator adds the instruction, wave and lane).
+
+Mapping changes (`alloc`, `free`) hold a lock: the device may be used from several threads, and two allocations
+interleaving would hand out the same physical pages. Reads and writes need none: they touch only mapped pages.
 """
 from __future__ import annotations
 
 import mmap
 import sys
+import threading
 
 import numpy as np
 
@@ -55,6 +59,7 @@ class GPUMemory:
         self.pool_top = 0                              # first physical page never added to the pool
         self.rng = np.random.default_rng(seed)
         self.allocs: dict[int, int] = {}               # va -> pages mapped
+        self._mapping = threading.Lock()               # serializes alloc/free (page table, pools, free ranges)
 
     # ---- mapping ----
 
@@ -66,22 +71,24 @@ class GPUMemory:
             raise ValueError(f"alignment must be a power of two, got {align}")
         npages = -(-nbytes // PAGE_SIZE)
         align_pages = max(1, align >> PAGE_SHIFT)
-        first = self._virtual_range(npages, align_pages)
-        phys = self._physical_pages(npages)
-        self.pages[phys] = 0
-        self.ptab[first:first + npages] = phys
-        va = VA_BASE + (first << PAGE_SHIFT)
-        self.allocs[va] = npages
+        with self._mapping:
+            first = self._virtual_range(npages, align_pages)
+            phys = self._physical_pages(npages)
+            self.pages[phys] = 0
+            self.ptab[first:first + npages] = phys
+            va = VA_BASE + (first << PAGE_SHIFT)
+            self.allocs[va] = npages
         return va
 
     def free(self, va: int) -> None:
-        npages = self.allocs.pop(va, None)
-        if npages is None:
-            raise ValueError(f"free of {va:#x}, which is not the start of a live allocation")
-        first = (va - VA_BASE) >> PAGE_SHIFT
-        self.pool = np.concatenate([self.pool, self.ptab[first:first + npages]])
-        self.ptab[first:first + npages] = -1
-        self.va_free.append((first, npages + 1))   # with its guard page
+        with self._mapping:
+            npages = self.allocs.pop(va, None)
+            if npages is None:
+                raise ValueError(f"free of {va:#x}, which is not the start of a live allocation")
+            first = (va - VA_BASE) >> PAGE_SHIFT
+            self.pool = np.concatenate([self.pool, self.ptab[first:first + npages]])
+            self.ptab[first:first + npages] = -1
+            self.va_free.append((first, npages + 1))   # with its guard page
 
     def _virtual_range(self, npages: int, align_pages: int) -> int:
         for i, (start, count) in enumerate(self.va_free):
