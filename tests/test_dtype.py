@@ -165,27 +165,68 @@ def _torch_promote(a: DType, b: DType) -> DType | None:
 def test_promotion_matches_pytorch(a: DType):
     for b in STRONG:
         expected = _torch_promote(a, b)
-        got = least_upper_dtype(a, b)
-        assert got is least_upper_dtype(b, a)
+        got = _lub_or_none(a, b)
+        assert got is _lub_or_none(b, a)
         if expected is not None:
             assert got is expected, (a, b)
 
 
-def test_promotion_where_pytorch_has_no_rule_follows_tinygrad():
-    # the lattice has two minimal upper bounds there; like tinygrad we take the lower priority
-    assert least_upper_dtype(dtypes.int64, dtypes.uint64) is dtypes.fp8e4m3
+def test_promotion_where_pytorch_has_no_rule():
+    # fp8e4m3 with fp8e5m2: the lattice has two minimal upper bounds; like tinygrad we take the lower priority
     assert least_upper_dtype(dtypes.fp8e4m3, dtypes.fp8e5m2) is dtypes.float16
+    # uint64 with a signed int: no integer holds both; PyTorch raises, and so do we (never an fp8)
+    for s in (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64):
+        for args in ((s, dtypes.uint64), (dtypes.uint64, s), (s, dtypes.uint64, dtypes.bool),
+                     (s, dtypes.uint64, dtypes.weakint), (dtypes.uint32, s, dtypes.uint64)):
+            with pytest.raises(TypeError, match="no common dtype .*uint64.*cast an operand"):
+                least_upper_dtype(*args)
+    # with a float among them the float wins, as for any int: every pair has a join then
+    assert least_upper_dtype(dtypes.int64, dtypes.uint64, dtypes.float16) is dtypes.float16
+
+
+def _lub_or_none(*ds: DType) -> DType | None:
+    try:
+        return least_upper_dtype(*ds)
+    except TypeError:
+        return None
+
+
+def test_promotion_of_every_pair_is_sane():
+    """Every pair of dtypes (weak ones included): commutative, an upper bound of both (each operand converts
+    to it without leaving its kind: an int never becomes a bool, a float never an int), idempotent, an fp8
+    only when an operand is one, and an error only for uint64 with a signed int."""
+    every = [dtypes.weakint, dtypes.weakfloat, *STRONG]
+    signed = {dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}
+    for a, b in itertools.product(every, repeat=2):
+        got = _lub_or_none(a, b)
+        assert got is _lub_or_none(b, a), (a, b)
+        if got is None:
+            assert {a, b} & {dtypes.uint64} and {a, b} & signed, (a, b)
+            continue
+        assert _lub_or_none(a, got) is got and _lub_or_none(got, got) is got, (a, b, got)
+        if dtypes.is_fp8(got):
+            assert dtypes.is_fp8(a) or dtypes.is_fp8(b), (a, b, got)
+        for d in (a, b):
+            if dtypes.is_float(d):
+                assert dtypes.is_float(got), (a, b, got)
+            if dtypes.is_int(d):
+                assert dtypes.is_int(got) or dtypes.is_float(got), (a, b, got)
+            if not dtypes.is_weak(d) and dtypes.is_int(d) and dtypes.is_int(got) and not dtypes.is_weak(got):
+                # an integer result holds every value of each integer operand
+                assert dtypes.min(got) <= dtypes.min(d) and dtypes.max(d) <= dtypes.max(got), (a, b, got)
 
 
 def test_promotion_is_a_join():
-    ambiguous = {frozenset({dtypes.fp8e4m3, dtypes.fp8e5m2})} | {
-        frozenset({s, dtypes.uint64}) for s in (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)}
+    ambiguous = {frozenset({dtypes.fp8e4m3, dtypes.fp8e5m2})}
     for a, b, c in itertools.product(STRONG, repeat=3):
         pairs = {frozenset({a, b}), frozenset({b, c}), frozenset({a, c})}
-        ab = least_upper_dtype(a, b)
+        ab = _lub_or_none(a, b)
+        if ab is None:
+            continue
         assert least_upper_dtype(a, a) is a and least_upper_dtype(a, ab) is ab
-        if not pairs & ambiguous and frozenset({ab, c}) not in ambiguous:
-            assert least_upper_dtype(ab, c) is least_upper_dtype(a, least_upper_dtype(b, c)) is least_upper_dtype(a, b, c)
+        bc, abc = _lub_or_none(b, c), _lub_or_none(a, b, c)
+        if not pairs & ambiguous and frozenset({ab, c}) not in ambiguous and bc is not None and abc is not None:
+            assert least_upper_dtype(ab, c) is least_upper_dtype(a, bc) is abc
 
 
 def test_weak_dtypes_adopt_what_they_meet():

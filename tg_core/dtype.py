@@ -277,6 +277,12 @@ def least_upper_dtype(*ds: DType) -> DType:
         raise TypeError(f"void has no promotion: {sorted(ds)}")
     common = frozenset.intersection(*(_upward(d) for d in strong))
     result = min(common)
+    if dtypes.is_float(result) and not any(dtypes.is_float(d) for d in strong):
+        # uint64 with a signed int: no integer holds both, and the lattice's next stop (an fp8) would be
+        # absurd. PyTorch refuses too; numpy's float64 would silently round large values.
+        names = " and ".join(_SHORT_TO_NAME[d.name] for d in sorted(strong))
+        raise TypeError(f"no common dtype for {names}: no integer dtype holds both uint64 and signed integers; "
+                        "cast an operand explicitly (e.g. .cast(dtypes.int64), or dtypes.float64 as numpy does)")
     if dtypes.weakfloat in weak and not dtypes.is_float(result):
         return dtypes.default_float
     if dtypes.weakint in weak and result is dtypes.bool:

@@ -53,7 +53,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     """A lazy tensor. `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a
     (nested) list, a numpy array, or a UOp of a tensor graph. The ops beyond the primitives below live in
     the mixins: tensor_creation, tensor_elementwise, tensor_movement, tensor_reduce and tensor_nn."""
-    __slots__ = ("uop", "_device", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "_device", "_requires_grad", "grad", "__weakref__")
     training: bool = False
     # numpy then leaves `ndarray + tensor` and `np.float32(2) * tensor` to Tensor's reflected operators
     # instead of treating the tensor as a sequence of elements
@@ -65,7 +65,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if dt is not None and dtypes.is_weak(dt):
             raise TypeError(f"a tensor cannot have the weak dtype {dt!r}; weak dtypes belong to Python scalars")
         self._device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        self.requires_grad, self.grad = requires_grad, None
+        self._requires_grad, self.grad = None, None
         if isinstance(data, UOp):
             self.uop = data if dt is None else data.cast(dt)
         elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
@@ -79,6 +79,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         else:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a scalar, list, numpy array "
                             "or UOp")
+        self.requires_grad = requires_grad  # checked by the autograd section: only floats take gradients
         _register_new(self)  # autograd section: no_grad detaching, the registry of live tensors
 
     # ---- properties ----------------------------------------------------------------------------------------
@@ -314,6 +315,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         cond = self._cast_to(dtypes.bool)
         xt, yt = cond._operand(x), cond._operand(y)
         xt, yt = xt._broadcasted(yt)
+        if cond.device != xt.device:
+            raise ValueError(f"where: the condition is on {cond.device} and the values on {xt.device}; move one with .to()")
         shape = _broadcast_shape(cond.shape, xt.shape)
         c, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
         return c._new(UOp(Ops.WHERE, xt.dtype, (c.uop, xt.uop, yt.uop)))
@@ -335,7 +338,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     def reciprocal(self) -> Tensor: return self._unary(Ops.RECIPROCAL)
     def exp(self) -> Tensor: return (self._cast_to(least_upper_float(self.dtype)) * (1 / math.log(2))).exp2()
     def log(self) -> Tensor: return self.log2() * math.log(2)
-    def relu(self) -> Tensor: return self if self.dtype is dtypes.bool else (self > 0).where(self, 0)
+    def relu(self) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self if self.dtype is dtypes.bool else (self > 0).where(self, 0)
+        # NaN stays NaN and -0.0 becomes 0 (numpy's maximum(x, 0), PyTorch); LLVM fuses the two compares
+        return ((self > 0) | self.isnan()).where(self, 0)
 
     # ---- movement -----------------------------------------------------------------------------------------
 
@@ -639,6 +646,19 @@ class _AutogradMixin:
             t.grad = g if t.grad is None else t.grad + g
         return self
 
+    @property
+    def requires_grad(self: Tensor) -> bool | None:
+        """True: gradients flow to this tensor; None: not decided (an optimizer switches it on); False: never."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self: Tensor, value: bool | None) -> None:
+        if value and not dtypes.is_float(self.dtype):
+            # as PyTorch: gradients are defined only for floats, and a silent "nothing requires grad" later hides it
+            raise TypeError(f"only floating point tensors can require gradients; this {self.shape} tensor is "
+                            f"{self.dtype!r} (cast it to a float dtype first)")
+        self._requires_grad = value
+
     def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
         self.requires_grad = requires_grad
         return self
@@ -651,8 +671,9 @@ class _AutogradMixin:
 
     def assign(self: Tensor, x: Tensor | ConstType) -> Tensor:
         """Give this tensor the value `x` (broadcast and cast to this tensor's shape and dtype). A view of
-        storage has `x` written into it, seen by every view of that storage; any other tensor gets new storage."""
-        v = self._operand(x)._cast_to(self.dtype)._broadcast_to(self.shape)
+        storage has `x` written into it, seen by every view of that storage; any other tensor gets new storage.
+        A tensor on another device is copied to this one."""
+        v = self._operand(x).to(self.device)._cast_to(self.dtype)._broadcast_to(self.shape)
         if v.uop is self.uop:
             return self
         base = _storage(self.uop)

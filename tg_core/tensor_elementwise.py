@@ -83,10 +83,14 @@ class ElementwiseMixin:
     def abs(self) -> Tensor:
         if dtypes.is_unsigned(self.dtype) or dtypes.is_bool(self.dtype):
             return self
-        return (self < 0).where(-self, self)
+        # 0 - x of what is not positive: both zeros give +0.0 (numpy, PyTorch), NaN stays NaN
+        return (self > 0).where(self, 0 - self)
 
     def sign(self) -> Tensor:
-        return self.ne(0).where((self < 0).where(self.full_like(-1), self.full_like(1)), self * 0)
+        """-1, 0 or 1; NaN for NaN and +0.0 for either zero (numpy, PyTorch)."""
+        # the neither-positive-nor-negative case: x + 0.0 is NaN for NaN and +0.0 for -0.0
+        rest = self + 0.0 if dtypes.is_float(self.dtype) else self.zeros_like()
+        return (self > 0).where(self.full_like(1), (self < 0).where(self.full_like(-1), rest))
 
     # ---- rounding ----------------------------------------------------------------------------------------
 
@@ -112,7 +116,9 @@ class ElementwiseMixin:
         f = self.floor()
         diff = self - f
         even = (f * 0.5).floor() * 2 == f
-        return (diff > 0.5).where(f + 1, (diff < 0.5).where(f, even.where(f, f + 1)))
+        out = (diff > 0.5).where(f + 1, (diff < 0.5).where(f, even.where(f, f + 1)))
+        # a zero result keeps the sign of x (numpy: round(-0.4) is -0.0); floor(-0.4) + 1 is +0.0
+        return out.eq(0).where(self * 0, out)
 
     # ---- transcendental and activations ------------------------------------------------------------------
 
@@ -153,7 +159,7 @@ class ElementwiseMixin:
     def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
     def silu(self) -> Tensor: return self * self.sigmoid()
     def swish(self) -> Tensor: return self.silu()
-    def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
+    def relu6(self) -> Tensor: return (self > 6).where(6, self.relu())  # relu(x) - relu(x-6) is NaN at inf
     def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
     def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
     def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor: return self.clip(min_val, max_val)
