@@ -3,10 +3,15 @@ error a replay or a capture can raise. Runs on PYTHON, and on CPU when tg-cpu-x8
 from __future__ import annotations
 
 import importlib.util
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
+from tg_core.device import Device
 from tg_core.dtype import dtypes
 from tg_core.engine.jit import JitError, TinyJit
 from tg_core.nn.optim import SGD
@@ -15,14 +20,24 @@ from tg_core.tensor import Tensor
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
-DEVICES = ["PYTHON", pytest.param("CPU", marks=pytest.mark.skipif(importlib.util.find_spec("tg_cpu_x86") is None,
-                                                                  reason="tg-cpu-x86 is not installed"))]
+_NO_CPU = pytest.mark.skipif(importlib.util.find_spec("tg_cpu_x86") is None, reason="tg-cpu-x86 is not installed")
+_NO_LLVM = pytest.mark.skipif(importlib.util.find_spec("llvmlite") is None, reason="llvmlite is not installed")
+DEVICES = ["PYTHON", pytest.param("CPU:X86", marks=_NO_CPU), pytest.param("CPU:LLVM", marks=[_NO_CPU, _NO_LLVM])]
 RNG = np.random.default_rng(7)
 
 
 @pytest.fixture(params=DEVICES)
-def dev(request) -> str:
-    return request.param
+def dev(request) -> Iterator[str]:
+    """A device name; CPU:X86 and CPU:LLVM are the CPU device with that renderer selected for the test."""
+    base, _, renderer = request.param.partition(":")
+    if not renderer:
+        yield base
+        return
+    cpu = Device[base]
+    before = cpu.renderer.name
+    cpu.select_renderer(renderer)
+    yield base
+    cpu.select_renderer(before)
 
 
 def rand(*shape: int) -> np.ndarray:
@@ -267,3 +282,211 @@ def test_replays_count_in_the_engine_stats(dev):
     before = dict(stats)
     f(Tensor(rand(3), device=dev))
     assert stats["kernels"] - before["kernels"] == len(f.jit_cache) == 2
+
+
+# ---- arguments inside containers, objects, outputs, threads ----------------------------------------------------
+
+class Pair(NamedTuple):
+    first: Tensor
+    second: Tensor
+
+
+def test_tensors_in_lists_are_inputs(dev):
+    h = TinyJit(lambda xs: xs[0] * 10 + xs[1])
+    for a, b in ((1, 2), (3, 4), (5, 6), (7, 8)):
+        assert h([Tensor([a], device=dev), Tensor([b], device=dev)]).tolist() == [a * 10 + b]
+    with pytest.raises(JitError, match=r"argument 0 is a list of 3 items but was a list of 2 at capture"):
+        h([Tensor([1], device=dev), Tensor([2], device=dev), Tensor([3], device=dev)])
+
+
+def test_tensors_nested_in_containers_and_keywords_are_inputs(dev):
+    @TinyJit
+    def f(batch: dict, *, extra: Pair, scale=(2, [3.5])) -> Tensor:
+        (x, ys), w = batch["data"], batch["weights"]
+        return (x * w["w"] + ys[0] - ys[1]) * scale[0] * scale[1][0] + extra.first * extra.second
+
+    for _ in range(5):
+        x, y0, y1, w, p, q = (rand(3) for _ in range(6))
+        t = [Tensor(v, device=dev) for v in (x, y0, y1, w, p, q)]
+        got = f({"data": (t[0], [t[1], t[2]]), "weights": {"w": t[3]}}, extra=Pair(t[4], t[5])).numpy()
+        np.testing.assert_allclose(got, (x * w + y0 - y1) * 7 + p * q, rtol=1e-5, atol=1e-6)
+    assert f.cnt == 2
+
+
+def test_changed_argument_structure_raises(dev):
+    def args(n=2, kind=list, keys=("a", "b"), k=2):
+        return kind(Tensor(rand(3), device=dev) for _ in range(n)), {key: k for key in keys}
+
+    f = _captured(lambda xs, opts: xs[0] * opts["a"] + xs[1] * opts["b"], *args())
+    np.testing.assert_allclose(f(*args()).numpy().shape, (3,))
+    with pytest.raises(JitError, match=r"argument 0 is a list of 3 items but was a list of 2 at capture"):
+        f(*args(n=3))
+    with pytest.raises(JitError, match=r"argument 0 is a tuple but was a list at capture"):
+        f(*args(kind=tuple))
+    with pytest.raises(JitError, match=r"argument 1 has the keys \['b', 'a'\] but had \['a', 'b'\] at capture"):
+        f(*args(keys=("b", "a")))  # the function may iterate them: their order is part of the structure
+    with pytest.raises(JitError, match=r"argument 1\['a'\] was 2 at capture and is 3 now; Python values are frozen"):
+        f(*args(k=3))
+    with pytest.raises(JitError, match=r"argument 0\[1\] is a Python value but was a Tensor at capture"):
+        f([Tensor(rand(3), device=dev), 1.0], {"a": 2, "b": 2})
+    with pytest.raises(JitError, match=r"input argument 0\[1\] is float \(4,\) on \w+, captured as float \(3,\)"):
+        f([Tensor(rand(3), device=dev), Tensor(rand(4), device=dev)], {"a": 2, "b": 2})
+
+
+def test_python_values_are_compared_by_their_bits(dev):
+    f = _captured(lambda x, k: x * k, Tensor(rand(3), device=dev), 0.0)
+    with pytest.raises(JitError, match=r"argument 1 was 0.0 at capture and is -0.0 now"):
+        f(Tensor(rand(3), device=dev), -0.0)  # equal as floats, but x * -0.0 has other signs
+    with pytest.raises(JitError, match=r"argument 1 was 0.0 at capture and is False now"):
+        f(Tensor(rand(3), device=dev), False)
+    g = _captured(lambda x, k: x + k, Tensor(rand(3), device=dev), float("nan"))
+    assert np.isnan(g(Tensor(rand(3), device=dev), float("nan")).numpy()).all()  # another nan object is the same value
+
+
+def test_objects_must_be_the_same_object(dev):
+    class Holder:
+        def __init__(self, value: np.ndarray):
+            self.w = Tensor(value, device=dev).realize()
+
+    f = TinyJit(lambda x, holder: x * holder.w)
+    holder = Holder(rand(3))
+    for _ in range(3):
+        x = rand(3)
+        np.testing.assert_allclose(f(Tensor(x, device=dev), holder).numpy(), x * holder.w.numpy())
+    with pytest.raises(JitError, match=r"argument 1 is another Holder object than at capture; a capture freezes"):
+        f(Tensor(rand(3), device=dev), Holder(rand(3)))  # its w was never read: replaying would use holder.w
+    g = _captured(lambda x, host: x + Tensor(host, device=dev), Tensor(rand(3), device=dev), rand(3))
+    with pytest.raises(JitError, match=r"argument 1 is another ndarray object than at capture"):
+        g(Tensor(rand(3), device=dev), rand(3))  # the captured upload would be replayed instead
+
+    class Model:
+        def __init__(self):
+            self.w = Tensor(rand(3), device=dev).realize()
+
+        @TinyJit
+        def __call__(self, x: Tensor) -> Tensor:
+            return x * self.w
+
+    m = Model()
+    for _ in range(2):
+        m(Tensor(rand(3), device=dev))
+    with pytest.raises(JitError, match=r"argument 0 is another Model object than at capture"):
+        Model()(Tensor(rand(3), device=dev))
+
+
+def test_arguments_no_replay_could_take_raise(dev):
+    f = TinyJit(lambda xs: sum(xs, Tensor.zeros(2, device=dev)))
+    with pytest.raises(JitError, match=r"argument 0 is a set holding Tensors .* pass a list or tuple"):
+        f({Tensor(rand(2), device=dev)})
+    with pytest.raises(JitError, match=r"argument 0 is a frozenset holding Tensors"):
+        f(frozenset({(1, Tensor(rand(2), device=dev))}))
+    v = UOp.variable("jit_n", 0, 10, dtypes.int32)
+    g = TinyJit(lambda x, a, b: x + Tensor(a, device=dev))
+    with pytest.raises(JitError, match=r"argument 2\[0\] binds variable jit_n to 4, another argument binds it to 3"):
+        g(Tensor(rand(2), device=dev), v.bind(3), [v.bind(4)])
+    t = Tensor(rand(2, 2), device=dev).realize()
+    with pytest.raises(JitError, match=r"argument 0\[0\] and argument 0\[1\] share one buffer"):
+        TinyJit(lambda xs: xs[0] + xs[1])([t, t.T])  # a view of another input aliases it
+
+
+def test_variables_inside_containers(dev):
+    v = UOp.variable("jit_k", 0, 100, dtypes.int32)
+    f = TinyJit(lambda x, opts: x + Tensor(opts["k"], device=dev))
+    for i in (3, 4, 9, 50):
+        x = rand(5)
+        np.testing.assert_allclose(f(Tensor(x, device=dev), {"k": v.bind(i)}).numpy(), x + i)
+
+
+def test_nested_outputs_and_inputs_returned_unchanged(dev):
+    @TinyJit
+    def f(x: Tensor, pair: Pair) -> dict:
+        y = x + 1
+        return OrderedDict(out=Pair(y, pair.second), same=[x, y, y], first=pair.first[1:])
+
+    for _ in range(4):
+        x, a, b = rand(3), rand(4), rand(2)
+        out = f(Tensor(x, device=dev), Pair(Tensor(a, device=dev), Tensor(b, device=dev)))
+        assert type(out) is OrderedDict and type(out["out"]) is Pair and list(out) == ["out", "same", "first"]
+        np.testing.assert_allclose(out["out"].first.numpy(), x + 1)
+        np.testing.assert_array_equal(out["out"].second.numpy(), b)  # an input returned unchanged: this call's
+        np.testing.assert_array_equal(out["same"][0].numpy(), x)
+        np.testing.assert_allclose(out["same"][2].numpy(), x + 1)
+        np.testing.assert_array_equal(out["first"].numpy(), a[1:])  # a view of an input
+
+
+def test_realized_and_unrealized_inputs(dev):
+    f = TinyJit(lambda x: x * 2)
+    for i in range(6):
+        a = RNG.integers(-100, 100, 4).astype(np.float32)  # a - 1 + 1 is exact
+        t = Tensor(a, device=dev) if i % 2 else (Tensor(a - 1, device=dev) + 1)  # lazy on every other call
+        np.testing.assert_array_equal(f(t).numpy(), a * 2)
+
+
+def test_another_threads_work_during_a_capture_is_not_recorded(dev):
+    inside, finished = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        y = (x + 1).contiguous().realize()
+        if f.cnt == 1:  # the capture: let the other thread realize meanwhile
+            inside.set()
+            assert finished.wait(30)
+        return y * 2
+
+    def other():
+        assert inside.wait(30)
+        try:
+            b = (Tensor(np.arange(3, dtype=np.float32), device=dev) * 7).realize()
+            seen["realized"] = b.numpy()  # a host read in this thread is not the capture's
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            seen["error"] = e
+        finished.set()
+
+    f(Tensor(rand(3), device=dev))
+    worker = threading.Thread(target=other)
+    worker.start()
+    x = rand(3)
+    np.testing.assert_allclose(f(Tensor(x, device=dev)).numpy(), (x + 1) * 2, rtol=1e-6)
+    worker.join()
+    assert "error" not in seen, seen.get("error")
+    np.testing.assert_array_equal(seen["realized"], np.arange(3) * 7)
+    assert len(f.jit_cache) == 2  # x + 1 and y * 2, not the other thread's multiply
+    for _ in range(3):
+        x = rand(3)
+        np.testing.assert_allclose(f(Tensor(x, device=dev)).numpy(), (x + 1) * 2, rtol=1e-6)
+
+
+def test_calls_from_threads_run_one_at_a_time(dev):
+    inside, release = threading.Event(), threading.Event()
+    held: list[bool] = []
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        if f.cnt == 1 and not held:  # the first capture waits until released
+            held.append(True)
+            inside.set()
+            assert release.wait(30)
+        return x + 1
+
+    f(Tensor(rand(2), device=dev))
+    results: dict[str, Tensor] = {}
+    first = threading.Thread(target=lambda: results.update(first=f(Tensor(np.ones(2, np.float32), device=dev))))
+    first.start()
+    assert inside.wait(30)
+    second = threading.Thread(target=lambda: results.update(second=f(Tensor(np.zeros(2, np.float32), device=dev))))
+    second.start()
+    second.join(0.3)
+    assert second.is_alive()  # waiting for the first thread's capture, not capturing beside it
+    release.set()
+    first.join()
+    second.join()
+    assert len(f.jit_cache) == 1 and "first" in results
+    np.testing.assert_array_equal(results["second"].numpy(), [1, 1])  # a replay of the first thread's capture
+
+
+def test_nested_list_inputs_on_amd():
+    pytest.importorskip("tg_amd")
+    h = TinyJit(lambda xs: xs[0] * 10 + xs[1][0])
+    for a, b in ((1, 2), (3, 4), (5, 6)):
+        assert h([Tensor([a], device="AMD"), (Tensor([b], device="AMD"),)]).tolist() == [a * 10 + b]

@@ -8,21 +8,26 @@ Call 0 runs the function eagerly. Call 1 runs it again while the engine records 
 the capture, so their kernels are recorded too. Later calls replay the recorded items with this call's input
 buffers and variable values: no tensor graph is built, nothing is scheduled or compiled.
 
-**Inputs** are the Tensor arguments (positional and keyword; they are realized first) and bound variables
-(`UOp.variable(...).bind(n)`) passed as arguments, whose values replace the captured ones on replay. A replay
-checks that the arguments have the same structure (which positions and keywords are Tensors, variables or
-other values; plain scalars, strings and None must be equal, since they are baked into the kernels) and that
+**Inputs** are the Tensors in the arguments (positional and keyword, also inside lists, tuples and dicts,
+however nested; they are realized first) and the bound variables (`UOp.variable(...).bind(n)`) found there,
+whose values replace the captured ones on replay. A replay checks that the arguments have the captured
+structure (engine/jit_signature.py: container types, lengths and dict keys; plain values such as numbers,
+strings and None equal, since they are baked into the kernels; any other object the very same one) and that
 each input tensor has the captured dtype, device and view (shape, and the view ops over its buffer).
 A difference raises JitError naming it; `reset()` makes the next call capture again.
 
-**Outputs** are the Tensors the function returns (a Tensor, None, or tuples/lists/dicts of them). A replay
-returns Tensors backed by the captured output buffers, so each call overwrites the previous call's outputs
-(as in tinygrad): copy a result (`.numpy()`, `.clone()`) to keep it. An output that is a view of an input
-is that view of the new input.
+**Threads**: the capture state is per thread, so another thread's work during a capture runs normally and
+is not recorded; calls of one TinyJit from several threads run one at a time.
 
-**Frozen at capture** (as in tinygrad): Python values and branches in the function, side effects other than
-kernels (a `.grad` set during capture is not updated by replays), variables bound inside the function, and
-tensors made from host data inside it. Random numbers are not frozen: a replay uploads fresh RNG keys, as
+**Outputs** are the Tensors the function returns (a Tensor, None, or tuples/lists/dicts of them, nested;
+namedtuples and dict subclasses keep their type). A replay returns Tensors backed by the captured output
+buffers, so each call overwrites the previous call's outputs (as in tinygrad): copy a result (`.numpy()`,
+`.clone()`) to keep it. An output that is a view of an input is that view of the new input.
+
+**Frozen at capture** (as in tinygrad): Python values and branches in the function, what it reads from
+objects (the tensors `self.w` of a method held at capture: so an object argument, `self` included, must be
+the same object on replay), side effects other than kernels (a `.grad` set during capture is not updated by
+replays), variables bound inside the function, and tensors made from host data inside it. Random numbers are not frozen: a replay uploads fresh RNG keys, as
 the eager calls would. Reading a value on the host (`.numpy()`, `.item()`) during the capture, and calling a
 TinyJit inside another one's capture, raise JitError.
 
@@ -36,12 +41,17 @@ do not overlap share memory.
 from __future__ import annotations
 
 import functools
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tg_core.device import Buffer
+from tg_core.engine.checks import Check
+from tg_core.engine.checks import ran as ran_checks
+from tg_core.engine.jit_signature import Signature, SignatureError, mismatch, remake
+from tg_core.engine.jit_signature import read as read_signature
 from tg_core.engine.realize import _buffers, buffer_of, capture, stats
 from tg_core.tensor import Tensor, _origins
 from tg_core.uop.ops import Ops
@@ -50,7 +60,6 @@ from tg_core.uop.uop import UOp
 R = TypeVar("R")
 
 _VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.PAD, Ops.DETACH})
-_FROZEN_TYPES = (bool, int, float, str, type(None))
 
 
 class JitError(RuntimeError):
@@ -78,16 +87,16 @@ class _Out:
 
 @dataclass
 class CapturedJit:
-    """Everything a replay needs. `structure` and `input_keys` are what a call must match."""
+    """Everything a replay needs. `signature` and `input_keys` are what a call must match."""
     items: list[JitItem]
-    structure: tuple
-    labels: list[str]                # the arguments as errors name them
+    signature: Signature             # of the capture call, without its tensors
     input_keys: tuple
     input_desc: list[str]            # the inputs as errors describe them
     input_nodes: list[UOp]           # the capture call's input BUFFER nodes (outputs that view an input)
     var_vals: dict[str, int]
     ret: Any                         # the return value with _Out in place of tensors
     rng_keys: list[Buffer]
+    checks: list[tuple[Check, Buffer]]  # device-side checks whose kernels are among the items
 
 
     def __post_init__(self) -> None:
@@ -117,7 +126,8 @@ def _describe(t: Any, key: tuple) -> str:
 
 class TinyJit(Generic[R]):
     """Decorate a function whose Tensor work should be captured on call 1 and replayed afterwards (see the
-    module docstring). Used on a method, one TinyJit is shared by all instances, as in tinygrad."""
+    module docstring). Used on a method, one TinyJit is shared by all instances, as in tinygrad; it replays
+    for the instance it captured, and a call on another instance raises JitError (reset() to capture again)."""
 
     def __init__(self, fxn: Callable[..., R]):
         if not callable(fxn):
@@ -125,6 +135,7 @@ class TinyJit(Generic[R]):
         self.fxn = fxn
         self.name = getattr(fxn, "__qualname__", repr(fxn))
         functools.update_wrapper(self, fxn)
+        self._lock = threading.RLock()  # reentrant: a call inside the function gets the nested-JIT error
         self.reset()
 
     def reset(self) -> None:
@@ -140,75 +151,50 @@ class TinyJit(Generic[R]):
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else functools.partial(self.__call__, obj)
 
-    # ---- arguments ------------------------------------------------------------------------------------
-
-    def _read_args(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, UOp] | None, tuple]:
-        """(the Tensor arguments, the variables bound by arguments, the structure: one entry per argument,
-        positional then keywords by name, and the keywords' names)."""
-        tensors: list[Any] = []
-        binds: dict[str, UOp] | None = None
-        structure: list[Any] = []
-        for a in (args if not kwargs else (*args, *(kwargs[k] for k in sorted(kwargs)))):
-            if isinstance(a, Tensor):
-                tensors.append(a)
-                structure.append("Tensor")
-            elif isinstance(a, UOp):
-                if a.op is not Ops.BIND:
-                    label = _labels(args, kwargs)[len(structure)]
-                    raise JitError(f"TinyJit({self.name}): {label} is an unbound {a.op.name} UOp; pass a bound "
-                                   "variable (UOp.variable(name, lo, hi).bind(value)) or a Tensor")
-                binds = binds or {}
-                binds[a.src[0].arg[0]] = a
-                structure.append(("variable", a.src[0]))
-            elif isinstance(a, _FROZEN_TYPES):
-                structure.append(("value", type(a), a))
-            else:
-                structure.append(("object", type(a)))
-        return tensors, binds, (tuple(structure), tuple(sorted(kwargs)) if kwargs else ())
-
-    def _prepare_inputs(self, tensors: list[Any], args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, list[UOp]]:
-        """Realize the input tensors; their view keys and BUFFER nodes."""
-        keys, nodes = [], []
-        for t in tensors:
-            got = _view_key(t.uop)
-            if got is None:
-                t.realize()
-                if (got := _view_key(t.uop)) is None:
-                    raise JitError(f"TinyJit({self.name}): {self._tensor_labels(args, kwargs)[len(keys)]} "
-                                   f"({t.dtype.name} {t.shape}) is not a view of a buffer after realizing it")
-            keys.append(got[0])
-            nodes.append(got[1])
-        if len(nodes) > 1 and len(set(nodes)) != len(nodes):
-            dup = [label for label, n in zip(self._tensor_labels(args, kwargs), nodes) if nodes.count(n) > 1]
-            raise JitError(f"TinyJit({self.name}): {' and '.join(dup)} share one buffer; a TinyJit needs distinct "
-                           "input buffers (pass a .clone() of one)")
-        return tuple(keys), nodes
-
-    @staticmethod
-    def _tensor_labels(args: tuple, kwargs: dict[str, Any]) -> list[str]:
-        values = (*args, *(kwargs[k] for k in sorted(kwargs)))
-        return [label for label, a in zip(_labels(args, kwargs), values) if isinstance(a, Tensor)]
-
     # ---- calls --------------------------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if capture.active is not None:
             raise JitError(f"TinyJit({self.name}) called while TinyJit({capture.active}) is capturing; "
                            "nested JITs are not supported (call the inner function undecorated)")
-        tensors, binds, structure = self._read_args(args, kwargs)
-        keys, nodes = self._prepare_inputs(tensors, args, kwargs)
-        if self.captured is not None:
-            cap = self.captured
-            if structure != cap.structure or keys != cap.input_keys:
-                raise JitError(self._mismatch(args, kwargs, tensors, structure, keys))
-            return self._replay(cap, binds, nodes)
-        if self.cnt == 0:
-            ret = self.fxn(*args, **kwargs)
-            self._realize_outputs(ret)
-            self.cnt = 1
-            return ret
-        return self._capture(args, kwargs, structure, keys, nodes,
-                             [_describe(t, k) for t, k in zip(tensors, keys)])
+        with self._lock:  # one call at a time: a replay reuses the captured buffers
+            try:
+                sig = read_signature(args, kwargs)
+            except SignatureError as e:
+                raise JitError(f"TinyJit({self.name}): {e}") from None
+            keys, nodes = self._prepare_inputs(sig)
+            if self.captured is not None:
+                cap = self.captured
+                why = mismatch(cap.signature, sig) or (_input_mismatch(cap, sig, keys) if keys != cap.input_keys
+                                                       else None)
+                if why is not None:
+                    raise JitError(f"TinyJit({self.name}) cannot replay this call: {why}; a TinyJit replays the "
+                                   "kernels captured for one signature (call reset() to capture again)")
+                return self._replay(cap, sig.binds, nodes)
+            if self.cnt == 0:
+                ret = self.fxn(*args, **kwargs)
+                self._realize_outputs(ret)
+                self.cnt = 1
+                return ret
+            return self._capture(args, kwargs, sig, keys, nodes)
+
+    def _prepare_inputs(self, sig: Signature) -> tuple[tuple, list[UOp]]:
+        """Realize the input tensors; their view keys and BUFFER nodes."""
+        keys, nodes = [], []
+        for t, label in zip(sig.tensors, sig.tensor_labels):
+            got = _view_key(t.uop)
+            if got is None:
+                t.realize()
+                if (got := _view_key(t.uop)) is None:
+                    raise JitError(f"TinyJit({self.name}): {label} ({t.dtype.name} {t.shape}) is not a view of a "
+                                   "buffer after realizing it")
+            keys.append(got[0])
+            nodes.append(got[1])
+        if len(nodes) > 1 and len(set(nodes)) != len(nodes):
+            dup = [label for label, n in zip(sig.tensor_labels, nodes) if nodes.count(n) > 1]
+            raise JitError(f"TinyJit({self.name}): {' and '.join(dup)} share one buffer; a TinyJit needs distinct "
+                           "input buffers (pass a .clone() of one)")
+        return tuple(keys), nodes
 
     def _realize_outputs(self, ret: Any) -> list[Any]:
         outs = _tensors_in(ret, self.name)
@@ -216,15 +202,14 @@ class TinyJit(Generic[R]):
             Tensor.realize_all(*outs)
         return outs
 
-    def _capture(self, args: tuple, kwargs: dict[str, Any], structure: tuple, keys: tuple, nodes: list[UOp],
-                 desc: list[str]) -> R:
-        capture.active, capture.items, capture.var_vals, capture.rng_keys = self.name, [], {}, []
+    def _capture(self, args: tuple, kwargs: dict[str, Any], sig: Signature, keys: tuple, nodes: list[UOp]) -> R:
+        capture.active, capture.items, capture.var_vals, capture.rng_keys, capture.checks = self.name, [], {}, [], []
         try:
             ret = self.fxn(*args, **kwargs)
             outs = self._realize_outputs(ret)
-            recorded, var_vals, rng_keys = capture.items, capture.var_vals, capture.rng_keys
+            recorded, var_vals, rng_keys, checks = capture.items, capture.var_vals, capture.rng_keys, capture.checks
         finally:
-            capture.active, capture.items, capture.var_vals, capture.rng_keys = None, [], {}, []
+            capture.active, capture.items, capture.var_vals, capture.rng_keys, capture.checks = None, [], {}, [], []
         items = _make_items(recorded, [buffer_of(n) for n in nodes])
         written = {id(it.bufs[p]) for it in items for p in _written(it) if it.bufs[p] is not None}
         index = {n: i for i, n in enumerate(nodes)}
@@ -236,9 +221,11 @@ class TinyJit(Generic[R]):
             # a replay rewrites this buffer without the graph that computed it: gradients must not follow it
             if base is not None and id(buffer_of(base)) in written:
                 _origins.pop(base, None)
-        items = _plan(items, {id(b) for b in rng_keys})
-        self.captured = CapturedJit(items, structure, _labels(args, kwargs), keys, desc, nodes, dict(var_vals),
-                                    _template(ret, out_of), rng_keys)
+        items = _plan(items, {id(b) for b in rng_keys} | {id(b) for _, b in checks})
+        desc = [_describe(t, k) for t, k in zip(sig.tensors, keys)]
+        sig.tensors = []  # the capture call's tensors are not needed to check later calls: do not keep them alive
+        self.captured = CapturedJit(items, sig, keys, desc, nodes, dict(var_vals), _template(ret, out_of), rng_keys,
+                                    checks)
         self.cnt = 2
         return ret
 
@@ -260,43 +247,17 @@ class TinyJit(Generic[R]):
                 it.runner(bufs, var_vals)
             else:
                 it.runner(it.bufs, var_vals)
+        if cap.checks:  # the check kernels wrote their facts again: the next host read looks at them
+            ran_checks(*map(list, zip(*cap.checks)))
         stats["kernels"] += cap.n_kernels
         stats["copies"] += len(cap.items) - cap.n_kernels
         return _rebuild(cap.ret, cap.input_nodes, nodes)
 
-    def _mismatch(self, args: tuple, kwargs: dict[str, Any], tensors: list[Any], structure: tuple, keys: tuple) -> str:
-        cap = self.captured
-        head = f"TinyJit({self.name}) cannot replay this call: "
-        tail = "; a TinyJit replays the kernels captured for one signature (call reset() to capture again)"
-        labels = _labels(args, kwargs)
-        if structure != cap.structure:
-            old_labels = cap.labels
-            if labels != old_labels:
-                return (head + f"it was captured with {', '.join(old_labels) or 'no arguments'} and is "
-                        f"called with {', '.join(labels) or 'no arguments'}" + tail)
-            for label, old, new in zip(labels, cap.structure[0], structure[0]):
-                if old != new:
-                    if old[0] == new[0] == "value":
-                        return (head + f"{label} was {old[2]!r} at capture and is {new[2]!r} now; Python values are "
-                                "frozen into the captured kernels, pass a Tensor or a bound variable instead" + tail)
-                    if old[0] == new[0] == "variable":
-                        return head + f"{label} binds variable {new[1].arg} instead of {old[1].arg}" + tail
-                    return head + f"{label} is a {_kind(new)} but was a {_kind(old)} at capture" + tail
-        for label, t, old, new, desc in zip(self._tensor_labels(args, kwargs), tensors, cap.input_keys, keys,
-                                            cap.input_desc):
-            if old != new:
-                return head + f"input {label} is {_describe(t, new)}, captured as {desc}" + tail
-        raise AssertionError("a mismatch was found but not located")
 
-
-def _labels(args: tuple, kwargs: dict[str, Any]) -> list[str]:
-    return [f"argument {i}" for i in range(len(args))] + [f"keyword argument {k!r}" for k in sorted(kwargs)]
-
-
-def _kind(s: Any) -> str:
-    if s == "Tensor":
-        return "Tensor"
-    return {"variable": "bound variable", "value": "Python value"}.get(s[0]) or s[1].__name__
+def _input_mismatch(cap: CapturedJit, sig: Signature, keys: tuple) -> str:
+    """The first input whose view key differs from the captured one, described."""
+    return next(f"input {label} is {_describe(t, new)}, captured as {desc}" for label, t, old, new, desc
+                in zip(sig.tensor_labels, sig.tensors, cap.input_keys, keys, cap.input_desc) if old != new)
 
 
 def _tensors_in(ret: Any, name: str) -> list[Any]:
@@ -314,10 +275,8 @@ def _tensors_in(ret: Any, name: str) -> list[Any]:
 
 
 def _template(ret: Any, out_of: dict[int, _Out]) -> Any:
-    if isinstance(ret, (tuple, list)):
-        return type(ret)(_template(x, out_of) for x in ret)
-    if isinstance(ret, dict):
-        return {k: _template(v, out_of) for k, v in ret.items()}
+    if isinstance(ret, (tuple, list, dict)):
+        return remake(ret, [_template(x, out_of) for x in (ret.values() if isinstance(ret, dict) else ret)])
     return None if ret is None else out_of[id(ret)]
 
 
@@ -327,10 +286,8 @@ def _rebuild(tpl: Any, old_inputs: list[UOp], new_inputs: list[UOp]) -> Any:
             return Tensor(tpl.node, device=tpl.device)
         i = tpl.input_index
         return Tensor(tpl.node.substitute({old_inputs[i]: new_inputs[i]}), device=tpl.device)
-    if isinstance(tpl, (tuple, list)):
-        return type(tpl)(_rebuild(x, old_inputs, new_inputs) for x in tpl)
-    if isinstance(tpl, dict):
-        return {k: _rebuild(v, old_inputs, new_inputs) for k, v in tpl.items()}
+    if isinstance(tpl, (tuple, list, dict)):
+        return remake(tpl, [_rebuild(x, old_inputs, new_inputs) for x in (tpl.values() if isinstance(tpl, dict) else tpl)])
     return tpl
 
 
