@@ -27,9 +27,10 @@ buffers, so each call overwrites the previous call's outputs (as in tinygrad): c
 **Frozen at capture** (as in tinygrad): Python values and branches in the function, what it reads from
 objects (the tensors `self.w` of a method held at capture: so an object argument, `self` included, must be
 the same object on replay), side effects other than kernels (a `.grad` set during capture is not updated by
-replays), variables bound inside the function, and tensors made from host data inside it. Random numbers are not frozen: a replay uploads fresh RNG keys, as
-the eager calls would. Reading a value on the host (`.numpy()`, `.item()`) during the capture, and calling a
-TinyJit inside another one's capture, raise JitError.
+replays), variables bound inside the function, and tensors made from host data inside it. Random numbers
+are not frozen: a replay uploads fresh RNG keys, as the eager calls would. Reading a value on the host
+(`.numpy()`, `.item()`) during the capture, and calling a TinyJit inside another one's capture, raise
+JitError.
 
 **Capture format** (device-neutral): a list of `JitItem(runner, bufs, inputs, var_names, ast)`: the
 callable `runner(bufs, var_vals)`, the buffers it runs on, the positions in `bufs` that take input buffers,
@@ -48,8 +49,6 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tg_core.device import Buffer
-from tg_core.engine.checks import Check
-from tg_core.engine.checks import ran as ran_checks
 from tg_core.engine.jit_signature import Signature, SignatureError, mismatch, remake
 from tg_core.engine.jit_signature import read as read_signature
 from tg_core.engine.realize import _buffers, buffer_of, capture, stats
@@ -96,7 +95,6 @@ class CapturedJit:
     var_vals: dict[str, int]
     ret: Any                         # the return value with _Out in place of tensors
     rng_keys: list[Buffer]
-    checks: list[tuple[Check, Buffer]]  # device-side checks whose kernels are among the items
 
 
     def __post_init__(self) -> None:
@@ -203,13 +201,13 @@ class TinyJit(Generic[R]):
         return outs
 
     def _capture(self, args: tuple, kwargs: dict[str, Any], sig: Signature, keys: tuple, nodes: list[UOp]) -> R:
-        capture.active, capture.items, capture.var_vals, capture.rng_keys, capture.checks = self.name, [], {}, [], []
+        capture.active, capture.items, capture.var_vals, capture.rng_keys = self.name, [], {}, []
         try:
             ret = self.fxn(*args, **kwargs)
             outs = self._realize_outputs(ret)
-            recorded, var_vals, rng_keys, checks = capture.items, capture.var_vals, capture.rng_keys, capture.checks
+            recorded, var_vals, rng_keys = capture.items, capture.var_vals, capture.rng_keys
         finally:
-            capture.active, capture.items, capture.var_vals, capture.rng_keys, capture.checks = None, [], {}, [], []
+            capture.active, capture.items, capture.var_vals, capture.rng_keys = None, [], {}, []
         items = _make_items(recorded, [buffer_of(n) for n in nodes])
         written = {id(it.bufs[p]) for it in items for p in _written(it) if it.bufs[p] is not None}
         index = {n: i for i, n in enumerate(nodes)}
@@ -221,11 +219,10 @@ class TinyJit(Generic[R]):
             # a replay rewrites this buffer without the graph that computed it: gradients must not follow it
             if base is not None and id(buffer_of(base)) in written:
                 _origins.pop(base, None)
-        items = _plan(items, {id(b) for b in rng_keys} | {id(b) for _, b in checks})
+        items = _plan(items, {id(b) for b in rng_keys})
         desc = [_describe(t, k) for t, k in zip(sig.tensors, keys)]
         sig.tensors = []  # the capture call's tensors are not needed to check later calls: do not keep them alive
-        self.captured = CapturedJit(items, sig, keys, desc, nodes, dict(var_vals), _template(ret, out_of), rng_keys,
-                                    checks)
+        self.captured = CapturedJit(items, sig, keys, desc, nodes, dict(var_vals), _template(ret, out_of), rng_keys)
         self.cnt = 2
         return ret
 
@@ -247,8 +244,6 @@ class TinyJit(Generic[R]):
                 it.runner(bufs, var_vals)
             else:
                 it.runner(it.bufs, var_vals)
-        if cap.checks:  # the check kernels wrote their facts again: the next host read looks at them
-            ran_checks(*map(list, zip(*cap.checks)))
         stats["kernels"] += cap.n_kernels
         stats["copies"] += len(cap.items) - cap.n_kernels
         return _rebuild(cap.ret, cap.input_nodes, nodes)
@@ -287,7 +282,8 @@ def _rebuild(tpl: Any, old_inputs: list[UOp], new_inputs: list[UOp]) -> Any:
         i = tpl.input_index
         return Tensor(tpl.node.substitute({old_inputs[i]: new_inputs[i]}), device=tpl.device)
     if isinstance(tpl, (tuple, list, dict)):
-        return remake(tpl, [_rebuild(x, old_inputs, new_inputs) for x in (tpl.values() if isinstance(tpl, dict) else tpl)])
+        items = tpl.values() if isinstance(tpl, dict) else tpl
+        return remake(tpl, [_rebuild(x, old_inputs, new_inputs) for x in items])
     return tpl
 
 
