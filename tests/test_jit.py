@@ -422,6 +422,27 @@ def test_realized_and_unrealized_inputs(dev):
         np.testing.assert_array_equal(f(t).numpy(), a * 2)
 
 
+def test_an_output_passed_back_in(dev):
+    f = TinyJit(lambda x: x.flip(0) * 2 + x.sum())  # in place, it would read elements it has overwritten
+    x, ref = Tensor(np.arange(5, dtype=np.float32), device=dev), np.arange(5, dtype=np.float32)
+    for _ in range(5):
+        x = f(x)  # from call 2 on, x is the captured output buffer
+        ref = ref[::-1] * 2 + ref.sum()  # small integers: exact
+        np.testing.assert_array_equal(x.numpy(), ref)
+
+    @TinyJit
+    def g(x: Tensor) -> Tensor:
+        x.assign(x + 1)
+        return x * 2
+
+    out = g(Tensor(np.ones(2, np.float32), device=dev))
+    for _ in range(2):
+        out = g(Tensor(np.ones(2, np.float32), device=dev))
+    with pytest.raises(JitError, match=r"input argument 0 is held in memory this TinyJit writes .* pass a \.clone\(\)"):
+        g(out)
+    np.testing.assert_array_equal(g(out.clone()).numpy(), [10, 10])  # (4 + 1) * 2
+
+
 def test_another_threads_work_during_a_capture_is_not_recorded(dev):
     inside, finished = threading.Event(), threading.Event()
     seen: dict[str, object] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import sys
 import threading
 import weakref
@@ -40,15 +41,40 @@ class BufferSpec:
 _DEFAULT_SPEC = BufferSpec()  # shared: allocations without options are the common case (frozen, so safe)
 
 
+def format_bytes(n: int) -> str:
+    """`n` bytes for people: 4398046511104 -> '4.00 TiB'."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.2f} {unit}"
+    return f"{n} bytes"
+
+
+def host_memory() -> int | None:
+    """The host's physical memory in bytes (None where the OS does not tell)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 class Allocator:
     """Base of a device's memory allocator. A subclass implements `_alloc`, `_free`, `copyin`, `copyout` and,
     for views, `_offset`. `_alloc` raises MemoryError when the device is out of memory (LRUAllocator then
-    empties its cache and tries once more). `opaque` is whatever the device uses as a handle."""
+    empties its cache and tries once more). `opaque` is whatever the device uses as a handle. `capacity` is
+    the device's memory in bytes, when known: a larger allocation is refused before asking for it (host memory
+    would otherwise be promised by the OS and fail only when touched)."""
+    capacity: int | None = None
 
     def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
+        self.check_size(size)
+        return self._alloc(size, options or _DEFAULT_SPEC)
+
+    def check_size(self, size: int) -> None:
+        """Raise unless `size` bytes could be allocated at all (ValueError: not a size; MemoryError: too big)."""
         if not isinstance(size, int) or size <= 0:
             raise ValueError(f"allocation size must be a positive number of bytes, got {size!r}")
-        return self._alloc(size, options or _DEFAULT_SPEC)
+        if self.capacity is not None and size > self.capacity:
+            raise MemoryError(f"more than the device's {format_bytes(self.capacity)} of memory")
 
     def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
         self._free(opaque, size, options or _DEFAULT_SPEC)
@@ -104,6 +130,7 @@ class LRUAllocator(Allocator):
                 _, opaque = self._entries.pop(tickets.pop())
                 self.cached_bytes -= size
                 return opaque
+        self.check_size(size)  # emptying the cache cannot help an allocation bigger than the device
         try:
             return super().alloc(size, options)
         except MemoryError:
@@ -204,8 +231,14 @@ class Buffer:
             self._base.ensure_allocated()
             self._opaque = opaque if opaque is not None else allocator.offset(self._base._opaque, self.offset,
                                                                               self.nbytes)
+        elif opaque is not None:
+            self._opaque = opaque
         else:
-            self._opaque = opaque if opaque is not None else allocator.alloc(self.nbytes, self.options)
+            try:
+                self._opaque = allocator.alloc(self.nbytes, self.options)
+            except MemoryError as e:  # the allocator says why; the user needs what was asked for and where
+                raise MemoryError(f"cannot allocate {format_bytes(self.nbytes)} ({self.size} x {self.dtype!r}) on "
+                                  f"{self.device}: {e or 'out of memory'}") from e
         return self
 
     def ensure_allocated(self) -> Buffer:

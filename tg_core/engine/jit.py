@@ -99,6 +99,10 @@ class CapturedJit:
 
     def __post_init__(self) -> None:
         self.n_kernels = sum(it.ast.op is not Ops.COPY for it in self.items)  # the engine's stats count them
+        # the memory the items write, and the inputs they write into: an input held in that memory is aliased
+        self.written = {id(b.base) for it in self.items for p in _written(it) if (b := it.bufs[p]) is not None}
+        self.written_inputs = {i for it in self.items for p, i in it.inputs if p in _written(it)}
+        self.private: dict[int, Buffer] = {}  # by input index: where an aliased input is copied to be read
 
 
 def _view_key(u: UOp) -> tuple[tuple, UOp] | None:
@@ -168,7 +172,7 @@ class TinyJit(Generic[R]):
                 if why is not None:
                     raise JitError(f"TinyJit({self.name}) cannot replay this call: {why}; a TinyJit replays the "
                                    "kernels captured for one signature (call reset() to capture again)")
-                return self._replay(cap, sig.binds, nodes)
+                return self._replay(cap, sig, nodes)
             if self.cnt == 0:
                 ret = self.fxn(*args, **kwargs)
                 self._realize_outputs(ret)
@@ -226,8 +230,8 @@ class TinyJit(Generic[R]):
         self.cnt = 2
         return ret
 
-    def _replay(self, cap: CapturedJit, binds: dict[str, UOp] | None, nodes: list[UOp]) -> R:
-        var_vals = cap.var_vals
+    def _replay(self, cap: CapturedJit, sig: Signature, nodes: list[UOp]) -> R:
+        var_vals, binds = cap.var_vals, sig.binds
         if binds:
             var_vals = dict(var_vals)
             for name, b in binds.items():
@@ -235,7 +239,7 @@ class TinyJit(Generic[R]):
         if cap.rng_keys:
             for buf in cap.rng_keys:
                 buf.copyin(Tensor._next_rng_key())
-        in_bufs = [buffer_of(n) for n in nodes]
+        in_bufs = self._unaliased([buffer_of(n) for n in nodes], cap, sig)
         for it in cap.items:
             if it.inputs:
                 bufs = list(it.bufs)
@@ -247,6 +251,28 @@ class TinyJit(Generic[R]):
         stats["kernels"] += cap.n_kernels
         stats["copies"] += len(cap.items) - cap.n_kernels
         return _rebuild(cap.ret, cap.input_nodes, nodes)
+
+
+    def _unaliased(self, in_bufs: list[Buffer], cap: CapturedJit, sig: Signature) -> list[Buffer]:
+        """The input buffers, an input held in memory the items write (the previous call's output passed back
+        in: `x = f(x)`) replaced by a private copy of it: in place, a kernel would overwrite elements it has
+        yet to read, and a later kernel would read the new values."""
+        if not cap.written:
+            return in_bufs
+        out = list(in_bufs)
+        for i, b in enumerate(in_bufs):
+            if id(b.base) not in cap.written:
+                continue
+            if i in cap.written_inputs:
+                raise JitError(f"TinyJit({self.name}): input {sig.tensor_labels[i]} is held in memory this TinyJit "
+                               "writes (an output of its previous call), and the function also writes into it; "
+                               "pass a .clone() of it")
+            if (copy := cap.private.get(i)) is None:
+                copy = cap.private[i] = Buffer(b.device, b.size, b.dtype)
+            copy.copy_from(b)
+            stats["copies"] += 1
+            out[i] = copy
+        return out
 
 
 def _input_mismatch(cap: CapturedJit, sig: Signature, keys: tuple) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tg_core.dtype import to_numpy_dtype
+from tg_core.dtype import dtypes, to_numpy_dtype
 from tg_core.tensor import Tensor, _write
 from tg_core.uop.uop import UOp
 
@@ -29,12 +29,12 @@ def _scalar(v: float, device: str) -> Tensor:
 
 
 class Optimizer:
-    """Holds the parameters (tensors that require grad; those with requires_grad None are switched on) and
+    """Holds the parameters (tensors that require grad; float ones with requires_grad None are switched on) and
     the buffers (tensors that do not, realized with each step). `lr` is a realized 0-d tensor."""
 
     def __init__(self, params: list[Tensor], lr: float):
         for p in params:
-            if p.requires_grad is None:
+            if p.requires_grad is None and dtypes.is_float(p.dtype):  # ints (counters, indices) stay buffers
                 p.requires_grad = True
         self.params = _dedup([p for p in params if p.requires_grad])
         self.buffers = _dedup([p for p in params if not p.requires_grad])

@@ -9,6 +9,8 @@ end of the header.
 from __future__ import annotations
 
 import json
+import math
+import os
 import struct
 import types
 import warnings
@@ -124,16 +126,58 @@ def safe_save(tensors: dict[str, Tensor], fn: str, metadata: dict[str, str] | No
 
 
 def safe_load_metadata(fn: str) -> tuple[dict[str, Any], int]:
-    """The JSON header of the safetensors file `fn` and the offset of its data."""
+    """The JSON header of the safetensors file `fn` and the offset of its data. The header is checked against
+    the format and the file (ValueError saying what is wrong), so that no garbage reaches an allocation."""
     with open(fn, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         raw = f.read(8)
         if len(raw) != 8:
             raise ValueError(f"{fn} is not a safetensors file: it is shorter than the 8-byte header length")
         (n,) = struct.unpack("<Q", raw)
+        if n > size - 8:  # checked before reading: a garbage length would be a huge allocation
+            raise ValueError(f"{fn} is not a safetensors file: header length {n} exceeds file size {size}")
         text = f.read(n)
-    if len(text) != n:
-        raise ValueError(f"{fn} is not a safetensors file: the header of {n} bytes is truncated")
-    return json.loads(text), 8 + n
+    try:
+        header = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{fn} is not a safetensors file: its {n}-byte header is not JSON ({e})") from None
+    _check_header(fn, header, size - 8 - n)
+    return header, 8 + n
+
+
+def _check_header(fn: str, header: Any, data_size: int) -> None:
+    """Raise ValueError (TypeError for a dtype this reader lacks) unless `header` describes tensors that lie
+    within the `data_size` bytes after it, each with as many bytes as its shape and dtype take."""
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{fn} is not a safetensors file: {why}")
+    if not isinstance(header, dict):
+        raise bad(f"the header is a JSON {type(header).__name__}, not an object of tensors")
+    for name, info in header.items():
+        if name == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise bad("__metadata__ must be an object of strings")
+            continue
+        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+            raise bad(f"tensor {name!r} must have exactly the keys dtype, shape and data_offsets, got {info!r:.200}")
+        dt_name, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+        if dt_name not in _SAFE_DTYPES:
+            raise TypeError(f"safe_load: {fn}: tensor {name!r} has dtype {dt_name!r}, which this reader does not "
+                            f"support; supported: {', '.join(_SAFE_DTYPES)}")
+        if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
+            raise bad(f"tensor {name!r} has shape {shape!r:.200}; a shape is a list of integers >= 0")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
+            raise bad(f"tensor {name!r} has data_offsets {offsets!r:.200}; they are [begin, end], integers >= 0")
+        begin, end = offsets
+        if not begin <= end <= data_size:
+            raise bad(f"tensor {name!r} has data_offsets [{begin}, {end}] outside the {data_size} bytes of data")
+        want = math.prod(shape) * _SAFE_DTYPES[dt_name].itemsize
+        if end - begin != want:
+            raise bad(f"tensor {name!r} of shape {shape} and dtype {dt_name} takes {want} bytes, but its "
+                      f"data_offsets [{begin}, {end}] hold {end - begin}")
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def safe_load(fn: str, device: str | None = None) -> dict[str, Tensor]:
@@ -146,8 +190,6 @@ def safe_load(fn: str, device: str | None = None) -> dict[str, Tensor]:
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        if info["dtype"] not in _SAFE_DTYPES:
-            raise TypeError(f"safe_load: {name} has dtype {info['dtype']}, which this reader does not support")
         dt = _SAFE_DTYPES[info["dtype"]]
         begin, end = info["data_offsets"]
         npdt = to_numpy_dtype(dt).newbyteorder("<")

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator
+from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator, host_memory
 from tg_core.dtype import to_numpy_dtype
 from tg_core.plugins.hookspecs import hookimpl
 from tg_core.plugins.specs import DeviceSpec
@@ -19,6 +19,7 @@ from tg_core.plugins.specs import DeviceSpec
 
 class PythonAllocator(LRUAllocator):
     """Host memory as memoryviews of bytearrays; a view is a slice of its base's memoryview."""
+    capacity = host_memory()
 
     def _alloc(self, size: int, options: BufferSpec) -> memoryview:
         return memoryview(bytearray(size))

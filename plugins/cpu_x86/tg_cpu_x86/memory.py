@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tg_core.device import BufferSpec, LRUAllocator
+from tg_core.device import BufferSpec, LRUAllocator, host_memory
 from tg_core.dtype import DType, to_numpy_dtype
 
 ALIGN = 64  # a cache line, and the widest vector load (AVX-512) kernels may align to
@@ -34,6 +34,7 @@ class HostMemory:
 class CPUAllocator(LRUAllocator):
     """Aligned host memory; freed allocations are kept for reuse by `LRUAllocator`. New memory is not zeroed
     (kernels write every element they own), which keeps large allocations cheap."""
+    capacity = host_memory()
 
     def _alloc(self, size: int, options: BufferSpec) -> HostMemory:
         raw = np.empty(size + ALIGN, np.uint8)

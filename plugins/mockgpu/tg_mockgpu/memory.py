@@ -72,6 +72,9 @@ class GPUMemory:
         npages = -(-nbytes // PAGE_SIZE)
         align_pages = max(1, align >> PAGE_SHIFT)
         with self._mapping:
+            free = len(self.pool) + self.limit_pages - self.pool_top
+            if npages > free:  # before the page table grows for it: 4 TiB asked would be 8 GiB of page table
+                raise MemoryError(f"mock GPU out of memory: {npages * PAGE_SIZE} bytes asked, {free * PAGE_SIZE} free")
             first = self._virtual_range(npages, align_pages)
             phys = self._physical_pages(npages)
             self.pages[phys] = 0

@@ -1,0 +1,147 @@
+"""Bad and edge-case inputs around storage and autograd (issue 10): assign while unrelated values read the
+storage, across devices, gradients of empty tensors, requires_grad on integers, safetensors headers that do
+not describe their file, allocations no device can hold. Values are checked against exact references on
+PYTHON, CPU:X86, CPU:LLVM and (small cases) the mock AMD GPU."""
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from tg_core import Device, Tensor, dtypes
+from tg_core.device import Buffer
+from tg_core.nn.optim import SGD
+from tg_core.nn.state import safe_load, safe_load_metadata
+
+
+def _amd_unavailable() -> str | None:
+    try:
+        Device["AMD"]
+    except Exception as e:  # no interface plugin, or one that cannot run here: say why
+        return f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    return None
+
+
+_no_amd = _amd_unavailable()
+DEVICES = ["PYTHON", "CPU:X86", "CPU:LLVM",
+           pytest.param("AMD", marks=pytest.mark.skipif(_no_amd is not None, reason=f"no AMD device: {_no_amd}"))]
+
+
+@pytest.fixture(params=DEVICES)
+def dev(request) -> str:
+    """A device name for Tensor(device=...): CPU:X86 and CPU:LLVM are the CPU rendering with that renderer."""
+    name = request.param
+    if not name.startswith("CPU:"):
+        yield name
+        return
+    cpu = Device["CPU"]
+    before = cpu.renderer.name
+    cpu.select_renderer(name.split(":")[1])
+    yield "CPU"
+    cpu.select_renderer(before)
+
+
+def _other(dev: str) -> str:
+    return "CPU" if dev == "PYTHON" else "PYTHON"
+
+
+# ---- requires_grad ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("data", [[1, 2, 3], [True, False]], ids=["int", "bool"])
+def test_only_floats_can_require_grad(data):
+    with pytest.raises(TypeError, match="only floating point tensors can require gradients"):
+        Tensor(data, requires_grad=True)
+    t = Tensor(data)
+    with pytest.raises(TypeError, match=r"only floating point .* is dtypes\."):
+        t.requires_grad = True
+    with pytest.raises(TypeError, match="only floating point"):
+        t.requires_grad_()
+    t.requires_grad = False  # saying no is always allowed
+    assert t.requires_grad is False and Tensor(data, requires_grad=False).requires_grad is False
+
+
+def test_optimizer_leaves_int_tensors_as_buffers():
+    w, steps = Tensor([1.0, 2.0]), Tensor([0, 0])
+    opt = SGD([w, steps], lr=0.5)
+    assert w.requires_grad is True and steps.requires_grad is None
+    (w * w).sum().backward()
+    opt.step()
+    np.testing.assert_array_equal(w.numpy(), [0.0, 0.0])  # w - 0.5 * 2w
+    np.testing.assert_array_equal(steps.numpy(), [0, 0])
+
+
+# ---- assign across devices -----------------------------------------------------------------------------------
+
+def test_assign_copies_from_another_device(dev):
+    a = Tensor(np.ones(3, np.float32), device=dev).realize()
+    a.assign(Tensor([1.0, 2.0, 3.0], device=_other(dev)))
+    np.testing.assert_array_equal(a.numpy(), [1.0, 2.0, 3.0])
+    a.assign(Tensor([1.0, 2.0, 3.0], device=_other(dev)) * 2)  # a lazy value on the other device
+    np.testing.assert_array_equal(a.numpy(), [2.0, 4.0, 6.0])
+    a[1:].assign(Tensor([7, 8], device=_other(dev)))  # a view, and a cast
+    np.testing.assert_array_equal(a.numpy(), [2.0, 7.0, 8.0])
+    assert a.device == dev
+
+
+def test_where_on_two_devices_is_an_error():
+    with pytest.raises(ValueError, match="condition is on PYTHON and the values on CPU"):
+        Tensor([True, False], device="PYTHON").where(Tensor([1.0, 2.0], device="CPU"), Tensor([0.0], device="CPU"))
+
+
+# ---- safetensors headers ---------------------------------------------------------------------------------------
+
+def _write(path, header, data: bytes = b"", length: int | None = None) -> str:
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text) if length is None else length) + text + data)
+    return str(path)
+
+
+F32x2 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+
+
+@pytest.mark.parametrize("header, data, length, error, match", [
+    (b"{}", b"", 1 << 40, ValueError, "not a safetensors file: header length 1099511627776 exceeds file size 10"),
+    (b"\xff\xfe not json", b"", None, ValueError, "header is not JSON"),
+    ([1, 2], b"", None, ValueError, "the header is a JSON list, not an object"),
+    ({"w": {"dtype": "F32", "shape": [2]}}, b"", None, ValueError, "exactly the keys dtype, shape and data_offsets"),
+    ({"w": {**F32x2, "dtype": "Q7"}}, bytes(8), None, TypeError, "dtype 'Q7'.*supported: F64, F32"),
+    ({"w": {**F32x2, "shape": [-2]}}, bytes(8), None, ValueError, "shape is a list of integers >= 0"),
+    ({"w": {**F32x2, "data_offsets": [0]}}, bytes(8), None, ValueError, r"they are \[begin, end\]"),
+    ({"w": {**F32x2, "data_offsets": [8, 16]}}, bytes(8), None, ValueError, "outside the 8 bytes of data"),
+    ({"w": {**F32x2, "data_offsets": [4, 0]}}, bytes(8), None, ValueError, "outside the 8 bytes of data"),
+    ({"w": {**F32x2, "shape": [3]}}, bytes(8), None, ValueError, "takes 12 bytes, but its data_offsets"),
+    ({"__metadata__": {"a": 1}, "w": F32x2}, bytes(8), None, ValueError, "__metadata__ must be an object of strings"),
+], ids=["length", "json", "list", "keys", "dtype", "shape", "offsets", "past-end", "reversed", "size", "metadata"])
+def test_safetensors_header_is_checked(tmp_path, header, data, length, error, match):
+    fn = _write(tmp_path / "bad.safetensors", header, data, length)
+    with pytest.raises(error, match=match):
+        safe_load(fn)
+    with pytest.raises(error, match=match):
+        safe_load_metadata(fn)
+
+
+def test_safetensors_good_header_still_loads(tmp_path):
+    data = np.array([1.5, -2.0], "<f4").tobytes() + np.array([[7]], "<i8").tobytes()
+    fn = _write(tmp_path / "ok.safetensors", {"__metadata__": {"format": "pt"}, "w": F32x2,
+                                               "n": {"dtype": "I64", "shape": [1, 1], "data_offsets": [8, 16]},
+                                               "e": {"dtype": "F32", "shape": [0, 3], "data_offsets": [16, 16]}},
+                data)
+    got = safe_load(fn)
+    np.testing.assert_array_equal(got["w"].numpy(), [1.5, -2.0])
+    assert got["n"].numpy().tolist() == [[7]] and got["e"].shape == (0, 3)
+
+
+# ---- allocations no device can hold -------------------------------------------------------------------------------
+
+def test_huge_allocation_names_size_and_device(dev):
+    with pytest.raises(MemoryError, match=rf"cannot allocate 4.00 TiB \(1099511627776 x dtypes.float\) on {dev}: "):
+        Buffer(dev, 1 << 40, dtypes.float32).ensure_allocated()
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_huge_tensor_fails_before_running(device):
+    with pytest.raises(MemoryError, match=f"cannot allocate 4.00 TiB .* on {device}: more than the device's"):
+        (Tensor.zeros(1 << 40, device=device) + 1).realize()
