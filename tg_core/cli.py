@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import platform
 import shutil
 import sys
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tg_core.plugins.errors import ConfigError, PluginError
+
+SIGPIPE = 13  # its number on every POSIX system (the signal module has no SIGPIPE on Windows)
 
 
 @dataclass(frozen=True)
@@ -45,20 +48,27 @@ def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser],
     return register
 
 
+# the `--set` examples of `tg --help` and of the error for a bad --set (tests run each one)
+SET_EXAMPLES = ("device=CPU:LLVM", "devices.CPU.threads=2", "devices.AMD.interface=mock")
+
+
 def _parse_set(items: list[str]) -> dict[str, Any]:
     """`--set a.b=value` items as a nested mapping; values are YAML scalars (`true`, `3`, `[A, B]`)."""
-    import yaml
+    from tg_core.plugins.config import parse_yaml
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError("tg --set", item, item, "KEY=VALUE, e.g. device=CPU or devices.AMD.aql=true",
+        parts = key.split(".")
+        if not sep or not all(parts):
+            raise ConfigError("tg --set", item, item, f"KEY=VALUE with a dotted KEY, e.g. {' or '.join(SET_EXAMPLES)}",
                               problem="bad argument")
         target = out
-        parts = key.split(".")
-        for part in parts[:-1]:
+        for i, part in enumerate(parts[:-1]):
             target = target.setdefault(part, {})
-        target[parts[-1]] = yaml.safe_load(raw) if raw else None
+            if not isinstance(target, dict):
+                raise ConfigError("tg --set", ".".join(parts[:i + 1]), target, "a mapping, since --set " + item +
+                                  " sets a key inside it", problem="conflicting --set arguments")
+        target[parts[-1]] = parse_yaml(raw, f"tg --set {item}") if raw else None
     return out
 
 
@@ -79,9 +89,11 @@ def _devices_args(p: argparse.ArgumentParser) -> None:
                    help="open every device and run a tiny check on it (touches hardware); reports PASS/FAIL")
 
 
-def _option_json(opt: Any) -> dict[str, Any]:
+def _option_json(opt: Any, value: Any, source: str) -> dict[str, Any]:
+    choices = opt.allowed_choices()
     return {"type": opt.type.__name__, "default": opt.default, "help": opt.help,
-            "choices": list(opt.choices) if opt.choices is not None else None}
+            "choices": list(choices) if choices is not None else None, "minimum": opt.minimum,
+            "maximum": opt.maximum, "allowed": opt.allowed(), "value": value, "source": source}
 
 
 def plugin_info(reg: Any, rec: Any, probes: dict[str, Any]) -> dict[str, Any]:
@@ -99,9 +111,12 @@ def plugin_info(reg: Any, rec: Any, probes: dict[str, Any]) -> dict[str, Any]:
     devices = []
     for name, prio in rec.devices.items():
         spec = rec.specs.get(name)
+        options = None
+        if spec is not None:
+            values = _option_values(reg, rec, name)
+            options = {k: _option_json(o, *values[k]) for k, o in spec.options.items()}
         entry = {"name": name, "priority": prio, "description": spec.description if spec else None,
-                 "renderers": renderers.get(name, []),
-                 "options": {k: _option_json(o) for k, o in spec.options.items()} if spec else None,
+                 "renderers": renderers.get(name, []), "options": options,
                  "clash_with": [r.dist for r in clashes.get(name, []) if r is not rec]}
         if name in probes:
             p = probes[name]
@@ -132,6 +147,10 @@ def _print_plugin(info: dict[str, Any]) -> None:
         print(line)
         if d["description"]:
             print(f"    about:     {d['description']}")
+        for k, o in (d["options"] or {}).items():
+            set_by = "" if o["source"].startswith("default of plugin") else f" (from {o['source']})"
+            print(f"    option:    {k} = {o['value']!r}{set_by}: {o['help']} (default {o['default']!r}; "
+                  f"{o['allowed']})")
         if "probe" in d:
             p = d["probe"]
             detail = p["error"] or ", ".join(p["steps"])
@@ -184,15 +203,23 @@ def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _option_values(reg: Any, rec: Any, name: str) -> dict[str, tuple[Any, str]]:
+    """Option -> (value, where it came from) of device `name` of the loaded plugin `rec`. Checks them, and the
+    config's renderer preference for the device, as opening the device would."""
+    values = reg.config.device_options(name, rec.specs[name].options)
+    if reg.config.renderer_order(name)[0]:
+        reg.choose_renderer(name)
+    sources = reg.config.option_sources(name)
+    return {k: (v, sources.get(k, f"default of plugin {rec.name}")) for k, v in values.items()}
+
+
 def _device_options(reg: Any) -> dict[str, dict[str, tuple[Any, str]]]:
-    """Per loaded device: option -> (value, where it came from). Validates every device's options."""
+    """Per loaded device: option -> (value, where it came from). Validates every device's config."""
     out = {}
     for rec in reg.records:
         reg.load(rec)
-        for name, spec in rec.specs.items():
-            values = reg.config.device_options(name, spec.options)
-            sources = reg.config.option_sources(name)
-            out[name] = {k: (v, sources.get(k, f"default of plugin {rec.name}")) for k, v in values.items()}
+        for name in rec.specs:
+            out[name] = _option_values(reg, rec, name)
     return out
 
 
@@ -274,9 +301,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                         f"`devices: {{{dev}: {{plugin: NAME}}}}` in ./tg.yaml or deny one")
     try:
         _device_options(reg)
-        say("OK", "device options are valid")
-    except ConfigError as e:
-        say("FAIL", f"device options: {e}")
+        say("OK", "device options and renderer preferences are valid")
+    except (ConfigError, PluginError) as e:
+        say("FAIL", f"device config: {e}")
     for dev, dist in KNOWN_DEVICES.items():
         if dev not in reg.device_names():
             say("INFO", f"device {dev} is not installed (`python -m pip install {dist}`)")
@@ -284,7 +311,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         name, why = Device.default_with_reason()
         say("OK", f"default device {name}: {why}")
     except Exception as e:
-        say("FAIL", f"default device: {type(e).__name__}: {str(e).splitlines()[0]}")
+        say("FAIL", f"default device: {type(e).__name__}: {'; '.join(str(e).splitlines())}")
     return 1 if any(level == "FAIL" for level, _ in results) else 0
 
 
@@ -293,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(mod)
     parser = argparse.ArgumentParser(prog="tg", description="tg: a small tensor compiler whose backends are plugins")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config value, the last layer (e.g. --set device=CPU:LLVM --set devices.AMD.aql=true)")
+                        help="a config value, the last layer (e.g. " + " ".join(f"--set {e}" for e in SET_EXAMPLES)
+                             + ")")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in COMMANDS.values():
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
@@ -309,10 +337,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return COMMANDS[args.command].run(args)
+        code = COMMANDS[args.command].run(args)
+        sys.stdout.flush()  # here, so that a reader that went away is seen below and not at interpreter exit
+        return code
     except (ConfigError, PluginError) as e:
         print(f"tg {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader stopped reading (`tg devices | head`): exit quietly with the status of a process killed by
+        # SIGPIPE, as other command-line tools do; stdout goes to devnull so the final flush cannot raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + SIGPIPE
 
 
 if __name__ == "__main__":

@@ -384,11 +384,12 @@ class _Devices:
 
     @staticmethod
     def canonicalize(name: str) -> str:
-        """'amd' -> 'AMD', 'AMD:0' -> 'AMD', 'AMD:1' -> 'AMD:1', 'CPU:LLVM' -> 'CPU' (a renderer is not part of it)."""
+        """'amd' -> 'AMD', 'AMD:0' -> 'AMD', 'AMD:1' -> 'AMD:1', 'cpu:llvm' -> 'CPU:LLVM'. A named renderer is part
+        of the device: CPU:LLVM is the CPU rendering with LLVM, whatever renderer plain CPU uses."""
         got = _canonical_names.get(name) if isinstance(name, str) else None
         if got is None:
-            base, _, idx = parse_device_string(name)
-            got = base if not idx else f"{base}:{idx}"
+            base, renderer, idx = parse_device_string(name)
+            got = ":".join([base] + ([renderer] if renderer else []) + ([str(idx)] if idx else []))
             if len(_canonical_names) < 1024:  # every tensor op passes its device through here
                 _canonical_names[name] = got
         return got
@@ -405,15 +406,11 @@ class _Devices:
         base, renderer, _ = parse_device_string(name)
         canonical = self.canonicalize(name)
         if canonical in self._opened:
-            dev = self._opened[canonical]
-            if renderer is not None and (dev.renderer is None or dev.renderer.name.upper() != renderer):
-                current = dev.renderer.name if dev.renderer is not None else "none"
-                raise ValueError(f"{canonical} is open with renderer {current}; a device's renderer is chosen when it "
-                                 f"opens (DEV={base}:{renderer} or devices.{base}.renderers in the config)")
-            return dev
+            return self._opened[canonical]
         reg = self.registry
         rec, spec = reg.device_spec(base)
         options = reg.config.device_options(base, spec.options)
+        renderers = self._renderers(canonical, renderer)  # checked before the device touches anything
         try:
             dev = spec.cls(canonical, options)
         except DeviceUnavailable:
@@ -423,25 +420,24 @@ class _Devices:
                                     f"{reg.disable_hint(rec)}") from e
         if not isinstance(dev, Compiled):
             raise PluginBrokenError(f"{rec.label}: {spec.cls.__name__} is not a tg_core.device.Compiled")
-        self._set_renderer(dev, renderer)
+        dev.renderers, why = renderers
+        dev.renderer, dev.renderer_reason = (dev.renderers[0] if dev.renderers else None), why
         self._opened[canonical] = dev
         log.debug("opened %s from %s", canonical, rec.label)
         return dev
 
-    def _set_renderer(self, dev: Compiled, wanted: str | None) -> None:
-        reg = self.registry
-        ordered, why = reg.choose_renderer(dev.device)
-        if wanted is not None:
-            by_name = {c.name.upper(): c for c in ordered}
-            if wanted not in by_name:
-                hint = suggest(wanted, list(by_name))
-                raise DeviceNotFoundError(f"no renderer {wanted!r} for {dev.device}; offered: "
-                                          f"{', '.join(by_name) or 'none'}"
-                                          + (f"; did you mean {hint}?" if hint else ""))
-            ordered = [by_name[wanted]] + [c for c in ordered if c is not by_name[wanted]]
-            why = f"{wanted}: named in the device string"
-        dev.renderers = ordered
-        dev.renderer, dev.renderer_reason = (ordered[0] if ordered else None), why
+    def _renderers(self, device: str, wanted: str | None) -> tuple[list[type], str]:
+        """The renderers of `device`, the one it renders with first, and why; `wanted` is the renderer named in
+        the device string, which must be one of those offered."""
+        ordered, why = self.registry.choose_renderer(device)
+        if wanted is None:
+            return ordered, why
+        by_name = {c.name.upper(): c for c in ordered}
+        if wanted not in by_name:
+            hint = suggest(wanted, list(by_name))
+            raise DeviceNotFoundError(f"no renderer {wanted!r} for {parse_device_string(device)[0]}; offered: "
+                                      f"{', '.join(by_name) or 'none'}" + (f"; did you mean {hint}?" if hint else ""))
+        return [by_name[wanted]] + [c for c in ordered if c is not by_name[wanted]], f"{wanted}: named in the device string"
 
     @property
     def DEFAULT(self) -> str:  # noqa: N802 -- the registry's public name
@@ -464,11 +460,12 @@ class _Devices:
     def _choose_default(self) -> tuple[str, str]:
         reg = self.registry
         if reg.config.device is not None:
-            # selected: every failure is the user's error to see. The renderer part is a config preference
-            # (see Config.renderer_order), so the reason names where it came from.
-            self[self.canonicalize(reg.config.device)]
-            return parse_device_string(reg.config.device)[0], (
-                f"device: {reg.config.device} from {reg.config.source('device')}")
+            # selected: every failure is the user's error to see. The renderer part is a config preference for
+            # every instance of the device (see Config.renderer_order), so the default is the device without it.
+            base, _, idx = parse_device_string(reg.config.device)
+            name = self.canonicalize(f"{base}:{idx}" if idx else base)
+            self[name]
+            return name, f"device: {reg.config.device} from {reg.config.source('device')}"
         skipped = []
         for name, prio in reg.candidates():
             try:
@@ -479,11 +476,20 @@ class _Devices:
                 continue
             except _UNUSABLE as e:
                 provs = reg.providers(name)
-                if len(provs) == 1 and provs[0].status.value in ("broken", "refused", "blocked"):
-                    reg.report(provs[0])
-                else:  # a clash, or a plugin that loads but whose device fails to open
+                if isinstance(e, DeviceClashError):
                     reg.warn_once(f"device:{name}", f"tg: skipping device {name} for the default device: "
                                                     f"{str(e).splitlines()[0]}")
+                elif not any(r.status.value == "loaded" for r in provs):
+                    for r in provs:  # its plugin could not be loaded: it provides no device to fall back from
+                        reg.report(r)
+                else:
+                    # a loaded plugin whose device fails to open: the device exists, so using another one instead
+                    # would hide the failure behind a different (often much slower) device
+                    raise PluginBrokenError(
+                        f"default device: {name} (priority {prio}) is the highest-priority device and fails to open, "
+                        f"and tg does not fall back to another device; fix the cause below, or choose a device with "
+                        f"DEV=NAME or `device:` in ./tg.yaml ({', '.join(d for d, _ in reg.candidates())})\n{e}"
+                    ) from e
                 skipped.append(f"{name} ({str(e).splitlines()[0]})")
                 continue
             why = f"highest-priority working device (priority {prio})"

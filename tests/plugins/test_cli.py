@@ -47,7 +47,9 @@ def test_devices_json_template(listing):
     (dev,) = t["devices"]
     assert dev["name"] == "TEMPLATE" and dev["priority"] == 10 and dev["clash_with"] == []
     assert dev["options"]["max_bytes"] == {"type": "int", "default": 1 << 30,
-                                           "help": "bytes the device may have allocated at once", "choices": None}
+                                           "help": "bytes the device may have allocated at once", "choices": None,
+                                           "minimum": None, "maximum": None, "allowed": "an int",
+                                           "value": 1 << 30, "source": "default of plugin template"}
     assert dev["options"]["zero"]["type"] == "bool" and dev["options"]["zero"]["default"] is True
     assert dev["probe"]["result"] == "PASS" and dev["probe"]["steps"] == ["buffer copy in/out", "tiny kernel"]
 

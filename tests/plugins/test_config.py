@@ -202,16 +202,43 @@ def test_renderer_list_error_names_the_file(make_registry, tmp_path):
     assert "FAST, EXACT, EXTRA" in msg
 
 
-def test_option_minimum():
+def test_option_range():
     from tg_core.plugins.config import _check_option
     from tg_core.plugins.specs import Option
     cores = Option(int, 0, "cores; 0: all", minimum=0)
+    assert cores.describe() == "an int >= 0 (default 0: cores; 0: all)"
     assert _check_option("tg.yaml", "devices.CPU.threads", cores, 3) == 3
     with pytest.raises(ConfigError) as e:
         _check_option("environment variable TG_CPU_THREADS", "TG_CPU_THREADS", cores, -3)
     assert str(e.value) == ("environment variable TG_CPU_THREADS: too small for TG_CPU_THREADS: -3; "
-                            "allowed: an int >= 0 (default 0: cores; 0: all)")
+                            "allowed: an int from 0 to 9223372036854775807 (default 0: cores; 0: all)")
+    # an int without a maximum of its own is still a 64-bit integer
+    with pytest.raises(ConfigError, match=r"too large for TG_CPU_THREADS: 99999999999999999999; allowed: an int "
+                                          r"from 0 to 9223372036854775807"):
+        _check_option("environment variable TG_CPU_THREADS", "TG_CPU_THREADS", cores, 99999999999999999999)
+    few = Option(int, 2, "a few", minimum=1, maximum=4)
+    assert few.describe() == "an int from 1 to 4 (default 2: a few)"
+    with pytest.raises(ConfigError, match="too large for n: 5; allowed: an int from 1 to 4"):
+        _check_option("tg.yaml", "n", few, 5)
+    scale = Option(float, 1.0, "a scale", maximum=2.0)
+    for bad in (float("nan"), float("inf"), 10 ** 400):
+        with pytest.raises(ConfigError, match="not a finite number"):
+            _check_option("tg.yaml", "s", scale, bad)
     with pytest.raises(ValueError, match="minimum"):
         Option(int, -1, "a default below its own minimum", minimum=0)
+    with pytest.raises(ValueError, match="maximum"):
+        Option(int, 5, "a default above its own maximum", maximum=4)
     with pytest.raises(ValueError, match="minimum"):
         Option(str, "x", "a minimum on a string", minimum=0)
+
+
+def test_option_choices_may_be_asked_for_late():
+    from tg_core.plugins.config import _check_option
+    from tg_core.plugins.specs import Option
+    offered = ["auto", "mock"]
+    iface = Option(str, "auto", "an interface", choices=lambda: offered)
+    assert _check_option("tg.yaml", "i", iface, "mock") == "mock"
+    offered.append("rec")  # a plugin loaded later offers another one
+    assert _check_option("tg.yaml", "i", iface, "rec") == "rec"
+    with pytest.raises(ConfigError, match="bad value for i: 'bogus'; allowed: 'auto' \\| 'mock' \\| 'rec'"):
+        _check_option("tg.yaml", "i", iface, "bogus")

@@ -24,7 +24,9 @@ YAML is imported only here, and only when a config is loaded, so `import tg_core
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ ENV_KEYS: dict[str, tuple[str, ...]] = {
     "DEV": ("device",), "TG_PLUGINS_ALLOW": ("plugins", "allow"), "TG_PLUGINS_DENY": ("plugins", "deny"),
     "TG_PLUGINS_ORDER": ("plugins", "order")}
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+RENDERER_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 Key = tuple[str, ...]
 
@@ -59,6 +62,8 @@ def parse_device_string(text: str) -> tuple[str, str | None, int | None]:
         raise ValueError(f"a device is written {form}, got {text!r}")
     name, renderer, index = parts[0].upper(), None, None
     for part in parts[1:]:
+        if part.lstrip("+-").isdigit() and not part.isdigit():
+            raise ValueError(f"a device index is a whole number >= 0 (AMD, AMD:1, ...), got {part!r} in {text!r}")
         if part.isdigit() and index is None:
             index = int(part)
         elif renderer is None and index is None and not part.isdigit():
@@ -67,6 +72,8 @@ def parse_device_string(text: str) -> tuple[str, str | None, int | None]:
             raise ValueError(f"a device is written {form}, got {text!r}")
     if not DEVICE_NAME.fullmatch(name):
         raise ValueError(f"device name {parts[0]!r} must be letters and digits, starting with a letter")
+    if renderer is not None and not RENDERER_NAME.fullmatch(renderer):
+        raise ValueError(f"renderer name {renderer!r} in {text!r} must be letters, digits and _, starting with a letter")
     return name, renderer, index
 
 
@@ -159,21 +166,34 @@ def _flatten(layer: Layer, into: dict[Key, tuple[Any, str]], mentioned: dict[str
 
 
 def _read_yaml(path: Path, source: str) -> dict[str, Any]:
-    import yaml  # deferred: only a config load needs YAML
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as e:
         raise ConfigError.unreadable(source, f"cannot read the config file: {e.strerror or e}") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError.unreadable(source, f"not valid YAML: {e}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError.unreadable(source, f"not UTF-8 text: byte {raw[e.start]:#04x} at offset {e.start} cannot "
+                                             "be decoded; a config file is YAML written in UTF-8") from None
+    data = parse_yaml(text, source)
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError.unreadable(source, f"the top level must be a mapping of {', '.join(_TOP_KEYS)}, "
                                              f"got a {_type_name(data)}")
     return data
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """`text` as YAML; a syntax error is a one-line ConfigError naming `source` and the line and column."""
+    import yaml  # deferred: only a config load needs YAML
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise ConfigError.unreadable(source, f"not valid YAML{where}: {what}") from None
 
 
 def _env_layer(env: Mapping[str, str]) -> Layer:
@@ -267,9 +287,12 @@ class Config:
                 out["devices"].setdefault(k[1], {})[k[2]] = v
         return out
 
-    def check_names(self, devices: Iterable[str], first_party: Mapping[str, str], plugins: Iterable[str]) -> None:
-        """Check device and plugin names against what discovery found. A first-party device that is not installed
-        may be configured (the file may be shared between machines); its options are then not checked."""
+    def check_names(self, devices: Iterable[str], first_party: Mapping[str, str],
+                    plugins: Mapping[str, Iterable[str] | None], builtin: Iterable[str] = ()) -> None:
+        """Check device and plugin names against what discovery found. A first-party device or plugin that is not
+        installed may be configured (the file may be shared between machines); its options are then not checked.
+        `plugins` maps every name a plugin may be called by to the devices it provides (None: not known, its
+        manifest was not read); `builtin` are the names of core's own plugin, which cannot be denied."""
         known = sorted(set(devices) | set(first_party))
         allowed_devices = ", ".join(known)
         if self.device is not None:
@@ -281,17 +304,32 @@ class Config:
             if name not in known:
                 raise ConfigError(source, f"devices.{name}", self.as_dict()["devices"].get(name),
                                   f"devices {allowed_devices}", suggest(name, known), problem="unknown device")
-        plugins = sorted(set(plugins))
+        provides = {_norm(p): devs for p, devs in plugins.items()}
+        names = sorted(plugins)
+        builtin = {_norm(b) for b in builtin}
         for key in ("allow", "deny", "order"):
             for p in self.get("plugins", key) or []:
-                if _norm(p) not in {_norm(x) for x in plugins}:
-                    raise ConfigError(self.source("plugins", key), f"plugins.{key}", p, "plugins " + ", ".join(plugins),
-                                      suggest(p, plugins), problem="unknown plugin")
+                if _norm(p) not in provides:
+                    raise ConfigError(self.source("plugins", key), f"plugins.{key}", p, "plugins " + ", ".join(names),
+                                      suggest(p, names), problem="unknown plugin")
+                if key == "deny" and _norm(p) in builtin:
+                    raise ConfigError(self.source("plugins", key), f"plugins.{key}", p,
+                                      "installed plugins other than core (core is tg itself: it provides the "
+                                      "reference device PYTHON, the last resort, and cannot be denied)",
+                                      problem="cannot deny core")
         for name in self.mentioned_devices:
             picked = self.device_plugin(name)
-            if picked is not None and _norm(picked[0]) not in {_norm(x) for x in plugins}:
-                raise ConfigError(picked[1], f"devices.{name}.plugin", picked[0], "plugins " + ", ".join(plugins),
-                                  suggest(picked[0], plugins), problem="unknown plugin")
+            if picked is None:
+                continue
+            if _norm(picked[0]) not in provides:
+                raise ConfigError(picked[1], f"devices.{name}.plugin", picked[0], "plugins " + ", ".join(names),
+                                  suggest(picked[0], names), problem="unknown plugin")
+            devs = provides[_norm(picked[0])]
+            if devs is not None and name not in devs:
+                providers = sorted(p for p, d in plugins.items() if d is not None and name in d)
+                raise ConfigError(picked[1], f"devices.{name}.plugin", picked[0],
+                                  f"plugins providing {name}: {', '.join(providers) or 'none installed'}",
+                                  suggest(picked[0], providers), problem="plugin does not provide it")
 
     def device_options(self, name: str, schema: Mapping[str, Option]) -> dict[str, Any]:
         """The options of device `name`: the schema's defaults overridden by the config layers, then by the
@@ -350,12 +388,25 @@ def _check_option(source: str, key: str, opt: Option, value: Any) -> Any:
         meant = _from_env(opt, str(value)) if isinstance(value, (str, int, float)) else None
         hint = repr(meant) if meant is not None and accepts(opt.type, meant) else None
         raise ConfigError(source, key, value, opt.describe(), hint, problem=f"wrong type ({_type_name(value)})")
-    if opt.choices is not None and value not in opt.choices:
-        raise ConfigError(source, key, value, opt.describe(), suggest(str(value), [str(c) for c in opt.choices]),
+    choices = opt.allowed_choices()
+    if choices is not None and value not in choices:
+        raise ConfigError(source, key, value, opt.describe(), suggest(str(value), [str(c) for c in choices]),
                           problem="bad value")
-    if opt.minimum is not None and value < opt.minimum:
-        raise ConfigError(source, key, value, opt.describe(), None, problem="too small")
+    if opt.type is float and not math.isfinite(_as_float(value)):
+        raise ConfigError(source, key, value, opt.describe(), None, problem="not a finite number")
+    lo, hi = opt.bounds()
+    if lo is not None and value < lo:
+        raise ConfigError(source, key, value, opt.describe(full_range=True), None, problem="too small")
+    if hi is not None and value > hi:
+        raise ConfigError(source, key, value, opt.describe(full_range=True), None, problem="too large")
     return float(value) if opt.type is float else value
+
+
+def _as_float(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond any float
+        return math.inf
 
 
 def _norm(name: str) -> str:

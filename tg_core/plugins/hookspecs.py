@@ -8,8 +8,9 @@ configurable:
     plugin order for a device = the plugins named in the config's `plugins.order`, in that order; then the
     plugin that provides the device; then every other loaded plugin by name.
 
-`device` arguments are canonical device names such as "AMD" or "AMD:1" (index 0 is written without
-its index); `device.split(":")[0]` is the device type.
+`device` arguments are canonical device names such as "AMD", "AMD:1" or "CPU:LLVM" (a device string's
+renderer is part of the device; index 0 is written without its index); `device.split(":")[0]` is the
+device type.
 Implementations may leave out arguments they don't use (pluggy passes only the ones they name).
 Wrappers (`hookimpl(wrapper=True)`) are not supported on these hooks: results combine as described on
 each hook instead.

@@ -35,9 +35,11 @@ from tg_core.plugins.version import API_VERSION_STR
 
 log = logging.getLogger("tg.plugins")
 
-# first-party devices and the distribution that provides each, for "pip install ..." hints
-KNOWN_DEVICES: dict[str, str] = {"AMD": "tg-amd", "CPU": "tg-cpu-x86"}
-FIRST_PARTY_DISTS = ("tg-amd", "tg-cpu-x86", "tg-mockgpu", "tg-profiler-sqtt")
+# first-party plugins (entry-point name: distribution, devices): a config may name them and their devices where
+# they are not installed (one config file may serve several machines), and errors say what to install
+FIRST_PARTY: dict[str, tuple[str, tuple[str, ...]]] = {
+    "amd": ("tg-amd", ("AMD",)), "cpu_x86": ("tg-cpu-x86", ("CPU",)), "mockgpu": ("tg-mockgpu", ())}
+KNOWN_DEVICES: dict[str, str] = {d: dist for dist, devs in FIRST_PARTY.values() for d in devs}
 BUILTIN_NAME = "core"
 REFERENCE_DEVICE = "PYTHON"
 PM_HOOKS = ("tg_pm_encode", "tg_pm_lower", "tg_pm_bufferize", "tg_pm_batch")
@@ -66,10 +68,8 @@ class PluginRegistry:
         self._lock = threading.RLock()
         self._reported: set[str] = set()
         self._cache: dict[tuple[str, str], Any] = {}
-        names = set(FIRST_PARTY_DISTS)
-        for r in records:
-            names |= {r.name, r.dist}
-        config.check_names(self.device_names(), KNOWN_DEVICES, names)
+        config.check_names(self.device_names(), KNOWN_DEVICES, self.plugin_names(),
+                           [n for r in records if r.builtin for n in (r.name, r.dist)])
 
     @classmethod
     def create(cls, explicit: Mapping[str, Any] | None = None, path: list[str] | None = None,
@@ -94,6 +94,20 @@ class PluginRegistry:
         hint = suggest(name, allowed)
         raise KeyError(f"no plugin {name!r}; plugins: {', '.join(allowed)}"
                        + (f"; did you mean {hint}?" if hint else ""))
+
+    def plugin_names(self) -> dict[str, frozenset[str] | None]:
+        """Every name a config may call a plugin by, with the devices it provides (None: its manifest was not
+        read): installed plugins by entry-point and distribution name, then first-party ones not installed."""
+        out: dict[str, frozenset[str] | None] = {}
+        for r in self.records:
+            devs = frozenset(r.devices) if r.manifest is not None else None
+            out.setdefault(r.name, devs)
+            out.setdefault(r.dist, devs)
+        installed = {norm(n) for n in out}
+        for name, (dist, devs) in FIRST_PARTY.items():
+            if norm(name) not in installed and norm(dist) not in installed:
+                out[name] = out[dist] = frozenset(devs)
+        return out
 
     def device_names(self) -> list[str]:
         return sorted({d for r in self.records for d in r.devices})

@@ -15,12 +15,12 @@ def tg_addhooks(pluginmanager: pluggy.PluginManager) -> None:
 @hookimpl
 def tg_devices() -> list[DeviceSpec]:
     from tg_amd.device import AMDDevice
-    from tg_amd.select import KFD_PATH, auto_choice
+    from tg_amd.select import KFD_PATH, auto_choice, interface_names
     return [DeviceSpec("AMD", AMDDevice, description=(
         f"AMD gfx1100 (RDNA3, wave32) through an interface plugin; interface 'auto' is 'kfd' when {KFD_PATH} exists, "
         f"else 'mock' (tg-mockgpu); here: {auto_choice()}"), options={
         "interface": Option(str, "auto", "the GPU interface by name: 'mock' (tg-mockgpu's emulator), 'kfd' (the "
-                                         "kernel driver, not written yet) or 'auto'"),
+                                         "kernel driver, not written yet) or 'auto'", choices=interface_names),
     })]
 
 

@@ -8,6 +8,8 @@ from tg_core.plugins.errors import DeviceUnavailable
 
 KFD_PATH = "/dev/kfd"
 MOCK_DIST = "tg-mockgpu"
+# interfaces named even where no installed plugin offers them, so that their absence gets its own message
+KNOWN_INTERFACES = ("kfd", "mock")
 
 
 def auto_choice() -> str:
@@ -32,6 +34,12 @@ def collect_interfaces(device: str) -> dict[str, type]:
                 raise TypeError(f"{rec.label}: amd_interfaces() returned {cls!r}, which has no str attribute `name`")
             found.setdefault(name, cls)
     return found
+
+
+def interface_names(device: str = "AMD") -> tuple[str, ...]:
+    """The values `devices.AMD.interface` may take: auto, the known interfaces, and any other one a plugin offers."""
+    offered = collect_interfaces(device)
+    return ("auto", *KNOWN_INTERFACES, *(n for n in offered if n not in KNOWN_INTERFACES))
 
 
 def open_interface(device: str, wanted: str) -> tuple[Any, str]:

@@ -9,6 +9,7 @@ from tg_core.codegen.threads import MIN_WORK
 
 log = logging.getLogger("tg.cpu")
 X86_64 = ("x86_64", "amd64")
+MAX_THREADS = 1024  # one OS thread per core of a kernel's split: more is a typo, not a machine
 
 
 def native_renderers() -> list[type]:
@@ -32,7 +33,8 @@ def tg_devices() -> list[DeviceSpec]:
     from tg_cpu_x86.device import CPUDevice
     return [DeviceSpec("CPU", CPUDevice, description="this machine's CPU: native x86-64 or LLVM-compiled kernels",
                        options={
-                           "threads": Option(int, 0, "cores a large kernel is split across; 0: every core", minimum=0),
+                           "threads": Option(int, 0, "cores a large kernel is split across; 0: every core", minimum=0,
+                                             maximum=MAX_THREADS),
                            "thread_min_work": Option(int, MIN_WORK, "a kernel with fewer loop iterations than "
                                                                     "this runs on one core", minimum=0),
                        })]
