@@ -389,6 +389,19 @@ def test_arguments_no_replay_could_take_raise(dev):
         TinyJit(lambda xs: xs[0] + xs[1])([t, t.T])  # a view of another input aliases it
 
 
+def test_tensors_of_no_elements(dev):
+    f = TinyJit(lambda x, empty: (x * 2, empty.sum(), empty + 1))
+    for i in range(4):
+        doubled, total, plus = f(Tensor(np.full(2, i, np.float32), device=dev), Tensor.zeros(0, 3, device=dev))
+        np.testing.assert_array_equal(doubled.numpy(), [2 * i, 2 * i])
+        assert total.item() == 0 and plus.shape == (0, 3)
+    with pytest.raises(JitError, match=r"argument 1 is an empty float \(0, 4\) tensor on \w+, captured as an empty "
+                                       r"float \(0, 3\) tensor"):
+        f(Tensor(rand(2), device=dev), Tensor.zeros(0, 4, device=dev))
+    with pytest.raises(JitError, match=r"argument 1 is a Tensor but was a Tensor of no elements at capture"):
+        f(Tensor(rand(2), device=dev), Tensor.zeros(1, 3, device=dev))
+
+
 def test_variables_inside_containers(dev):
     v = UOp.variable("jit_k", 0, 100, dtypes.int32)
     f = TinyJit(lambda x, opts: x + Tensor(opts["k"], device=dev))
@@ -455,11 +468,14 @@ def test_another_threads_work_during_a_capture_is_not_recorded(dev):
             assert finished.wait(30)
         return y * 2
 
+    g = _captured(lambda x: x - 1, Tensor(rand(3), device=dev))
+
     def other():
         assert inside.wait(30)
         try:
             b = (Tensor(np.arange(3, dtype=np.float32), device=dev) * 7).realize()
             seen["realized"] = b.numpy()  # a host read in this thread is not the capture's
+            seen["replayed"] = g(Tensor(np.ones(3, np.float32), device=dev)).numpy()  # nor a TinyJit call nested in it
         except Exception as e:  # noqa: BLE001 - reported by the main thread
             seen["error"] = e
         finished.set()
@@ -472,6 +488,7 @@ def test_another_threads_work_during_a_capture_is_not_recorded(dev):
     worker.join()
     assert "error" not in seen, seen.get("error")
     np.testing.assert_array_equal(seen["realized"], np.arange(3) * 7)
+    np.testing.assert_array_equal(seen["replayed"], [0, 0, 0])
     assert len(f.jit_cache) == 2  # x + 1 and y * 2, not the other thread's multiply
     for _ in range(3):
         x = rand(3)

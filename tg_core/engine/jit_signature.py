@@ -3,7 +3,8 @@ which a capture freezes and a replay must therefore match.
 
 Arguments are walked through tuples, lists and dicts (and their subclasses, such as namedtuples and
 OrderedDicts), however deeply nested: every Tensor found is an input of the capture, every bound variable a
-value a replay passes on. Everything else is the call's *structure*: container types, lengths and dict keys
+value a replay passes on (a tensor of no elements has no memory to read: it is structure, its dtype, shape
+and device must match). Everything else is the call's *structure*: container types, lengths and dict keys
 (in order: the function may iterate them), plain values by value (floats by their bits, so -0.0 and nan are
 told apart from 0.0 and each other as a kernel constant would be) and any other object by identity (what the
 function read from it is baked into the kernels). `mismatch` names the first difference between two calls.
@@ -50,6 +51,17 @@ class _Object:
 
 
 @dataclass(frozen=True)
+class _Empty:
+    """A tensor of no elements: it has no memory for a kernel to read, so it is structure, not an input."""
+    dtype: DType
+    shape: tuple
+    device: str
+
+    def __str__(self) -> str:
+        return f"an empty {self.dtype.name} {self.shape} tensor on {self.device}"
+
+
+@dataclass(frozen=True)
 class _Var:
     var: UOp  # the DEFINE_VAR a bound variable binds
 
@@ -92,6 +104,8 @@ def read(args: tuple, kwargs: dict[str, Any]) -> Signature:
 
 
 def _walk(a: Any, label: str, sig: Signature) -> Any:
+    if isinstance(a, Tensor) and a.numel() == 0:
+        return _Empty(a.dtype, a.shape, a.device)
     if isinstance(a, Tensor):
         sig.tensors.append(a)
         sig.tensor_labels.append(label)
@@ -158,6 +172,8 @@ def _diff(old: Any, new: Any, label: str) -> str | None:
                 "captured kernels, pass a Tensor or a bound variable instead")
     if isinstance(new, _Var):
         return f"{label} binds variable {new.var.arg} instead of {old.var.arg}"
+    if isinstance(new, _Empty):
+        return f"{label} is {new}, captured as {old}"
     if isinstance(new, _Object):
         return (f"{label} is another {type(new.obj).__name__} object than at capture; a capture freezes the objects "
                 "it is called with (what the function read from them is baked into the kernels), pass the data "
@@ -177,6 +193,8 @@ def _diff(old: Any, new: Any, label: str) -> str | None:
 def _kind(node: Any) -> str:
     if node == _TENSOR:
         return "Tensor"
+    if isinstance(node, _Empty):
+        return "Tensor of no elements"
     if isinstance(node, _Var):
         return "bound variable"
     if isinstance(node, _Value):
