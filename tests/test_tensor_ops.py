@@ -761,8 +761,9 @@ def test_gather_folds_to_a_load():
     close(out, np.arange(50000, dtype=np.float32).reshape(10000, 5)[i])
     emb = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
     close(emb.gather(0, Tensor([[3, 0, 1]])), [[9, 1, 5]])
-    # an index outside the axis reads zero (it cannot be checked before the data exists)
-    close(emb[Tensor([1, 7])], [[3, 4, 5], [0, 0, 0]])
+    # an index outside the axis is an IndexError (tests/test_tensor_edge.py checks the lazy case too)
+    with pytest.raises(IndexError, match="index 7 is out of bounds for axis 0 with size 4"):
+        emb[Tensor([1, 7])]
 
 
 def test_big_python_ints_widen():

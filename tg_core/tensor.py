@@ -16,6 +16,7 @@ import numpy as np
 from tg_core.device import Buffer, Device
 from tg_core.dtype import (ConstType, DType, dtypes, from_numpy_dtype, least_upper_dtype, least_upper_float,
                            sum_acc_dtype, to_dtype, to_numpy_dtype)
+from tg_core.engine import checks
 from tg_core.engine.realize import attach, buffer_of, capture, realize
 from tg_core.helpers import prod
 from tg_core.tensor_creation import CreationMixin, scalar_dtype
@@ -168,6 +169,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if dtypes.is_weak(self.dtype):
             raise TypeError(f"cannot realize the weak dtype {self.dtype!r}")
         if self.numel() == 0:
+            checks.report()
             return np.zeros(self.shape, dtype=to_numpy_dtype(self.dtype))
         self.realize()
         u = self.uop
@@ -176,7 +178,15 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         else:
             # a strided view of storage: its elements are gathered into a temporary buffer
             base = realize([u], devices=[self.device])[u]
+        checks.report()  # a device-side check that failed in what ran so far is an error here, not a value
         return buffer_of(base).numpy().reshape(self.shape).copy()
+
+    @staticmethod
+    def synchronize(device: str | None = None) -> None:
+        """Wait for the work queued on `device` (the default device when None), then raise the error of any
+        device-side check (an index out of range) that failed in the kernels run so far."""
+        Device[Device.canonicalize(device) if device is not None else Device.DEFAULT].synchronize()
+        checks.report()
 
     def tolist(self) -> Any:
         return self.numpy().tolist()

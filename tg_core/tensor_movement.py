@@ -26,6 +26,7 @@ import numpy as np
 
 from tg_core.dtype import dtypes, least_upper_dtype
 from tg_core.helpers import prod
+from tg_core.tensor_checks import check_range
 from tg_core.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -167,7 +168,12 @@ class MovementMixin:
         x = self._apply_basic(sels, nones)
         if not tensors:
             return x
-        return x._gather_advanced([(pos, t) for _, pos, t in tensors])
+        out = x._gather_advanced([(pos, t) for _, pos, t in tensors])
+        for d, _, t in tensors:  # -n <= index < n, negative ones counting from the end (PyTorch)
+            n = self.shape[d]
+            out = check_range(out, t, -n, n, lambda v, d=d, n=n: f"index {v} is out of bounds for axis {d} with "
+                                                                 f"size {n} (shape {self.shape})")
+        return out
 
     def __setitem__(self, indices: Any, value: Any) -> None:
         v = self._operand(value) if not isinstance(value, type(self)) else value

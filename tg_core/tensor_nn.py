@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tg_core.dtype import dtypes, least_upper_dtype, least_upper_float
+from tg_core.tensor_checks import check_range
 
 if TYPE_CHECKING:
     from tg_core.tensor import Tensor
@@ -99,7 +100,10 @@ class NNMixin:
         ax = 1 if self.ndim > 1 else 0
         c = self.shape[ax]
         if Y.ndim == self.ndim - 1:
-            Y = Y.one_hot(c)
+            if not dtypes.is_int(Y.dtype):
+                raise TypeError(f"cross_entropy: class-index targets must be ints, got {Y.dtype!r}")
+            Y = check_range(Y._one_hot(c), Y, 0, c,
+                            lambda v: f"cross_entropy: target {v} is out of bounds for {c} classes (allowed: 0 to {c - 1})")
             if ax != self.ndim - 1:
                 Y = Y.permute((0, Y.ndim - 1) + tuple(range(1, Y.ndim - 1)))
         if Y.shape != self.shape:
@@ -118,7 +122,10 @@ class NNMixin:
         c = self.shape[-1]
         log_p = self.log_softmax(-1)
         keep = Y.ne(ignore_index)
-        target = Y.one_hot(c)._cast_to(log_p.dtype)
+        target = check_range(Y._one_hot(c), Y, 0, c, ignore=ignore_index,
+                             describe=lambda v: f"sparse_categorical_crossentropy: target {v} is out of bounds for {c} "
+                                                f"classes (allowed: 0 to {c - 1}, or ignore_index={ignore_index})")
+        target = target._cast_to(log_p.dtype)
         nll = -(log_p * target).sum(-1)
         smooth = -log_p.mean(-1)
         loss = keep.where((1 - label_smoothing) * nll + label_smoothing * smooth, 0)
@@ -235,11 +242,20 @@ class NNMixin:
     # ---- gather, scatter, one-hot, dropout -----------------------------------------------------------------
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
-        """int32 one-hot vectors on a new last axis. num_classes=-1 reads max()+1 (this realizes)."""
+        """int32 one-hot vectors on a new last axis; classes are 0 .. num_classes-1 (others are an IndexError,
+        as in PyTorch). num_classes=-1 reads max()+1 (this realizes)."""
         if not dtypes.is_int(self.dtype):
             raise TypeError(f"one_hot needs an int tensor, got {self.dtype!r}")
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < -1:
+            raise ValueError(f"one_hot: num_classes is a non-negative int or -1 (max()+1), got {num_classes!r}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1 if self.numel() else 0
+        return check_range(self._one_hot(num_classes), self, 0, num_classes,
+                           lambda v: f"one_hot: class {v} is out of range for num_classes={num_classes} "
+                                     f"(allowed: 0 to {num_classes - 1})")
+
+    def _one_hot(self, num_classes: int) -> Tensor:
+        """one_hot without the range check: an index outside 0 .. num_classes-1 gives a row of zeros."""
         ar = type(self)._iota(num_classes, self.device)
         return self.unsqueeze(-1).eq(ar).cast(dtypes.int32)
 
@@ -255,7 +271,9 @@ class NNMixin:
         x = x.unsqueeze(-1).transpose(d, -1)                              # axis d has size 1, last axis n
         hot = index.unsqueeze(-1).eq(type(self)._iota(n, self.device))    # index.shape + (n,)
         zero = False if dtypes.is_bool(self.dtype) else 0
-        return hot.where(x, zero).sum(-1).cast(self.dtype)
+        return check_range(hot.where(x, zero).sum(-1).cast(self.dtype), index, 0, n,
+                           lambda v: f"gather: index {v} is out of bounds for dim {dim} with size {n} "
+                                     f"(allowed: 0 to {n - 1})")
 
     def scatter(self, dim: int, index: Tensor, src: Tensor | float | int, reduce: str | None = None) -> Tensor:
         """self[index[i][j]][j] = src[i][j] for dim 0 (PyTorch's scatter); reduce=None, 'add' or 'multiply'.
@@ -285,10 +303,13 @@ class NNMixin:
         grow = tuple((0, 0) if i == d else (0, s - index.shape[i]) for i, s in enumerate(self.shape))
         hit, contrib = hit.pad(grow), contrib.pad(grow)
         if reduce == "add":
-            return self + contrib
-        if reduce == "multiply":
-            return hit.where(self * contrib, self)
-        return hit.where(contrib, self)
+            out = self + contrib
+        elif reduce == "multiply":
+            out = hit.where(self * contrib, self)
+        else:
+            out = hit.where(contrib, self)
+        return check_range(out, index, 0, n, lambda v: f"scatter: index {v} is out of bounds for dim {dim} with size "
+                                                       f"{n} (allowed: 0 to {n - 1})")
 
     def dropout(self, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1/(1-p), when Tensor.training."""

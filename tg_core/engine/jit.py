@@ -28,7 +28,8 @@ buffers, so each call overwrites the previous call's outputs (as in tinygrad): c
 objects (the tensors `self.w` of a method held at capture: so an object argument, `self` included, must be
 the same object on replay), side effects other than kernels (a `.grad` set during capture is not updated by
 replays), variables bound inside the function, and tensors made from host data inside it. Random numbers
-are not frozen: a replay uploads fresh RNG keys, as the eager calls would. Reading a value on the host
+are not frozen: a replay uploads fresh RNG keys, as the eager calls would, and device-side checks (engine/checks.py) captured among the items are re-armed by
+each replay, so the next host read reports them. Reading a value on the host
 (`.numpy()`, `.item()`) during the capture, and calling a TinyJit inside another one's capture, raise
 JitError.
 
@@ -49,6 +50,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tg_core.device import Buffer
+from tg_core.engine.checks import Check
+from tg_core.engine.checks import ran as ran_checks
 from tg_core.engine.jit_signature import Signature, SignatureError, mismatch, remake
 from tg_core.engine.jit_signature import read as read_signature
 from tg_core.engine.realize import _buffers, buffer_of, capture, stats
@@ -95,6 +98,7 @@ class CapturedJit:
     var_vals: dict[str, int]
     ret: Any                         # the return value with _Out in place of tensors
     rng_keys: list[Buffer]
+    checks: list[tuple[Check, Buffer]]  # device-side checks whose kernels are among the items
 
 
     def __post_init__(self) -> None:
@@ -205,13 +209,13 @@ class TinyJit(Generic[R]):
         return outs
 
     def _capture(self, args: tuple, kwargs: dict[str, Any], sig: Signature, keys: tuple, nodes: list[UOp]) -> R:
-        capture.active, capture.items, capture.var_vals, capture.rng_keys = self.name, [], {}, []
+        capture.active, capture.items, capture.var_vals, capture.rng_keys, capture.checks = self.name, [], {}, [], []
         try:
             ret = self.fxn(*args, **kwargs)
             outs = self._realize_outputs(ret)
-            recorded, var_vals, rng_keys = capture.items, capture.var_vals, capture.rng_keys
+            recorded, var_vals, rng_keys, checks = capture.items, capture.var_vals, capture.rng_keys, capture.checks
         finally:
-            capture.active, capture.items, capture.var_vals, capture.rng_keys = None, [], {}, []
+            capture.active, capture.items, capture.var_vals, capture.rng_keys, capture.checks = None, [], {}, [], []
         items = _make_items(recorded, [buffer_of(n) for n in nodes])
         written = {id(it.bufs[p]) for it in items for p in _written(it) if it.bufs[p] is not None}
         index = {n: i for i, n in enumerate(nodes)}
@@ -223,10 +227,11 @@ class TinyJit(Generic[R]):
             # a replay rewrites this buffer without the graph that computed it: gradients must not follow it
             if base is not None and id(buffer_of(base)) in written:
                 _origins.pop(base, None)
-        items = _plan(items, {id(b) for b in rng_keys})
+        items = _plan(items, {id(b) for b in rng_keys} | {id(b) for _, b in checks})
         desc = [_describe(t, k) for t, k in zip(sig.tensors, keys)]
         sig.tensors = []  # the capture call's tensors are not needed to check later calls: do not keep them alive
-        self.captured = CapturedJit(items, sig, keys, desc, nodes, dict(var_vals), _template(ret, out_of), rng_keys)
+        self.captured = CapturedJit(items, sig, keys, desc, nodes, dict(var_vals), _template(ret, out_of), rng_keys,
+                                    checks)
         self.cnt = 2
         return ret
 
@@ -248,6 +253,8 @@ class TinyJit(Generic[R]):
                 it.runner(bufs, var_vals)
             else:
                 it.runner(it.bufs, var_vals)
+        if cap.checks:  # the check kernels wrote their facts again: the next host read looks at them
+            ran_checks(*map(list, zip(*cap.checks)))
         stats["kernels"] += cap.n_kernels
         stats["copies"] += len(cap.items) - cap.n_kernels
         return _rebuild(cap.ret, cap.input_nodes, nodes)

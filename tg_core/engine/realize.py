@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from tg_core.device import Buffer, Device
+from tg_core.engine import checks
 from tg_core.helpers import DEBUG
 from tg_core.schedule.cache import schedule
 from tg_core.uop.ops import Ops
@@ -34,6 +35,7 @@ class CaptureState(threading.local):
         self.items: list[tuple[Callable[[list[Buffer], dict[str, int]], None], list[Buffer], UOp]] = []
         self.var_vals: dict[str, int] = {}
         self.rng_keys: list[Buffer] = []
+        self.checks: list[tuple[checks.Check, Buffer]] = []  # device-side checks a replay re-arms
 
 
 capture = CaptureState()
@@ -87,7 +89,17 @@ def realize(targets: list[UOp], devices: list[str] | None = None) -> dict[UOp, U
     each target's BUFFER node. The cyclic collector is paused throughout: scheduling and codegen allocate
     many acyclic nodes, and its collections walking them were ~30 ms of a first MLP forward."""
     with gc_paused():
-        return _realize(targets, devices)
+        extra = checks.due(targets)
+        if not extra:
+            return _realize(targets, devices)
+        # the guarded ops' checks are computed in the same schedule: their facts are more targets
+        devs = (list(devices) if devices else [None] * len(targets)) + [c.device for c in extra]
+        out = _realize(targets + [c.facts for c in extra], devs)
+        bufs = [buffer_of(out[c.facts]) for c in extra]
+        checks.ran(extra, bufs)
+        if capture.active is not None:
+            capture.checks.extend(zip(extra, bufs))
+        return out
 
 
 def _realize(targets: list[UOp], devices: list[str] | None) -> dict[UOp, UOp]:

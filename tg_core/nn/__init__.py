@@ -6,7 +6,9 @@ import math
 from collections.abc import Sequence
 
 from tg_core.helpers import prod
+from tg_core.dtype import dtypes
 from tg_core.tensor import Tensor
+from tg_core.tensor_checks import check_range
 
 
 class Linear:
@@ -75,7 +77,11 @@ class Embedding:
         self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
 
     def __call__(self, idx: Tensor) -> Tensor:
-        return idx.one_hot(self.vocab_sz).cast(self.weight.dtype) @ self.weight
+        if not dtypes.is_int(idx.dtype):
+            raise TypeError(f"Embedding needs int indices, got {idx.dtype!r}")
+        n = self.vocab_sz
+        return check_range(idx._one_hot(n).cast(self.weight.dtype) @ self.weight, idx, 0, n,
+                           lambda v: f"Embedding: index {v} is out of range for {n} embeddings (allowed: 0 to {n - 1})")
 
 
 __all__ = ["Conv2d", "Embedding", "LayerNorm", "Linear"]
