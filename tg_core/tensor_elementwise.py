@@ -59,7 +59,8 @@ class ElementwiseMixin:
                 out = out * self
             return out
         if not reverse and isinstance(x, float) and x == 0.5 and dtypes.is_float(self.dtype):
-            return self.sqrt()
+            # sqrt is pow's value except where C99 says pow(-0, 0.5) = +0 and pow(-inf, 0.5) = +inf
+            return self.eq(-math.inf).where(math.inf, (self + 0.0).sqrt())
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_bool(a.dtype):
             a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)

@@ -10,6 +10,7 @@ from tg_core.codegen.linearize import linearize
 from tg_core.codegen.lower_index import lower_index_dtype
 from tg_core.codegen.opts import Opt, apply_opts
 from tg_core.codegen.reduce import lower_reduce as lower_reduce_pass
+from tg_core.codegen.shifts import define_shifts
 from tg_core.uop.ops import KernelInfo, Ops
 from tg_core.uop.rewrite import PatternMatcher, gc_paused, graph_rewrite
 from tg_core.uop.symbolic import symbolic
@@ -50,15 +51,15 @@ def kernel_name(ast: UOp) -> str:
 def lower_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = (),
                  extra_matcher: PatternMatcher | None = None) -> UOp:
     """The kernel AST after every graph pass, ready to linearize: opts applied and expanded into lanes,
-    indices simplified, REDUCEs lowered (if asked), weakint lowered, the renderer's rules applied, ENDs
-    split and merged."""
+    indices simplified, REDUCEs lowered (if asked), weakint lowered, shift amounts made to lie inside the
+    width (shifts.py), the renderer's rules applied, ENDs split and merged."""
     if ast.op is not Ops.SINK:
         raise TypeError(f"a kernel AST is a SINK, got {ast.op}")
     ast = expand_lanes(apply_opts(ast, opts))
     ast = graph_rewrite(ast, symbolic, bottom_up=True)
     if lower_reduce:
         ast = lower_reduce_pass(ast)
-    ast = lower_index_dtype(ast)
+    ast = define_shifts(lower_index_dtype(ast))
     if lower_reduce:
         return normalize_ends(ast, extra_matcher)  # applies extra_matcher too
     return ast if extra_matcher is None else graph_rewrite(ast, extra_matcher)

@@ -5,8 +5,9 @@ A program becomes one function: buffers (PARAMs, by index) are `noalias` pointer
 runs nothing. Accumulators (DEFINE_REG) are allocas in the entry block, which LLVM's mem2reg turns into
 registers. Semantics are C's: signed/unsigned division and shifts by the dtype, float compares ordered
 except `!=` (true for NaN), MAX propagates NaN (llvm.maximum), float -> bool is `x != 0`. Where C leaves
-integer division undefined (by zero, MIN/-1) the result is alu.py's (0, MIN) rather than a trap; other
-undefined cases (shifts by the width or more, out-of-range float -> int) are LLVM poison.
+integer division undefined (by zero, MIN/-1) the result is alu.py's (0, MIN) rather than a trap or poison;
+shifts arrive with amounts inside the width (core's pipeline, codegen/shifts.py), so `shl`/`ashr`/`lshr`
+never make poison. Out-of-range float -> int is still LLVM poison.
 
 Values are kept in their LLVM type (bool is i1) except in memory, where a bool is a byte. bfloat16 is
 carried as its 16 raw bits (i16): every op on it runs in float32, and float32 -> bfloat16 rounds to
@@ -334,7 +335,7 @@ class LLVMFunction:
             op = Ops.OR  # a bool sum saturates at True (alu.py), where i1 add would wrap
         if op in _INT_BINARY:
             return self.ins(f"{_INT_BINARY[op]} {t} {vals[0]}, {vals[1]}")
-        if op in (Ops.IDIV, Ops.MOD) and vals[1].startswith("%"):
+        if op in (Ops.IDIV, Ops.MOD):
             return self.safe_divide(op, dt, vals[0], vals[1])
         if op in _INT_SIGNED:
             return self.ins(f"{_INT_SIGNED[op][0 if signed else 1]} {t} {vals[0]}, {vals[1]}")
@@ -350,9 +351,17 @@ class LLVMFunction:
         raise NotImplementedError(f"the {self.r.name} renderer has no {op.name} for {dt!r}")
 
     def safe_divide(self, op: Ops, dt: DType, a: str, b: str) -> str:
-        """Division by a value: x/0 is 0 (and x%0 is 0) and MIN/-1 wraps to MIN, as alu.py and the reference
-        device define them, instead of the trap x86 raises; a constant divisor needs none of this."""
+        """Division: x/0 is 0 (and x%0 is 0) and MIN/-1 wraps to MIN, as alu.py and the reference device
+        define them, instead of the trap x86 raises; both are UB in LLVM, which may then drop the code
+        around them. A constant divisor is decided here, a value is tested at run time."""
         t, signed = ltype(dt), _signed(dt)
+        if not b.startswith("%"):  # a literal: render_const wrote it as a signed decimal
+            c = int(b)
+            if c == 0:
+                return "0"
+            if c == -1 and signed:
+                return self.ins(f"sub {t} 0, {a}") if op is Ops.IDIV else "0"
+            return self.ins(f"{_INT_SIGNED[op][0 if signed else 1]} {t} {a}, {b}")
         zero = self.ins(f"icmp eq {t} {b}, 0")
         safe = self.ins(f"select i1 {zero}, {t} 1, {t} {b}")
         minus_one = None

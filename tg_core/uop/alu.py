@@ -61,13 +61,20 @@ def _max(x: ConstType, y: ConstType) -> ConstType:
     return max(x, y)
 
 
+def _odd_integer(y: float) -> bool:
+    return math.isfinite(y) and abs(math.fmod(y, 2.0)) == 1.0
+
+
 def _pow(x: float, y: float) -> float:
+    """C99's pow: where math.pow raises, the sign of a negative base survives an odd integer exponent."""
     try:
         return math.pow(x, y)
-    except (OverflowError, ValueError):
-        if x == 0 and y < 0:
-            return math.inf
-        return math.nan if x < 0 else math.inf
+    except ValueError:  # zero to a negative power, or a negative base to a non-integer one
+        if x == 0:
+            return math.copysign(math.inf, x) if _odd_integer(y) else math.inf
+        return math.nan
+    except OverflowError:
+        return -math.inf if x < 0 and _odd_integer(y) else math.inf
 
 
 def _trunc(x: ConstType) -> ConstType:
@@ -107,6 +114,10 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtypes:
         operands = tuple(bool(x) for x in operands)
     if op is Ops.SHL and dtypes.is_int(dtype) and operands[1] < 0 or op is Ops.SHR and operands[1] < 0:
         return as_const(0, dtype)  # shifting by a negative amount is undefined; pick 0 like IDIV by zero
+    if op in (Ops.SHL, Ops.SHR) and dtypes.is_int(dtype) and not dtypes.is_weak(dtype):
+        # the exact shift wrapped: by the width or more, x << y is 0 and x >> y the sign. Capping y at the
+        # width gives that without building a 2**y-bit number (codegen/shifts.py makes devices agree)
+        operands = (operands[0], min(operands[1], 8 * dtype.itemsize))
     if op is Ops.POW and dtypes.is_int(dtype) and all(type(x) is int for x in operands) and operands[1] >= 0:
         # exact: math.pow goes through float64 and is wrong past 2**53; a strong int only keeps its low bits
         x, y = operands

@@ -96,6 +96,8 @@ _simple_rules = PatternMatcher([
     (UPat.var("x") + 0, lambda x: x if not dtypes.is_float(x.dtype) else None),  # float: x + 0 turns -0.0 into 0.0
     (UPat.var("x") * 1, lambda x: x),
     (UPat.var("x", _INTS) * 0, lambda x: x.const_like(0)),
+    (UPat.var("x", _INTS) // 0, lambda x: x.const_like(0)),  # alu.py defines x/0 and x%0 as 0
+    (UPat.var("x", _INTS) % 0, lambda x: x.const_like(0)),
     (UPat.var("x", _INTS) // 1, lambda x: x),
     (UPat.var("x", _INTS) // -1, lambda x: x * -1),
     (UPat.var("x", _INTS) % 1, lambda x: x.const_like(0)),

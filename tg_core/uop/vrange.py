@@ -121,6 +121,8 @@ def _bitwise(op: Ops, a: Bounds, b: Bounds, dt: DType) -> Bounds:
             return 0, min(a[1], b[1])
         top = (1 << max(int(a[1]), int(b[1])).bit_length()) - 1
         return 0, top
+    if op is Ops.AND and (a[0] >= 0 or b[0] >= 0):  # two's complement: a mask without the sign bit bounds it
+        return 0, int(a[1] if a[0] >= 0 else b[1])
     return dtype_bounds(dt)
 
 

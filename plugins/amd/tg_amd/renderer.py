@@ -14,9 +14,10 @@ What changes against the host renderer:
 - float32 math uses the hardware's transcendental instructions through the amdgcn intrinsics (v_exp_f32,
   v_log_f32, v_sqrt_f32, v_rcp_f32, v_sin_f32: about 1 ulp), as AMD's own fast math does; sin gets a
   Cody-Waite reduction to [-pi, pi] first, since v_sin_f32 takes revolutions and loses accuracy on large
-  ones. float16 math runs in float32; float32 pow is LLVM's own expansion. float64 exp2/log2/sin/pow have no
-  AMD instruction and LLVM would need a library call (which aborts the process), so core's decompositions
-  (tg_core/codegen/decomp.py) turn them into float64 and integer arithmetic first.
+  ones. float16 math runs in float32. float64 exp2/log2/sin/pow have no AMD instruction and LLVM would need a
+  library call (which aborts the process), so core's decompositions (tg_core/codegen/decomp.py) turn them into
+  float64 and integer arithmetic first; so they do pow of every float dtype, since LLVM's expansion of
+  llvm.pow.f32 (exp2(y * log2(x))) is NaN for a negative x even with an integer y.
 """
 from __future__ import annotations
 
@@ -44,9 +45,12 @@ _SPECIALS = {"gidx0": "llvm.amdgcn.workgroup.id.x", "gidx1": "llvm.amdgcn.workgr
 # f32 op -> the amdgcn intrinsic computing it directly
 _FAST_F32 = {Ops.EXP2: "llvm.amdgcn.exp2.f32", Ops.LOG2: "llvm.amdgcn.log.f32", Ops.SQRT: "llvm.amdgcn.sqrt.f32",
              Ops.RECIPROCAL: "llvm.amdgcn.rcp.f32"}
-# float64 transcendentals as plain arithmetic (the renderer's extra_matcher); float32 keeps the hardware's
-_F64_MATH = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW), dtype=dtypes.float64, name="u"),
-                             lambda u: decomp.rewrite(u))])
+# float64 transcendentals and every float pow as plain arithmetic (the renderer's extra_matcher); float32
+# exp2/log2/sin keep the hardware's. LLVM expands llvm.pow.f32 as exp2(y * log2(x)): NaN for every negative
+# x (C99 gives (-2)**3 = -8) and an error growing with the result, where decomp's pow is within 0.5 ulp.
+_MATH = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=dtypes.float64, name="u"),
+                         lambda u: decomp.rewrite(u)),
+                        (UPat(Ops.POW, name="u"), lambda u: decomp.rewrite(u))])
 # 2*pi split for Cody-Waite: the high part has 12 significant bits, so k*_TWO_PI_HI is exact for |k| < 2**12
 _TWO_PI_HI = 6.28125
 _TWO_PI_LO = 2 * math.pi - 6.28125
@@ -120,7 +124,7 @@ class AMDRenderer(LLVMRenderer):
     calling_convention = "amdgpu_kernel"
     target_triple = "amdgcn-amd-amdhsa"
     special_intrinsics = _SPECIALS
-    extra_matcher = _F64_MATH + pm_int_pow
+    extra_matcher = _MATH + pm_int_pow
     arch = ARCH
     function_class = AMDFunction
 
