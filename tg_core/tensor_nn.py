@@ -102,8 +102,8 @@ class NNMixin:
         if Y.ndim == self.ndim - 1:
             if not dtypes.is_int(Y.dtype):
                 raise TypeError(f"cross_entropy: class-index targets must be ints, got {Y.dtype!r}")
-            Y = check_range(Y._one_hot(c), Y, 0, c,
-                            lambda v: f"cross_entropy: target {v} is out of bounds for {c} classes (allowed: 0 to {c - 1})")
+            Y = check_range(Y._one_hot(c), Y, 0, c, lambda v: f"cross_entropy: target {v} is out of bounds for {c} "
+                                                              f"classes (allowed: 0 to {c - 1})")
             if ax != self.ndim - 1:
                 Y = Y.permute((0, Y.ndim - 1) + tuple(range(1, Y.ndim - 1)))
         if Y.shape != self.shape:

@@ -28,8 +28,9 @@ buffers, so each call overwrites the previous call's outputs (as in tinygrad): c
 objects (the tensors `self.w` of a method held at capture: so an object argument, `self` included, must be
 the same object on replay), side effects other than kernels (a `.grad` set during capture is not updated by
 replays), variables bound inside the function, and tensors made from host data inside it. Random numbers
-are not frozen: a replay uploads fresh RNG keys, as the eager calls would, and device-side checks (engine/checks.py) captured among the items are re-armed by
-each replay, so the next host read reports them. Reading a value on the host
+are not frozen: a replay uploads fresh RNG keys, as the eager calls would, and device-side checks
+(engine/checks.py) captured among the items are re-armed by each replay, so the next host read reports
+them. Reading a value on the host
 (`.numpy()`, `.item()`) during the capture, and calling a TinyJit inside another one's capture, raise
 JitError.
 
