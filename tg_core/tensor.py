@@ -396,11 +396,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
                                                                 (axis if isinstance(axis, Sequence) else (axis,)))
         x = self if dtype is None else self._cast_to(dtype)
         out_shape = tuple(1 if i in axes else n for i, n in enumerate(self.shape))
-        if self.numel() == 0:
-            ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(x.dtype)}[op]
-            red = x._new(UOp.const(x.dtype, ident).reshape(()).reshape((1,) * len(out_shape)).expand(out_shape))
-        else:
-            red = x._new(x.uop.reduce_axis(op, axes)) if axes else x
+        # an empty axis too: the scheduler gives its identity, and the graph keeps x for gradients
+        red = x._new(x.uop.reduce_axis(op, axes)) if axes else x
         return red if keepdim else red.reshape(tuple(n for i, n in enumerate(out_shape) if i not in axes))
 
     def sum(self, axis=None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:

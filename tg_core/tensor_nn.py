@@ -69,13 +69,13 @@ class NNMixin:
     def softmax(self, axis: int = -1, dtype=None) -> Tensor:
         x = self if dtype is None else self.cast(dtype)
         x = x._cast_to(least_upper_float(x.dtype))
-        e = (x - x.max(axis, keepdim=True)).exp()
+        e = (x - x._max_shift(axis)).exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1, dtype=None) -> Tensor:
         x = self if dtype is None else self.cast(dtype)
         x = x._cast_to(least_upper_float(x.dtype))
-        m = x - x.max(axis, keepdim=True)
+        m = x - x._max_shift(axis)
         return m - m.exp().sum(axis, keepdim=True).log()
 
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:

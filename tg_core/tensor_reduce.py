@@ -32,6 +32,12 @@ class ReduceMixin:
         if any(self.shape[a] == 0 for a in self._axes(axis)):
             raise ValueError(f"{name}() of an empty axis has no identity (shape {self.shape}, axis {axis})")
 
+    def _max_shift(self, axis: Axis) -> Tensor:
+        """The max over `axis` (kept) as the shift that keeps exp() in range in softmax-like ops. Unlike max(),
+        an empty axis is allowed: the shift is then MAX's identity (-inf), and the op's result is empty, or
+        -inf for logsumexp, as in PyTorch."""
+        return self._reduce(Ops.MAX, axis, True)
+
     def _reversed_order(self) -> Tensor:
         if dtypes.is_bool(self.dtype):
             return self.logical_not()
@@ -99,7 +105,7 @@ class ReduceMixin:
 
     def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
         x = self._cast_to(least_upper_float(self.dtype))
-        m = x.max(axis, keepdim=True)
+        m = x._max_shift(axis)
         # a row of -inf would give -inf - -inf = nan; shifting by 0 there keeps it -inf
         m = m.isinf().where(0, m)
         out = (x - m).exp().sum(axis, keepdim=True).log() + m

@@ -308,6 +308,8 @@ class Scheduler:
     def _lower_reduce(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
         src = u.src[0]
         op, axes = u.arg
+        if any(src.shape[a] == 0 for a in axes):  # a reduction of nothing is its identity (a sum of nothing is 0)
+            return UOp.const(u.dtype, _IDENTITY[op](u.dtype))
         if any(r in red.ranges for red in reducing for i in idxs for r in i.ranges) and \
                 any(r not in _ranges_of(idxs) for r in k.output_ranges):
             # inlined here it would be recomputed for every value of an output range it does not use
@@ -391,6 +393,9 @@ def _range_equals(c: UOp, ranges: list[UOp]) -> tuple[UOp, UOp] | None:
             return a, v
     return None
 
+
+# the value of a reduction over no elements
+_IDENTITY = {Ops.ADD: lambda dt: 0, Ops.MUL: lambda dt: 1, Ops.MAX: dtypes.min}
 
 # tensor nodes a kernel reads from memory instead of computing
 _LOADED = frozenset({Ops.BUFFER, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN})
