@@ -145,3 +145,43 @@ def test_huge_allocation_names_size_and_device(dev):
 def test_huge_tensor_fails_before_running(device):
     with pytest.raises(MemoryError, match=f"cannot allocate 4.00 TiB .* on {device}: more than the device's"):
         (Tensor.zeros(1 << 40, device=device) + 1).realize()
+
+
+# ---- empty tensors: reductions and gradients ---------------------------------------------------------------------
+
+def _empty(dev: str, requires_grad: bool | None = None) -> Tensor:
+    return Tensor(np.zeros((0, 3), np.float32), device=dev, requires_grad=requires_grad)
+
+
+def test_empty_reductions_give_identities(dev):
+    x = _empty(dev)
+    np.testing.assert_array_equal(x.sum(0).numpy(), np.zeros(3, np.float32))
+    np.testing.assert_array_equal(x.prod(0).numpy(), np.ones(3, np.float32))
+    np.testing.assert_array_equal(x.logsumexp(0).numpy(), np.full(3, -np.inf, np.float32))  # PyTorch's
+    assert np.isnan(x.mean(0).numpy()).all() and x.sum().item() == 0.0
+
+
+def test_empty_softmax_and_friends_are_empty(dev):
+    x = _empty(dev)
+    for t in (x.softmax(0), x.log_softmax(0), x.softmax(1), x.layernorm(), x.max(1), x.cumsum(0)):
+        assert t.numpy().shape == t.shape and t.numel() == 0
+    for op in (lambda: x.max(0), lambda: x.min(), lambda: x.argmax(0)):  # PyTorch raises too
+        with pytest.raises(ValueError, match=r"of an empty axis has no identity \(shape \(0, 3\)"):
+            op()
+
+
+def test_gradients_of_empty_tensors_are_empty(dev):
+    x = _empty(dev, requires_grad=True)
+    x.sum().backward()
+    assert x.grad.shape == (0, 3) and x.grad.numpy().shape == (0, 3)
+    x.grad = None
+    w = Tensor(np.ones((3, 2), np.float32), device=dev, requires_grad=True)
+    (x @ w).relu().mean().backward()  # through ops on empty tensors; the mean of nothing is nan
+    assert x.grad.numpy().shape == (0, 3)
+    np.testing.assert_array_equal(w.grad.numpy(), np.zeros((3, 2), np.float32))  # a sum over an empty batch
+
+
+def test_gradient_through_empty_softmax(dev):
+    x = _empty(dev, requires_grad=True)
+    x.softmax(1).log_softmax(0).sum().backward()
+    assert x.grad.numpy().shape == (0, 3)
