@@ -523,8 +523,14 @@ def test_calls_from_threads_run_one_at_a_time(dev):
     np.testing.assert_array_equal(results["second"].numpy(), [1, 1])  # a replay of the first thread's capture
 
 
-def test_nested_list_inputs_on_amd():
+def test_nested_inputs_and_an_output_passed_back_in_on_amd():
     pytest.importorskip("tg_amd")
     h = TinyJit(lambda xs: xs[0] * 10 + xs[1][0])
     for a, b in ((1, 2), (3, 4), (5, 6)):
         assert h([Tensor([a], device="AMD"), (Tensor([b], device="AMD"),)]).tolist() == [a * 10 + b]
+    f = TinyJit(lambda x: x.flip(0) * 2 + x.sum())
+    x, ref = Tensor(np.arange(5, dtype=np.float32), device="AMD"), np.arange(5, dtype=np.float32)
+    for _ in range(4):
+        x = f(x)
+        ref = ref[::-1] * 2 + ref.sum()
+        np.testing.assert_array_equal(x.numpy(), ref)

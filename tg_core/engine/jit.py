@@ -22,7 +22,8 @@ is not recorded; calls of one TinyJit from several threads run one at a time.
 **Outputs** are the Tensors the function returns (a Tensor, None, or tuples/lists/dicts of them, nested;
 namedtuples and dict subclasses keep their type). A replay returns Tensors backed by the captured output
 buffers, so each call overwrites the previous call's outputs (as in tinygrad): copy a result (`.numpy()`,
-`.clone()`) to keep it. An output that is a view of an input is that view of the new input.
+`.clone()`) to keep it. An output that is a view of an input is that view of the new input. An output
+passed back in (`x = f(x)`) works: an input held in memory the kernels write is read from a private copy.
 
 **Frozen at capture** (as in tinygrad): Python values and branches in the function, what it reads from
 objects (the tensors `self.w` of a method held at capture: so an object argument, `self` included, must be
