@@ -311,6 +311,11 @@ def test_tensors_nested_in_containers_and_keywords_are_inputs(dev):
         got = f({"data": (t[0], [t[1], t[2]]), "weights": {"w": t[3]}}, extra=Pair(t[4], t[5])).numpy()
         np.testing.assert_allclose(got, (x * w + y0 - y1) * 7 + p * q, rtol=1e-5, atol=1e-6)
     assert f.cnt == 2
+    with pytest.raises(JitError, match=r"input keyword argument 'extra'.second is float \(2,\) on \w+, captured as"):
+        f({"data": (t[0], [t[1], t[2]]), "weights": {"w": t[3]}}, extra=Pair(t[4], Tensor(rand(2), device=dev)))
+    with pytest.raises(JitError, match=r"captured with argument 0, keyword argument 'extra' and is called with "
+                                       r"argument 0, keyword argument 'extra', keyword argument 'scale'"):
+        f({"data": (t[0], [t[1], t[2]]), "weights": {"w": t[3]}}, extra=Pair(t[4], t[5]), scale=(2, [3.5]))
 
 
 def test_changed_argument_structure_raises(dev):

@@ -121,7 +121,7 @@ def _walk(a: Any, label: str, sig: Signature) -> Any:
         sig.binds[name] = a
         return _Var(a.src[0])
     if isinstance(a, _SEQUENCES):
-        return _Seq(type(a), tuple(_walk(x, f"{label}[{i}]", sig) for i, x in enumerate(a)))
+        return _Seq(type(a), tuple(_walk(x, _item_label(label, type(a), i), sig) for i, x in enumerate(a)))
     if isinstance(a, dict):
         return _Map(type(a), tuple(a), tuple(_walk(x, f"{label}[{k!r}]", sig) for k, x in a.items()))
     if isinstance(a, (set, frozenset)):
@@ -135,6 +135,11 @@ def _walk(a: Any, label: str, sig: Signature) -> Any:
     if isinstance(a, _VALUE_TYPES):
         return _Value(type(a), _bits(a), a)
     return _Object(a)
+
+
+def _item_label(label: str, seq_type: type, i: int) -> str:
+    fields = getattr(seq_type, "_fields", None)  # a namedtuple's items are named by their fields
+    return f"{label}.{fields[i]}" if fields else f"{label}[{i}]"
 
 
 def _bits(v: Any) -> Any:
@@ -182,7 +187,7 @@ def _diff(old: Any, new: Any, label: str) -> str | None:
         if len(old.items) != len(new.items):
             return (f"{label} is a {_kind(new)} of {len(new.items)} items but was a {_kind(old)} of "
                     f"{len(old.items)} at capture")
-        children = [(o, n, f"{label}[{i}]") for i, (o, n) in enumerate(zip(old.items, new.items))]
+        children = [(o, n, _item_label(label, new.type, i)) for i, (o, n) in enumerate(zip(old.items, new.items))]
     else:
         if old.keys != new.keys:
             return f"{label} has the keys {list(new.keys)} but had {list(old.keys)} at capture"
