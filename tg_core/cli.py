@@ -330,6 +330,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """A skipped plugin is one line of the command's output ("tg: skipping plugin ..."), not a source location."""
+    from tg_core.plugins.manager import PluginWarning
+    if issubclass(category, PluginWarning):
+        print(message, file=sys.stderr if file is None else file)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -337,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        code = COMMANDS[args.command].run(args)
+        with warnings.catch_warnings():  # restores showwarning: main() also runs inside other programs' processes
+            warnings.showwarning = _show_warning
+            code = COMMANDS[args.command].run(args)
         sys.stdout.flush()  # here, so that a reader that went away is seen below and not at interpreter exit
         return code
     except (ConfigError, PluginError) as e:

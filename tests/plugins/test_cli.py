@@ -186,3 +186,123 @@ def test_subcommands_are_extensible(capsys):
             cli.command("hello-test", "again")(hello)
     finally:
         del cli.COMMANDS["hello-test"]
+
+
+# ---- bad input: one-line errors, values checked the same way by every command ----
+
+@pytest.mark.parametrize("content", [b"\xff\xfe", b"devices: [unclosed\n"], ids=["undecodable", "syntax"])
+@pytest.mark.parametrize("command", ["devices", "config", "doctor"])
+def test_bad_yaml_is_one_line_in_every_command(run_tg, tmp_path, content, command):
+    (tmp_path / "tg.yaml").write_bytes(content)
+    res = run_tg(command)
+    why = "not UTF-8 text: byte 0xff at offset 0" if content.startswith(b"\xff") else "not valid YAML at line 2"
+    if command == "doctor":  # the doctor reports it among its checks
+        assert res.returncode == 1 and f"[FAIL] config: {tmp_path / 'tg.yaml'}: {why}" in res.stdout
+    else:
+        assert res.returncode == 2 and res.stdout == ""
+        assert res.stderr.startswith(f"tg {command}: error: {tmp_path / 'tg.yaml'}: {why}")
+        assert res.stderr.count("\n") == 1
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("args,error", [
+    (("--set", "devices.MULTI.renderers=[FOO]"), "renderer not offered for devices.MULTI.renderers: ['FOO']"),
+    (("--set", "devices.MULTI.count=99999999999999999999"), "too large for devices.MULTI.count"),
+    (("--set", "devices.MULTI.mode=bogus"), "bad value for devices.MULTI.mode: 'bogus'"),
+    (("--set", "device=MULTI:FOO"), "renderer not offered for device: 'MULTI:FOO'"),
+])
+def test_every_command_checks_values_alike(run_tg, args, error):
+    """tg config, tg config --explain, tg devices and tg doctor reject the same values with the same message."""
+    for command in (("config",), ("config", "--explain"), ("devices",)):
+        res = run_tg(*args, *command)
+        # skipped plugins are one line each ("tg: skipping ..."), then the error
+        lines = res.stderr.splitlines()
+        assert res.returncode == 2 and error in lines[-1] and all(ln.startswith("tg") for ln in lines), res.stderr
+    res = run_tg(*args, "doctor")
+    assert res.returncode == 1 and "[FAIL]" in res.stdout and error in res.stdout
+
+
+def test_conflicting_and_unparsable_set_arguments(run_tg):
+    res = run_tg("--set", "devices.MULTI=3", "--set", "devices.MULTI.count=2", "config")
+    assert res.returncode == 2 and "conflicting --set arguments for devices.MULTI: 3" in res.stderr
+    res = run_tg("--set", "device=[", "config")
+    assert res.returncode == 2 and res.stderr.startswith("tg config: error: tg --set device=[: not valid YAML at line 1")
+
+
+def test_devices_shows_each_option_with_its_value(run_tg):
+    res = run_tg("devices", env={"TG_MULTI_COUNT": "5"})
+    assert res.returncode == 0, res.stderr
+    assert "    option:    count = 5 (from environment variable TG_MULTI_COUNT): an int (default 3; an int)" in res.stdout
+    assert "    option:    mode = 'fast': a choice (default 'fast'; 'fast' | 'slow')" in res.stdout
+    assert "    option:    zero = True: fill new allocations" in res.stdout
+
+
+def test_devices_into_a_closed_pipe_exits_quietly(plugin_site, tmp_path):
+    """`tg devices | head`: the reader goes away before tg writes; tg exits as SIGPIPE would, without a traceback."""
+    import subprocess
+    import sys
+    from .conftest import clean_env
+    env = clean_env(HOME=str(tmp_path), PYTHONPATH=f"{plugin_site}:{REPO}", TG_PLUGINS_PATH=str(plugin_site))
+    proc = subprocess.Popen([sys.executable, "-m", "tg_core", "devices"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the child has even started: its first write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == ""
+
+
+# ---- the installed first-party plugins (not the test plugins) ----
+
+@pytest.fixture
+def run_installed(tmp_path):
+    """Run `python -m tg_core ARGS` over the installed plugins (tg-cpu-x86, tg-amd, tg-mockgpu) in a clean cwd/home."""
+    import subprocess
+    import sys
+    from .conftest import clean_env
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tg_core", *args], cwd=tmp_path,
+                              env=clean_env(HOME=str(tmp_path), **(env or {})), capture_output=True, text=True,
+                              timeout=120)
+    return run
+
+
+def _needs_first_party():
+    import importlib.util
+    for mod in ("tg_cpu_x86", "tg_amd", "tg_mockgpu"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} is not installed")
+
+
+def test_set_examples_in_help_and_errors_work(run_installed):
+    import re
+    _needs_first_party()
+    help_text = run_installed("--help").stdout
+    examples = re.findall(r"--set\s+([a-z][\w.]*=[^\s)]+)", help_text)
+    bad = run_installed("--set", "nonsense", "config")
+    assert bad.returncode == 2
+    examples += re.findall(r"\b([a-z][\w.]*=[^\s;,]+)", bad.stderr.split("e.g.", 1)[1])
+    assert len(examples) >= 4, (help_text, bad.stderr)
+    for example in examples:
+        res = run_installed("--set", example, "config")
+        assert res.returncode == 0, (example, res.stderr)
+
+
+@pytest.mark.parametrize("var,value,allowed", [
+    ("TG_CPU_THREADS", "99999999999999999999", "allowed: an int from 0 to 1024"),
+    ("TG_AMD_INTERFACE", "bogus", "allowed: 'auto' | 'kfd' | 'mock'"),
+])
+def test_doctor_fails_on_a_bad_value(run_installed, var, value, allowed):
+    _needs_first_party()
+    res = run_installed("doctor", env={var: value})
+    assert res.returncode == 1, res.stdout
+    assert f"[FAIL] device config: environment variable {var}: " in res.stdout and allowed in res.stdout
+
+
+def test_bad_cpu_threads_is_a_config_error_not_a_fallback(run_installed):
+    """With a huge TG_CPU_THREADS the default device used to become the AMD emulator."""
+    _needs_first_party()
+    res = run_installed("config", "--explain", env={"TG_CPU_THREADS": "99999999999999999999"})
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == ("tg config: error: environment variable TG_CPU_THREADS: too large for TG_CPU_THREADS: "
+                          "99999999999999999999; allowed: an int from 0 to 1024 (default 0: cores a large kernel is "
+                          "split across; 0: every core)\n")

@@ -242,3 +242,52 @@ def test_option_choices_may_be_asked_for_late():
     assert _check_option("tg.yaml", "i", iface, "rec") == "rec"
     with pytest.raises(ConfigError, match="bad value for i: 'bogus'; allowed: 'auto' \\| 'mock' \\| 'rec'"):
         _check_option("tg.yaml", "i", iface, "bogus")
+
+
+# ---- files that are not YAML text: one line naming the file (and the line) ----
+
+def test_undecodable_file_is_one_line_naming_it(files):
+    files["local"].write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError) as e:
+        _load(files)
+    assert str(e.value) == (f"{files['local']}: not UTF-8 text: byte 0xff at offset 0 cannot be decoded; a config "
+                            "file is YAML written in UTF-8")
+
+
+@pytest.mark.parametrize("text,where", [("device: CPU\ndevices: [unclosed\nplugins: {}\n", "line 3, column 8"),
+                                        ("a: b: c\n", "line 1, column 5"), ("\t- x\n", "line 1, column 1")])
+def test_yaml_syntax_error_is_one_line_naming_file_and_line(files, text, where):
+    msg = _error(files, text)
+    assert msg.startswith(f"{files['local']}: not valid YAML at {where}: ") and "\n" not in msg
+
+
+# ---- plugin names: installed or first-party, never core in deny; devices.X.plugin must provide X ----
+
+def test_unknown_plugin_lists_installed_and_first_party_only(make_registry, tmp_path):
+    msg = _registry_error(make_registry, tmp_path, "plugins:\n  allow: [tg-profiler-sqtt]\n")
+    assert "unknown plugin for plugins.allow: 'tg-profiler-sqtt'" in msg and "profiler" not in msg.split("allowed")[1]
+    assert "template" in msg and "tg-amd" in msg and "cpu_x86" in msg
+
+
+def test_first_party_plugins_may_be_named_when_absent(make_registry, tmp_path):
+    (tmp_path / "tg.yaml").write_text("plugins:\n  deny: [tg-amd, cpu_x86]\n  order: [mockgpu]\n")
+    make_registry()
+
+
+@pytest.mark.parametrize("source,env", [("tg.yaml", {}), ("environment variable TG_PLUGINS_DENY",
+                                                           {"TG_PLUGINS_DENY": "template, core"})])
+def test_core_cannot_be_denied(make_registry, tmp_path, source, env):
+    text = "" if env else "plugins:\n  deny: [tg-core]\n"
+    msg = _registry_error(make_registry, tmp_path, text, env=env)
+    assert "cannot deny core for plugins.deny" in msg and "reference device PYTHON" in msg
+    assert msg.startswith(str(tmp_path / source) if not env else source)
+
+
+@pytest.mark.parametrize("text,providers", [
+    ("devices:\n  TEMPLATE: {plugin: multi}\n", "plugins providing TEMPLATE: template, tg-template"),
+    ("devices:\n  CPU: {plugin: amd}\n", "plugins providing CPU: cpu_x86, tg-cpu-x86"),  # first party, not installed
+    ("devices:\n  MULTI: {plugin: extra}\n", "plugins providing MULTI: multi, tg-test-multi"),  # extends MULTI only
+])
+def test_device_plugin_must_provide_the_device(make_registry, tmp_path, text, providers):
+    msg = _registry_error(make_registry, tmp_path, text)
+    assert "plugin does not provide it for devices." in msg and f"allowed: {providers}" in msg

@@ -81,6 +81,30 @@ def test_default_skips_broken_with_one_warning_and_unavailable_quietly(make_regi
     assert "tg-test-incompatible" in msgs[1] and "refused" in msgs[1] and ">=99.0,<100" in msgs[1]
 
 
+def test_default_never_falls_back_from_a_device_that_fails_to_open(make_registry, monkeypatch):
+    """TEMPLATE is the highest-priority device that exists (BROKEN's plugin does not load, NOHW's hardware is
+    absent); when it fails to open, the default is an error naming it, not the next device (MULTI)."""
+    reg = make_registry()
+    template = reg.load(reg.plugin("template")).specs["TEMPLATE"].cls
+
+    def fails(self, device, options):
+        raise OSError("no queue for this device")
+    monkeypatch.setattr(template, "__init__", fails)
+    with pytest.raises(PluginBrokenError) as e:
+        Device.DEFAULT
+    msg = str(e.value)
+    assert msg.startswith("default device: TEMPLATE (priority 10) is the highest-priority device and fails to open")
+    assert "does not fall back" in msg and "DEV=NAME" in msg and "OSError: no queue for this device" in msg
+    assert "MULTI" not in Device.opened()
+
+
+def test_default_with_a_bad_option_value_is_a_config_error(make_registry, tmp_path):
+    (tmp_path / "tg.yaml").write_text("devices:\n  TEMPLATE: {max_bytes: 99999999999999999999}\n")
+    make_registry()
+    with pytest.raises(ConfigError, match="too large for devices.TEMPLATE.max_bytes: 99999999999999999999"):
+        Device.DEFAULT
+
+
 def test_selected_default_never_falls_back(make_registry):
     make_registry(env={"DEV": "BROKEN"})
     with pytest.raises(PluginBrokenError):
@@ -96,6 +120,9 @@ def test_selected_default_never_falls_back(make_registry):
 def test_default_from_env_and_explicit(make_registry):
     make_registry(env={"DEV": "multi"})
     assert Device.default_with_reason() == ("MULTI", "device: multi from environment variable DEV")
+    make_registry(env={"DEV": "multi:exact:1"})  # the index names the device; the renderer is a preference
+    assert Device.default_with_reason() == ("MULTI:1", "device: multi:exact:1 from environment variable DEV")
+    assert Device["MULTI:1"].renderer.name == "EXACT"
     make_registry(env={"DEV": "multi"}, explicit={"device": "PYTHON"})
     assert Device.default_with_reason() == ("PYTHON", "device: PYTHON from explicit argument")
     Device.DEFAULT = "TEMPLATE"

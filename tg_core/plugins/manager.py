@@ -102,7 +102,8 @@ class PluginRegistry:
         for r in self.records:
             devs = frozenset(r.devices) if r.manifest is not None else None
             out.setdefault(r.name, devs)
-            out.setdefault(r.dist, devs)
+            # a distribution with several entry points provides what any of them does
+            out[r.dist] = devs if out.get(r.dist) is None else out[r.dist] | (devs or frozenset())
         installed = {norm(n) for n in out}
         for name, (dist, devs) in FIRST_PARTY.items():
             if norm(name) not in installed and norm(dist) not in installed:
