@@ -33,7 +33,7 @@ class SignatureError(ValueError):
     """An argument a TinyJit cannot take (engine/jit.py raises it as a JitError)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: that makes creating one, on every replay, slower
 class _Value:
     """A plain value: equal when the type and the bits are (`shown` is only for messages)."""
     type: type
@@ -41,7 +41,7 @@ class _Value:
     shown: Any = field(compare=False)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(slots=True, eq=False)
 class _Object:
     """Any other object: equal only to itself. The signature holds it, so its id is not reused meanwhile."""
     obj: Any
@@ -50,7 +50,7 @@ class _Object:
         return isinstance(other, _Object) and other.obj is self.obj
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Empty:
     """A tensor of no elements: it has no memory for a kernel to read, so it is structure, not an input."""
     dtype: DType
@@ -61,18 +61,18 @@ class _Empty:
         return f"an empty {self.dtype.name} {self.shape} tensor on {self.device}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Var:
     var: UOp  # the DEFINE_VAR a bound variable binds
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Seq:
     type: type
     items: tuple
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Map:
     type: type
     keys: tuple
@@ -96,15 +96,21 @@ class Signature:
 def read(args: tuple, kwargs: dict[str, Any]) -> Signature:
     """Walk a call's arguments (keywords in name order). Raises SignatureError for an argument no replay could
     take: an unbound variable, a set holding tensors, one variable bound to two values."""
-    labels = [f"argument {i}" for i in range(len(args))] + [f"keyword argument {k!r}" for k in sorted(kwargs)]
-    sig = Signature((), labels, [], [], {})
-    values = (*args, *(kwargs[k] for k in sorted(kwargs)))
-    sig.tree = (len(args), tuple(sorted(kwargs)), tuple(_walk(v, label, sig) for v, label in zip(values, labels)))
+    names = tuple(sorted(kwargs)) if kwargs else ()
+    sig = Signature((), [], [], [], {})
+    nodes = []
+    for i, a in enumerate(args):  # a plain loop: this runs on every replay
+        sig.labels.append(label := f"argument {i}")
+        nodes.append(_walk(a, label, sig))
+    for k in names:
+        sig.labels.append(label := f"keyword argument {k!r}")
+        nodes.append(_walk(kwargs[k], label, sig))
+    sig.tree = (len(args), names, tuple(nodes))
     return sig
 
 
 def _walk(a: Any, label: str, sig: Signature) -> Any:
-    if isinstance(a, Tensor) and a.numel() == 0:
+    if isinstance(a, Tensor) and 0 in a.shape:
         return _Empty(a.dtype, a.shape, a.device)
     if isinstance(a, Tensor):
         sig.tensors.append(a)
