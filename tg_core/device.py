@@ -446,9 +446,8 @@ class _Devices:
 
     @DEFAULT.setter
     def DEFAULT(self, name: str) -> None:  # noqa: N802
-        base = parse_device_string(name)[0]
-        self[name]
-        self._default = (base, f"set by Device.DEFAULT = {name!r}")
+        self[name]  # the device named, with its index and renderer ("AMD:1", "CPU:LLVM"), as Tensor(device=) has it
+        self._default = (self.canonicalize(name), f"set by Device.DEFAULT = {name!r}")
 
     def default_with_reason(self) -> tuple[str, str]:
         """(default device, why it was chosen)."""

@@ -291,3 +291,11 @@ def test_core_cannot_be_denied(make_registry, tmp_path, source, env):
 def test_device_plugin_must_provide_the_device(make_registry, tmp_path, text, providers):
     msg = _registry_error(make_registry, tmp_path, text)
     assert "plugin does not provide it for devices." in msg and f"allowed: {providers}" in msg
+
+
+def test_misspelt_plugins_variable(files):
+    with pytest.raises(ConfigError) as e:
+        _load(files, env={"TG_PLUGINS_DENNY": "template"})
+    assert str(e.value) == ("environment variable TG_PLUGINS_DENNY: unknown variable for TG_PLUGINS_DENNY: 'template'; "
+                            "allowed: variables TG_PLUGINS_ALLOW, TG_PLUGINS_DENY, TG_PLUGINS_ORDER, TG_PLUGINS_PATH; "
+                            "did you mean 'TG_PLUGINS_DENY' or 'TG_PLUGINS_ORDER'?")

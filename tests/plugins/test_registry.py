@@ -127,6 +127,8 @@ def test_default_from_env_and_explicit(make_registry):
     assert Device.default_with_reason() == ("PYTHON", "device: PYTHON from explicit argument")
     Device.DEFAULT = "TEMPLATE"
     assert Device.DEFAULT == "TEMPLATE"
+    Device.DEFAULT = "multi:fast:1"
+    assert Device.DEFAULT == "MULTI:FAST:1" and Device[Device.DEFAULT].renderer.name == "FAST"
 
 
 def test_clash_names_both_distributions(make_registry):

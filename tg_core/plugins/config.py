@@ -196,9 +196,17 @@ def parse_yaml(text: str, source: str) -> Any:
         raise ConfigError.unreadable(source, f"not valid YAML{where}: {what}") from None
 
 
+# TG_PLUGINS_* is core's namespace: any other variable in it is a misspelling, not a device's option
+_PLUGIN_VARS = tuple(v for v in ENV_KEYS if v.startswith("TG_PLUGINS_")) + ("TG_PLUGINS_PATH",)
+
+
 def _env_layer(env: Mapping[str, str]) -> Layer:
     data: dict[str, Any] = {}
     sources: dict[Key, str] = {}
+    for var in sorted(env):
+        if var.startswith("TG_PLUGINS_") and var not in _PLUGIN_VARS:
+            raise ConfigError(f"environment variable {var}", var, env[var], "variables " + ", ".join(_PLUGIN_VARS),
+                              suggest(var, _PLUGIN_VARS), problem="unknown variable")
     for var, key in ENV_KEYS.items():
         if var not in env:
             continue
