@@ -33,7 +33,7 @@ class SignatureError(ValueError):
     """An argument a TinyJit cannot take (engine/jit.py raises it as a JitError)."""
 
 
-@dataclass(slots=True)  # not frozen: that makes creating one, on every replay, slower
+@dataclass(slots=True)  # not frozen, like the nodes below: a frozen dataclass is slower to make, on every replay
 class _Value:
     """A plain value: equal when the type and the bits are (`shown` is only for messages)."""
     type: type
