@@ -255,10 +255,19 @@ def test_undecodable_file_is_one_line_naming_it(files):
 
 
 @pytest.mark.parametrize("text,where", [("device: CPU\ndevices: [unclosed\nplugins: {}\n", "line 3, column 8"),
-                                        ("a: b: c\n", "line 1, column 5"), ("\t- x\n", "line 1, column 1")])
+                                        ("a: b: c\n", "line 1, column 5"), ("\t- x\n", "line 1, column 1"),
+                                        ("devices:\n  AMD: {}\ndevices:\n  CPU: {}\n", "line 3, column 1"),
+                                        ("devices:\n  AMD: {interface: mock, interface: kfd}\n", "line 2, column 26")])
 def test_yaml_syntax_error_is_one_line_naming_file_and_line(files, text, where):
     msg = _error(files, text)
     assert msg.startswith(f"{files['local']}: not valid YAML at {where}: ") and "\n" not in msg
+    if text.startswith("devices:\n  AMD: {}"):  # YAML keeps the last of two equal keys: silently, without this
+        assert msg.endswith("duplicate key 'devices' (first at line 1)")
+
+
+def test_yaml_merge_keys_still_work(files):
+    files["local"].write_text("devices:\n  CPU:\n    <<: {threads: 2}\n")
+    assert _load(files).get("devices", "CPU", "threads") == 2
 
 
 # ---- plugin names: installed or first-party, never core in deny; devices.X.plugin must provide X ----

@@ -24,6 +24,7 @@ YAML is imported only here, and only when a config is loaded, so `import tg_core
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -184,11 +185,34 @@ def _read_yaml(path: Path, source: str) -> dict[str, Any]:
     return data
 
 
+@functools.cache
+def _loader() -> type:
+    """YAML's safe loader, except that a key given twice in one mapping is an error (YAML keeps the last one, so
+    a second `devices:` section would silently drop the first)."""
+    import yaml  # deferred: only a config load needs YAML
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *anchor` merges by the base loader's rules
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue  # the base loader rejects unhashable keys itself
+                if key in first:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first at line {first[key] + 1})", key_node.start_mark)
+                first[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep)
+    return UniqueKeyLoader
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """`text` as YAML; a syntax error is a one-line ConfigError naming `source` and the line and column."""
     import yaml  # deferred: only a config load needs YAML
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_loader())  # noqa: S506 -- a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
