@@ -276,6 +276,20 @@ class OpConformance:
         a, b = self._input((5, 7), "float32", 4), self._input((7, 3), "float32", 5)
         self._check((Tensor(a, device=self.device) @ Tensor(b, device=self.device)).numpy(), a @ b, "matmul")
 
+    @pytest.mark.parametrize("k", [4, 16, 33])
+    def test_byte_matmul(self, k: int) -> None:
+        """8-bit matmuls, wrapping in their dtype or widened to 32 bits with signed and unsigned operands mixed
+        (LLVM makes these dot-product instructions on AMD), against numpy exactly."""
+        from tg_core.tensor import Tensor
+        rng = np.random.default_rng(k)
+        for da, db, acc in [("int8", "int8", None), ("uint8", "uint8", None), ("int8", "uint8", "int32"),
+                            ("uint8", "int8", "int32"), ("int8", "int8", "int32"), ("uint8", "uint8", "uint32")]:
+            a, b = rng.integers(-128, 256, (3, k)).astype(da), rng.integers(-128, 256, (k, 5)).astype(db)
+            ta, tb = Tensor(a, device=self.device), Tensor(b, device=self.device)
+            if acc is not None:
+                ta, tb, a, b = ta.cast(acc), tb.cast(acc), a.astype(acc), b.astype(acc)
+            self._check((ta @ tb).numpy(), a @ b, f"{da} @ {db} in {acc or da}, shared dim {k}")
+
     def test_conv2d(self) -> None:
         from tg_core.tensor import Tensor
         x, w = self._input((1, 2, 5, 5), "float32", 6), self._input((3, 2, 3, 3), "float32", 7)

@@ -104,6 +104,18 @@ def flush(x: np.ndarray) -> np.ndarray:
     return np.where(is_denorm(x), np.copysign(np.zeros_like(x), x), x)
 
 
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """The bfloat16 bits (uint16) of x (f64), rounded once to nearest even: x is first rounded to f32 *to odd*
+    (truncated, the last bit set when inexact), which keeps the sticky bit since f32 has 16 more fraction bits."""
+    x = np.asarray(x, f64)
+    t = x.astype(f32)
+    t = np.where(np.abs(t.astype(f64)) > np.abs(x), np.nextafter(t, f32(0)), t)   # toward zero where RN went up
+    bits = t.view(np.uint32)
+    bits = np.where((t.astype(f64) != x) & ~np.isnan(x), bits | np.uint32(1), bits)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    return np.where(np.isnan(x), (bits >> np.uint32(16)) | np.uint32(0x40), rounded).astype(np.uint16)
+
+
 def div_scale(s0: np.ndarray, den: np.ndarray, num: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """V_DIV_SCALE: (scaled value, VCC bit) following the ISA's pseudocode; 64 is the f32 scale, 128 the f64 one."""
     t = np.asarray(s0).dtype.type

@@ -11,7 +11,7 @@ from tg_mockgpu.emu.machine import EmulatorError
 from tg_mockgpu.emu.memops import compile_ds, compile_smem, compile_vmem
 from tg_mockgpu.emu.salu import NEXT, compile_control, compile_salu
 from tg_mockgpu.emu.valu import compile_valu, compile_vopd
-from tg_mockgpu.emu.vop3p import compile_dot2acc, compile_pk_fmac, compile_vop3p
+from tg_mockgpu.emu.vop3p import DOT16, compile_dot2acc, compile_dot16, compile_pk_fmac, compile_vop3p
 from tg_mockgpu.rdna3.decode import DecodeError, Inst, decode
 from tg_mockgpu.rdna3.disasm import disasm
 
@@ -56,6 +56,8 @@ def compile_inst(inst: Inst, kernel: str) -> tuple[Callable, str]:
         return compile_pk_fmac(inst), NEXT
     if enc == "VOP2" and inst.op == "v_dot2acc_f32_f16":
         return compile_dot2acc(inst), NEXT
+    if enc == "VOP3" and inst.op in DOT16:
+        return compile_dot16(inst), NEXT
     if enc in VALU_ENCODINGS:
         return compile_valu(inst), NEXT
     if enc == "VOP3P":

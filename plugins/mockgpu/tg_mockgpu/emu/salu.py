@@ -135,6 +135,9 @@ for _b in (32, 64):
     sop(f"s_bfm_{_s}", _b, (32, 32), lambda a, b, _b=_b: (_bfm(a, b, _b), None))
 sop("s_clz_i32_u32", 32, (32,), _flbit(32))
 sop("s_clz_i32_u64", 32, (64,), _flbit(64))
+# s_cls: the leading bits equal to the sign bit (the sign bit included), -1 when all are: s_clz of x or ~x
+sop("s_cls_i32", 32, (32,), lambda a: _flbit(32)(np.where(_signed(a) < 0, ~np.asarray(a, u32), a)))
+sop("s_cls_i32_i64", 32, (64,), lambda a: _flbit(64)(np.where(_signed(a, 64) < 0, ~np.asarray(a, u64), a)))
 sop("s_brev_b32", 32, (32,), lambda a: (np.asarray([int(f"{int(x):032b}"[::-1], 2) for x in np.atleast_1d(a)], u32),
                                         None))
 sop("s_sext_i32_i8", 32, (32,), lambda a: (np.asarray(a, u32).astype(np.int8).astype(i32).view(u32), None))

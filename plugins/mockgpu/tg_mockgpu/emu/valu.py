@@ -15,6 +15,7 @@ import numpy as np
 from tg_mockgpu.emu import fp
 from tg_mockgpu.emu.machine import EXEC, LANES, VCC, Batch, EmulatorError, Machine
 from tg_mockgpu.emu.operands import scalar_reader, sdst_writer, vdst_writer, vsrc
+from tg_mockgpu.emu.vop3p import dot2acc_value
 
 u16, u32, u64, i16, i32, i64 = np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 f16, f32, f64 = np.float16, np.float32, np.float64
@@ -662,13 +663,17 @@ class _Half:
 def compile_vopd(inst, opx: str, opy: str) -> Exec:
     """Both halves read their sources before either writes its destination."""
     f = inst.fields
-    halves = []
+    compute, writers = [], []
     for name, d, s0, s1 in ((opx, f["vdstx"], f["srcx0"], f["vsrcx1"]), (opy, f["vdsty"], f["srcy0"], f["vsrcy1"])):
+        if name == "v_dual_dot2acc_f32_f16":   # packed f16 sources: VOP2's dot2acc, not a typed OPS row
+            compute.append(dot2acc_value(inst, s0, s1, d))
+            writers.append(vdst_writer(d, 32))
+            continue
         if name not in VOPD_OPS:
             raise KeyError(name)
-        halves.append(_Half(inst, VOPD_OPS[name], d, s0, s1))
-    compute = [_compute_only(h) for h in halves]
-    writers = [typed_dest(h, "b32") for h in halves]
+        h = _Half(inst, VOPD_OPS[name], d, s0, s1)
+        compute.append(_compute_only(h))
+        writers.append(typed_dest(h, "b32"))
 
     def run(m: Machine, bt: Batch) -> None:
         rx = compute[0](m, bt)

@@ -1,4 +1,5 @@
-"""VOP3P: packed 16-bit math (two halves per register), mixed-precision FMA and dot products.
+"""VOP3P: packed 16-bit math (two halves per register), mixed-precision FMA and dot products (f16/bf16 pairs into
+f32; 8-bit quads and 4-bit octets into 32-bit integers, signed per operand for the iu forms).
 
 For a packed op, the low result half uses each source's half chosen by `opsel` and the high result half the one
 chosen by `opsel_hi`; `neg` negates the low-half inputs and `neg_hi` the high-half ones (floats only). Inline
@@ -50,12 +51,12 @@ def _bit(v: int, i: int) -> int:
 
 def compile_vop3p(inst) -> Callable:
     name, f = inst.op, inst.fields
+    if name in DOTS:
+        return _compile_dot(inst)
     if f.get("clamp", 0):
         raise EmulatorError(f"{name}: clamp is not implemented for VOP3P")
     if name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
         return _compile_mix(inst)
-    if name == "v_dot2_f32_f16":
-        return _compile_dot2(inst)
     if name not in PK:
         raise KeyError(name)
     ty, nsrc, fn = PK[name]
@@ -108,26 +109,74 @@ def _compile_mix(inst) -> Callable:
     return lambda m, bt: w16(m, bt, fp.fma(src(m, bt, 0), src(m, bt, 1), src(m, bt, 2)).astype(f16).view(u16))
 
 
-def _compile_dot2(inst) -> Callable:
+def _bf16_to_f32(h: np.ndarray) -> np.ndarray:
+    return (h.astype(u32) << u32(16)).view(f32)
+
+
+# float dot products: name -> the f32 value of a 16-bit half (the products and sum are formed in f64, rounded once)
+FLOAT_DOT: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "v_dot2_f32_f16": lambda h: h.view(f16).astype(f32),
+    "v_dot2_f32_bf16": _bf16_to_f32,
+}
+# integer dot products: name -> (element bits, "iu" form). The iu forms read src0 / src1 as signed when NEG[0] /
+# NEG[1] is set (that is all neg means for them), the others are unsigned; the sum wraps to 32 bits, or with
+# clamp saturates to the result's range (int32 for iu, uint32 else).
+INT_DOT: dict[str, tuple[int, bool]] = {
+    "v_dot4_u32_u8": (8, False), "v_dot4_i32_iu8": (8, True),
+    "v_dot8_u32_u4": (4, False), "v_dot8_i32_iu4": (4, True),
+}
+DOTS = FLOAT_DOT.keys() | INT_DOT.keys()
+
+
+def _compile_dot(inst) -> Callable:
     f = inst.fields
+    name, clamp = inst.op, f.get("clamp", 0)
     opsel, opsel_hi, neg, neg_hi = f.get("opsel", 0), f.get("opsel_hi", 7), f.get("neg", 0), f.get("neg_hi", 0)
+    w = vdst_writer(f["vdst"], 32)
+    if name in INT_DOT:
+        bits, iu = INT_DOT[name]
+        if opsel or opsel_hi != 7 or neg_hi or neg & (0b100 if iu else 0b111):
+            raise EmulatorError(f"{name}: op_sel, neg_hi{'' if iu else ', neg'} and neg on src2 mean nothing here "
+                                f"(op_sel {opsel:03b}, op_sel_hi {opsel_hi:03b}, neg {neg:03b}, neg_hi {neg_hi:03b})")
+        signed = (bool(iu and neg & 1), bool(iu and neg & 2))
+        a_r, b_r, c_r = (_word_source(inst, f[k], False) for k in ("src0", "src1", "src2"))
+        shifts = np.arange(0, 32, bits, dtype=u32)
+        emask, top = u32((1 << bits) - 1), 1 << (bits - 1)
+        low, high = (-(1 << 31), (1 << 31) - 1) if iu else (0, (1 << 32) - 1)
+
+        def elements(x, sgn: bool) -> np.ndarray:
+            e = ((np.asarray(x, u32)[..., None] >> shifts) & emask).astype(np.int64)
+            return (e ^ top) - top if sgn else e     # sign-extend the element
+
+        def run_int(m: Machine, bt: Batch) -> None:
+            c = np.asarray(c_r(m, bt), u32)
+            total = (elements(a_r(m, bt), signed[0]) * elements(b_r(m, bt), signed[1])).sum(-1) \
+                + (c.view(np.int32) if iu else c).astype(np.int64)
+            if clamp:
+                total = np.clip(total, low, high)
+            w(m, bt, total.astype(u32))
+        return run_int
+    if neg_hi & 0b100:
+        raise EmulatorError(f"{name}: neg_hi on the f32 accumulator is not defined")
+    to_f32 = FLOAT_DOT[name]
     a_r, b_r = _word_source(inst, f["src0"], True), _word_source(inst, f["src1"], True)
     c_r = vsrc(f["src2"], 32, True, inst.literal)
-    w = vdst_writer(f["vdst"], 32)
 
     def part(x, i: int, hi_result: int) -> np.ndarray:
         h = _half(x, _bit(opsel_hi if hi_result else opsel, i))
         if _bit(neg_hi if hi_result else neg, i):
             h = h ^ u16(0x8000)
-        return h.view(f16).astype(np.float64)
+        return to_f32(h).astype(np.float64)
 
     def run(m: Machine, bt: Batch) -> None:
         a, b = a_r(m, bt), b_r(m, bt)
         c = np.asarray(c_r(m, bt)).view(f32)
         if _bit(neg, 2):
             c = -c
-        s = part(a, 0, 0) * part(b, 1, 0) + part(a, 0, 1) * part(b, 1, 1) + c
-        w(m, bt, np.asarray(s, f32).view(u32))
+        r = np.asarray(part(a, 0, 0) * part(b, 1, 0) + part(a, 0, 1) * part(b, 1, 1) + c, f32)
+        if clamp:   # floats to [0, 1], NaN to 0
+            r = np.where(np.isnan(r), f32(0), np.clip(r, f32(0), f32(1)))
+        w(m, bt, r.view(u32))
     return run
 
 
@@ -146,15 +195,48 @@ def compile_pk_fmac(inst) -> Callable:
     return run
 
 
+def dot2acc_value(inst, src0: int, vsrc1: int, vdst: int) -> Callable:
+    """The f32 bits of v_dot2acc_f32_f16 (VOP2, or a VOPD half): vdst + src0.lo * vsrc1.lo + src0.hi * vsrc1.hi."""
+    a_r, b_r = _word_source(inst, src0, True), vsrc(256 + vsrc1, 32, False, None)
+    d_r = vsrc(256 + vdst, 32, True, None)
+
+    def value(m: Machine, bt: Batch) -> np.ndarray:
+        a, b = a_r(m, bt), b_r(m, bt)
+        s = sum(_half(a, h).view(f16).astype(np.float64) * _half(b, h).view(f16).astype(np.float64) for h in (0, 1))
+        return np.asarray(s + np.asarray(d_r(m, bt)).view(f32), f32).view(u32)
+    return value
+
+
 def compile_dot2acc(inst) -> Callable:
     """VOP2 v_dot2acc_f32_f16: D.f32 += S0.lo * S1.lo + S0.hi * S1.hi."""
     f = inst.fields
-    a_r, b_r = _word_source(inst, f["src0"], True), vsrc(256 + f["vsrc1"], 32, False, None)
-    d_r = vsrc(256 + f["vdst"], 32, True, None)
-    w = vdst_writer(f["vdst"], 32)
+    value, w = dot2acc_value(inst, f["src0"], f["vsrc1"], f["vdst"]), vdst_writer(f["vdst"], 32)
+    return lambda m, bt: w(m, bt, value(m, bt))
+
+
+# VOP3 dots into a 16-bit result: name -> (the f32 value of a half, the result type's conversion from f64)
+DOT16: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]] = {
+    "v_dot2_f16_f16": (lambda h: h.view(f16).astype(f32), lambda x: np.asarray(x, f16).view(u16)),
+    "v_dot2_bf16_bf16": (_bf16_to_f32, lambda x: fp.to_bf16_bits(np.asarray(x, f32))),
+}
+
+
+def compile_dot16(inst) -> Callable:
+    """VOP3 v_dot2_f16_f16 / v_dot2_bf16_bf16: D.16 = S0.lo * S1.lo + S0.hi * S1.hi + S2.16, formed in f64 and
+    rounded once. S0 and S1 are packed pairs; op_sel[2] picks S2's half, op_sel[3] the destination's (the other
+    half keeps its value). Source modifiers, clamp and omod are refused (LLVM does not emit them here)."""
+    f = inst.fields
+    opsel = f.get("opsel", 0)
+    if f.get("neg", 0) or f.get("abs", 0) or f.get("clamp", 0) or f.get("omod", 0) or opsel & 0b11:
+        raise EmulatorError(f"{inst.op}: source modifiers, clamp, omod and op_sel on the packed sources are not "
+                            "implemented")
+    to_f32, to_result = DOT16[inst.op]
+    a_r, b_r = _word_source(inst, f["src0"], False), _word_source(inst, f["src1"], False)
+    c_r = vsrc(f["src2"], 16, True, inst.literal, _bit(opsel, 2))
+    w = vdst_writer(f["vdst"], 16, _bit(opsel, 3))
 
     def run(m: Machine, bt: Batch) -> None:
         a, b = a_r(m, bt), b_r(m, bt)
-        s = sum(_half(a, h).view(f16).astype(np.float64) * _half(b, h).view(f16).astype(np.float64) for h in (0, 1))
-        w(m, bt, np.asarray(s + np.asarray(d_r(m, bt)).view(f32), f32).view(u32))
+        s = sum(to_f32(_half(a, h)).astype(np.float64) * to_f32(_half(b, h)).astype(np.float64) for h in (0, 1))
+        w(m, bt, to_result(s + to_f32(np.asarray(c_r(m, bt), u16)).astype(np.float64)))
     return run
