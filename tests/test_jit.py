@@ -364,6 +364,25 @@ def test_objects_must_be_the_same_object(dev):
     with pytest.raises(JitError, match=r"argument 1 is another ndarray object than at capture"):
         g(Tensor(rand(3), device=dev), rand(3))  # the captured upload would be replayed instead
 
+    class Scale:
+        def __init__(self, k: float):
+            self.k = k
+
+        def apply(self, x: Tensor) -> Tensor:
+            return x * self.k
+
+    s2, s3 = Scale(2.0), Scale(3.0)
+    h = TinyJit(lambda x, fn: fn(x))
+    for _ in range(3):  # a bound method is a new object on every access: it is compared by function and object
+        x = rand(3)
+        np.testing.assert_allclose(h(Tensor(x, device=dev), s2.apply).numpy(), x * 2)
+    with pytest.raises(JitError, match=r"argument 1 is method .*Scale.apply of a Scale object at 0x[0-9a-f]+ but "
+                                       r"was method .*Scale.apply of a Scale object at"):
+        h(Tensor(rand(3), device=dev), s3.apply)
+    items: list[int] = []
+    k = _captured(lambda x, fn: x + 1, Tensor(rand(3), device=dev), items.append)
+    np.testing.assert_allclose(k(Tensor(np.ones(3, np.float32), device=dev), items.append).numpy(), 2)  # a builtin's
+
     class Model:
         def __init__(self):
             self.w = Tensor(rand(3), device=dev).realize()

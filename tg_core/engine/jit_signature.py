@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,17 @@ class _Object:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Object) and other.obj is self.obj
+
+
+@dataclass(slots=True, eq=False)
+class _Method:
+    """A bound method: a new object on every attribute access, so equal when its function and its object
+    (by identity) are."""
+    func: Any
+    obj: Any
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Method) and other.func == self.func and other.obj is self.obj  # func: or a name
 
 
 @dataclass(slots=True)
@@ -140,6 +152,10 @@ def _walk(a: Any, label: str, sig: Signature) -> Any:
         return _Value(type(a), a, a)
     if isinstance(a, _VALUE_TYPES):
         return _Value(type(a), _bits(a), a)
+    if isinstance(a, types.MethodType):
+        return _Method(a.__func__, a.__self__)
+    if isinstance(a, types.BuiltinMethodType) and not isinstance(a.__self__, types.ModuleType):
+        return _Method(a.__name__, a.__self__)  # a builtin's method ([].append); a module's function is one object
     return _Object(a)
 
 
@@ -185,6 +201,9 @@ def _diff(old: Any, new: Any, label: str) -> str | None:
         return f"{label} binds variable {new.var.arg} instead of {old.var.arg}"
     if isinstance(new, _Empty):
         return f"{label} is {new}, captured as {old}"
+    if isinstance(new, _Method):
+        return (f"{label} is {_method_name(new)} but was {_method_name(old)} at capture; a capture freezes the "
+                "objects it is called with")
     if isinstance(new, _Object):
         return (f"{label} is another {type(new.obj).__name__} object than at capture; a capture freezes the objects "
                 "it is called with (what the function read from them is baked into the kernels), pass the data "
@@ -201,6 +220,11 @@ def _diff(old: Any, new: Any, label: str) -> str | None:
     return next(why for o, n, child in children if (why := _diff(o, n, child)) is not None)
 
 
+def _method_name(m: _Method) -> str:
+    name = m.func if isinstance(m.func, str) else m.func.__qualname__
+    return f"method {name} of a {type(m.obj).__name__} object at {id(m.obj):#x}"
+
+
 def _kind(node: Any) -> str:
     if node == _TENSOR:
         return "Tensor"
@@ -212,6 +236,8 @@ def _kind(node: Any) -> str:
         return "Python value"
     if isinstance(node, _Object):
         return type(node.obj).__name__
+    if isinstance(node, _Method):
+        return "bound method"
     return node.type.__name__
 
 
