@@ -48,7 +48,7 @@ def test_devices_json_template(listing):
     assert dev["name"] == "TEMPLATE" and dev["priority"] == 10 and dev["clash_with"] == []
     assert dev["options"]["max_bytes"] == {"type": "int", "default": 1 << 30,
                                            "help": "bytes the device may have allocated at once", "choices": None,
-                                           "minimum": None, "maximum": None, "allowed": "an int",
+                                           "minimum": 1, "maximum": None, "allowed": "an int >= 1",
                                            "value": 1 << 30, "source": "default of plugin template"}
     assert dev["options"]["zero"]["type"] == "bool" and dev["options"]["zero"]["default"] is True
     assert dev["probe"]["result"] == "PASS" and dev["probe"]["steps"] == ["buffer copy in/out", "tiny kernel"]

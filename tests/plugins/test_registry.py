@@ -98,10 +98,11 @@ def test_default_never_falls_back_from_a_device_that_fails_to_open(make_registry
     assert "MULTI" not in Device.opened()
 
 
-def test_default_with_a_bad_option_value_is_a_config_error(make_registry, tmp_path):
-    (tmp_path / "tg.yaml").write_text("devices:\n  TEMPLATE: {max_bytes: 99999999999999999999}\n")
+@pytest.mark.parametrize("value,problem", [("99999999999999999999", "too large"), ("0", "too small")])
+def test_default_with_a_bad_option_value_is_a_config_error(make_registry, tmp_path, value, problem):
+    (tmp_path / "tg.yaml").write_text(f"devices:\n  TEMPLATE: {{max_bytes: {value}}}\n")
     make_registry()
-    with pytest.raises(ConfigError, match="too large for devices.TEMPLATE.max_bytes: 99999999999999999999"):
+    with pytest.raises(ConfigError, match=f"{problem} for devices.TEMPLATE.max_bytes: {value}"):
         Device.DEFAULT
 
 

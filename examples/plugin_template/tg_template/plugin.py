@@ -61,6 +61,6 @@ class TemplateDevice(Compiled):
 @hookimpl
 def tg_devices() -> list[DeviceSpec]:
     return [DeviceSpec("TEMPLATE", TemplateDevice, description="template plugin: numpy-backed host memory", options={
-        "max_bytes": Option(int, 1 << 30, "bytes the device may have allocated at once"),
+        "max_bytes": Option(int, 1 << 30, "bytes the device may have allocated at once", minimum=1),
         "zero": Option(bool, True, "fill new allocations with zeros (real devices usually don't)"),
     })]
