@@ -6,6 +6,7 @@ import importlib.util
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -316,6 +317,29 @@ def test_tensors_nested_in_containers_and_keywords_are_inputs(dev):
     with pytest.raises(JitError, match=r"captured with argument 0, keyword argument 'extra' and is called with "
                                        r"argument 0, keyword argument 'extra', keyword argument 'scale'"):
         f({"data": (t[0], [t[1], t[2]]), "weights": {"w": t[3]}}, extra=Pair(t[4], t[5]), scale=(2, [3.5]))
+
+
+@dataclass(frozen=True)
+class Batch:
+    x: Tensor
+    scale: float
+
+
+@dataclass
+class MutableBatch:
+    x: Tensor
+
+
+def test_frozen_dataclasses_are_walked_mutable_ones_are_objects(dev):
+    f = TinyJit(lambda b: b.x * b.scale)
+    for _ in range(4):
+        x = rand(3)
+        np.testing.assert_allclose(f(Batch(Tensor(x, device=dev), 2.0)).numpy(), x * 2)
+    with pytest.raises(JitError, match=r"argument 0.scale was 2.0 at capture and is 3.0 now"):
+        f(Batch(Tensor(rand(3), device=dev), 3.0))
+    g = _captured(lambda b: b.x + 1, MutableBatch(Tensor(rand(3), device=dev)))
+    with pytest.raises(JitError, match=r"argument 0 is another MutableBatch object than at capture"):
+        g(MutableBatch(Tensor(rand(3), device=dev)))  # it may have changed since: not a value
 
 
 def test_changed_argument_structure_raises(dev):

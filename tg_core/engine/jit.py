@@ -8,8 +8,8 @@ Call 0 runs the function eagerly. Call 1 runs it again while the engine records 
 the capture, so their kernels are recorded too. Later calls replay the recorded items with this call's input
 buffers and variable values: no tensor graph is built, nothing is scheduled or compiled.
 
-**Inputs** are the Tensors in the arguments (positional and keyword, also inside lists, tuples and dicts,
-however nested; they are realized first) and the bound variables (`UOp.variable(...).bind(n)`) found there,
+**Inputs** are the Tensors in the arguments (positional and keyword, also inside lists, tuples, dicts and
+frozen dataclasses, however nested; they are realized first) and the bound variables (`UOp.variable(...).bind(n)`) found there,
 whose values replace the captured ones on replay. A replay checks that the arguments have the captured
 structure (engine/jit_signature.py: container types, lengths and dict keys; plain values such as numbers,
 strings and None equal, since they are baked into the kernels; any other object the very same one) and that

@@ -2,16 +2,18 @@
 which a capture freezes and a replay must therefore match.
 
 Arguments are walked through tuples, lists and dicts (and their subclasses, such as namedtuples and
-OrderedDicts), however deeply nested: every Tensor found is an input of the capture, every bound variable a
-value a replay passes on (a tensor of no elements has no memory to read: it is structure, its dtype, shape
-and device must match). Everything else is the call's *structure*: container types, lengths and dict keys
-(in order: the function may iterate them), plain values by value (floats by their bits, so -0.0 and nan are
-told apart from 0.0 and each other as a kernel constant would be) and any other object by identity (what the
-function read from it is baked into the kernels). `mismatch` names the first difference between two calls.
+OrderedDicts) and the fields of frozen dataclasses, however deeply nested: every Tensor found is an input of
+the capture, every bound variable a value a replay passes on (a tensor of no elements has no memory to read:
+it is structure, its dtype, shape and device must match). Everything else is the call's *structure*:
+container types, lengths and dict keys (in order: the function may iterate them), plain values by value
+(floats by their bits, so -0.0 and nan are told apart from 0.0 and each other as a kernel constant would be)
+and any other object by identity (what the function read from it is baked into the kernels; a bound method
+by its function and object). `mismatch` names the first difference between two calls.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
 import types
 from dataclasses import dataclass, field
@@ -91,6 +93,14 @@ class _Map:
     items: tuple
 
 
+@dataclass(slots=True)
+class _Fields:
+    """A frozen dataclass: a value made of its fields (a mutable one is an object: it may change unseen)."""
+    type: type
+    names: tuple
+    items: tuple
+
+
 _TENSOR = "Tensor"
 
 
@@ -142,6 +152,9 @@ def _walk(a: Any, label: str, sig: Signature) -> Any:
         return _Seq(type(a), tuple(_walk(x, _item_label(label, type(a), i), sig) for i, x in enumerate(a)))
     if isinstance(a, dict):
         return _Map(type(a), tuple(a), tuple(_walk(x, f"{label}[{k!r}]", sig) for k, x in a.items()))
+    if dataclasses.is_dataclass(a) and not isinstance(a, type) and a.__dataclass_params__.frozen:
+        names = tuple(f.name for f in dataclasses.fields(a))
+        return _Fields(type(a), names, tuple(_walk(getattr(a, n), f"{label}.{n}", sig) for n in names))
     if isinstance(a, (set, frozenset)):
         inside = Signature((), [], [], [], {})
         for x in a:
@@ -192,7 +205,7 @@ def mismatch(old: Signature, new: Signature) -> str | None:
 def _diff(old: Any, new: Any, label: str) -> str | None:
     if old == new:
         return None
-    if type(old) is not type(new) or isinstance(new, (_Seq, _Map)) and old.type is not new.type:
+    if type(old) is not type(new) or isinstance(new, (_Seq, _Map, _Fields)) and old.type is not new.type:
         return f"{label} is a {_kind(new)} but was a {_kind(old)} at capture"
     if isinstance(new, _Value):
         return (f"{label} was {old.shown!r} at capture and is {new.shown!r} now; Python values are frozen into the "
@@ -207,12 +220,14 @@ def _diff(old: Any, new: Any, label: str) -> str | None:
     if isinstance(new, _Object):
         return (f"{label} is another {type(new.obj).__name__} object than at capture; a capture freezes the objects "
                 "it is called with (what the function read from them is baked into the kernels), pass the data "
-                "that changes as Tensors (also inside lists, tuples and dicts)")
+                "that changes as Tensors (also inside lists, tuples, dicts and frozen dataclasses)")
     if isinstance(new, _Seq):
         if len(old.items) != len(new.items):
             return (f"{label} is a {_kind(new)} of {len(new.items)} items but was a {_kind(old)} of "
                     f"{len(old.items)} at capture")
         children = [(o, n, _item_label(label, new.type, i)) for i, (o, n) in enumerate(zip(old.items, new.items))]
+    elif isinstance(new, _Fields):
+        children = [(o, n, f"{label}.{k}") for k, o, n in zip(new.names, old.items, new.items)]
     else:
         if old.keys != new.keys:
             return f"{label} has the keys {list(new.keys)} but had {list(old.keys)} at capture"
