@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tg_core.plugins.errors import ConfigError, PluginError
+from tg_core.plugins.errors import ConfigError, DeviceUnavailable, PluginError
 
 SIGPIPE = 13  # its number on every POSIX system (the signal module has no SIGPIPE on Windows)
 
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             code = COMMANDS[args.command].run(args)
         sys.stdout.flush()  # here, so that a reader that went away is seen below and not at interpreter exit
         return code
-    except (ConfigError, PluginError) as e:
+    except (ConfigError, PluginError, DeviceUnavailable) as e:  # the user's to fix: the message says how
         print(f"tg {args.command}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

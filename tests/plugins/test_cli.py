@@ -306,3 +306,13 @@ def test_bad_cpu_threads_is_a_config_error_not_a_fallback(run_installed):
     assert res.stderr == ("tg config: error: environment variable TG_CPU_THREADS: too large for TG_CPU_THREADS: "
                           "99999999999999999999; allowed: an int from 0 to 1024 (default 0: cores a large kernel is "
                           "split across; 0: every core)\n")
+
+
+@pytest.mark.parametrize("dev,error", [
+    ("NOHW", "tg config: error: no /dev/nohw on this machine"),
+    ("MULTI:-1", "tg config: error: environment variable DEV: bad device (a device index is a whole number >= 0"),
+])
+def test_explain_with_a_device_that_cannot_open_is_one_line(run_tg, dev, error):
+    res = run_tg("config", "--explain", env={"DEV": dev})
+    assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+    assert res.stderr.splitlines()[-1].startswith(error)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg_core.plugins.errors import (ConfigError, DeviceClashError, DeviceNotFoundError, DeviceUnavailable,
-                                    PluginBlockedError, PluginBrokenError, PluginError, PluginRefusedError)
+from tg_core.plugins.errors import (ConfigError, DeviceClashError, DeviceNotFoundError, DeviceStringError,
+                                    DeviceUnavailable, PluginBlockedError, PluginBrokenError, PluginError,
+                                    PluginRefusedError)
 from tg_core.plugins.specs import DeviceSpec, Option
 from tg_core.plugins.version import API_VERSION, API_VERSION_STR
 
 __all__ = ["API_VERSION", "API_VERSION_STR", "ConfigError", "DeviceClashError", "DeviceNotFoundError", "DeviceSpec",
-           "DeviceUnavailable", "Option", "PluginBlockedError", "PluginBrokenError", "PluginError",
+           "DeviceStringError", "DeviceUnavailable", "Option", "PluginBlockedError", "PluginBrokenError", "PluginError",
            "PluginRefusedError", "PluginRegistry", "PluginWarning", "get_registry", "hookimpl"]
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tg_core.plugins.errors import ConfigError, suggest
+from tg_core.plugins.errors import ConfigError, DeviceStringError, suggest
 from tg_core.plugins.specs import DEVICE_NAME, RESERVED_DEVICE_KEYS, Option, accepts
 
 DEFAULTS: dict[str, Any] = {"device": None, "plugins": {"allow": None, "deny": [], "order": []}, "devices": {}}
@@ -56,25 +56,25 @@ def dotted(key: Key) -> str:
 
 def parse_device_string(text: str) -> tuple[str, str | None, int | None]:
     """'CPU' -> ('CPU', None, None); 'CPU:LLVM' -> renderer LLVM; 'AMD:1' -> index 1; 'CPU:LLVM:1' -> both.
-    Raises ValueError describing the accepted form."""
+    Raises DeviceStringError (a ValueError) describing the accepted form."""
     parts = text.split(":") if isinstance(text, str) else []
     form = "NAME, NAME:INDEX, NAME:RENDERER or NAME:RENDERER:INDEX (e.g. AMD, AMD:1, CPU:LLVM)"
     if not parts or not 1 <= len(parts) <= 3 or not all(parts):
-        raise ValueError(f"a device is written {form}, got {text!r}")
+        raise DeviceStringError(f"a device is written {form}, got {text!r}")
     name, renderer, index = parts[0].upper(), None, None
     for part in parts[1:]:
         if part.lstrip("+-").isdigit() and not part.isdigit():
-            raise ValueError(f"a device index is a whole number >= 0 (AMD, AMD:1, ...), got {part!r} in {text!r}")
+            raise DeviceStringError(f"a device index is a whole number >= 0 (AMD, AMD:1, ...), got {part!r} in {text!r}")
         if part.isdigit() and index is None:
             index = int(part)
         elif renderer is None and index is None and not part.isdigit():
             renderer = part.upper()
         else:
-            raise ValueError(f"a device is written {form}, got {text!r}")
+            raise DeviceStringError(f"a device is written {form}, got {text!r}")
     if not DEVICE_NAME.fullmatch(name):
-        raise ValueError(f"device name {parts[0]!r} must be letters and digits, starting with a letter")
+        raise DeviceStringError(f"device name {parts[0]!r} must be letters and digits, starting with a letter")
     if renderer is not None and not RENDERER_NAME.fullmatch(renderer):
-        raise ValueError(f"renderer name {renderer!r} in {text!r} must be letters, digits and _, starting with a letter")
+        raise DeviceStringError(f"renderer name {renderer!r} in {text!r} must be letters, digits and _, starting with a letter")
     return name, renderer, index
 
 

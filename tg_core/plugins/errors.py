@@ -32,6 +32,10 @@ class ConfigError(PluginError, ValueError):
         return err
 
 
+class DeviceStringError(PluginError, ValueError):
+    """A device string that is not NAME[:RENDERER][:INDEX] (`AMD:-1`, `CPU:LLVM:1:2`); the message shows the form."""
+
+
 class PluginBrokenError(PluginError):
     """A selected plugin failed to import or to initialize. The original exception is the `__cause__`."""
 
