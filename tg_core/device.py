@@ -437,7 +437,8 @@ class _Devices:
             hint = suggest(wanted, list(by_name))
             raise DeviceNotFoundError(f"no renderer {wanted!r} for {parse_device_string(device)[0]}; offered: "
                                       f"{', '.join(by_name) or 'none'}" + (f"; did you mean {hint}?" if hint else ""))
-        return [by_name[wanted]] + [c for c in ordered if c is not by_name[wanted]], f"{wanted}: named in the device string"
+        ordered = [by_name[wanted]] + [c for c in ordered if c is not by_name[wanted]]
+        return ordered, f"{wanted}: named in the device string"
 
     @property
     def DEFAULT(self) -> str:  # noqa: N802 -- the registry's public name

@@ -226,13 +226,15 @@ def test_conflicting_and_unparsable_set_arguments(run_tg):
     res = run_tg("--set", "devices.MULTI=3", "--set", "devices.MULTI.count=2", "config")
     assert res.returncode == 2 and "conflicting --set arguments for devices.MULTI: 3" in res.stderr
     res = run_tg("--set", "device=[", "config")
-    assert res.returncode == 2 and res.stderr.startswith("tg config: error: tg --set device=[: not valid YAML at line 1")
+    assert res.returncode == 2
+    assert res.stderr.startswith("tg config: error: tg --set device=[: not valid YAML at line 1")
 
 
 def test_devices_shows_each_option_with_its_value(run_tg):
     res = run_tg("devices", env={"TG_MULTI_COUNT": "5"})
     assert res.returncode == 0, res.stderr
-    assert "    option:    count = 5 (from environment variable TG_MULTI_COUNT): an int (default 3; an int)" in res.stdout
+    assert ("    option:    count = 5 (from environment variable TG_MULTI_COUNT): an int (default 3; an int)"
+            in res.stdout)
     assert "    option:    mode = 'fast': a choice (default 'fast'; 'fast' | 'slow')" in res.stdout
     assert "    option:    zero = True: fill new allocations" in res.stdout
 

@@ -64,7 +64,8 @@ def parse_device_string(text: str) -> tuple[str, str | None, int | None]:
     name, renderer, index = parts[0].upper(), None, None
     for part in parts[1:]:
         if part.lstrip("+-").isdigit() and not part.isdigit():
-            raise DeviceStringError(f"a device index is a whole number >= 0 (AMD, AMD:1, ...), got {part!r} in {text!r}")
+            raise DeviceStringError(f"a device index is a whole number >= 0 (AMD, AMD:1, ...), got {part!r} in "
+                                    f"{text!r}")
         if part.isdigit() and index is None:
             index = int(part)
         elif renderer is None and index is None and not part.isdigit():
@@ -74,7 +75,8 @@ def parse_device_string(text: str) -> tuple[str, str | None, int | None]:
     if not DEVICE_NAME.fullmatch(name):
         raise DeviceStringError(f"device name {parts[0]!r} must be letters and digits, starting with a letter")
     if renderer is not None and not RENDERER_NAME.fullmatch(renderer):
-        raise DeviceStringError(f"renderer name {renderer!r} in {text!r} must be letters, digits and _, starting with a letter")
+        raise DeviceStringError(f"renderer name {renderer!r} in {text!r} must be letters, digits and _, starting "
+                                "with a letter")
     return name, renderer, index
 
 
