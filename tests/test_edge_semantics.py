@@ -1,7 +1,8 @@
-"""alu.py's integer semantics where C and LLVM leave them undefined, on every device: division and remainder by 0
-and of MIN by -1, shifts by negative amounts and by the width or more, with the divisor or amount a tensor and
-a constant (a constant used to skip the run-time guards). Each kernel's output buffer starts as a sentinel, so
-a store LLVM dropped as undefined shows as the sentinel instead of passing by luck."""
+"""alu.py's values where C and LLVM leave a result undefined, on every device: division and remainder by 0 and
+of MIN by -1, shifts by negative amounts and by the width or more (the divisor or amount a tensor and a constant:
+a constant used to skip the run-time guards), float -> int casts of what the int cannot hold, and C99 pow of
+negative bases. Each kernel's output buffer starts as a sentinel, so a store LLVM dropped as undefined shows as
+the sentinel instead of passing by luck."""
 from __future__ import annotations
 
 import math
@@ -14,10 +15,11 @@ from tg_core.device import Buffer, Device
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.tensor import Tensor
 from tg_core.uop import KernelInfo, Ops, UOp
-from tg_core.uop.alu import exec_alu
+from tg_core.uop.alu import cast_const, exec_alu
 
 DEVICES = ["PYTHON", "CPU:X86", "CPU:LLVM", "AMD"]
-INTS = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64]
+INTS = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
+        dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64]
 SENTINEL = 0x5A
 
 
@@ -71,7 +73,8 @@ def check(device: str, op: Ops, dt: DType, ydt: DType, xs: list[int], ys: list[i
     want += [[exec_alu(op, dt, (a, c)) for a in px] for c in consts]
     for k, (g, w) in enumerate(zip(got, want)):
         what = "a tensor" if k == 0 else f"the constant {consts[k - 1]}"
-        bad = [(a, b, gv, wv) for a, b, gv, wv in zip(px, py if k == 0 else [consts[k - 1]] * len(px), g, w) if gv != wv]
+        ys = py if k == 0 else [consts[k - 1]] * len(px)
+        bad = [(a, b, gv, wv) for a, b, gv, wv in zip(px, ys, g, w) if gv != wv]
         assert not bad, f"{op.name} {dt!r} by {what} on {device}: (x, y, got, want) {bad[:6]}"
 
 
@@ -122,7 +125,8 @@ POW_BASES = [-2.0, -3.0, -0.5, -1.0, -0.0, 0.0, 1.0, 2.5, -math.inf, math.inf, m
 POW_EXPONENTS = [0.0, 1.0, 2.0, 3.0, 5.0, -1.0, -2.0, -3.0, 0.5, 1 / 3, -0.5, 10.0, math.inf, -math.inf, math.nan]
 
 
-def check_pow(got: np.ndarray, bases: list[float], exponents: list[float], dt: DType, max_ulp: float, what: str) -> None:
+def check_pow(got: np.ndarray, bases: list[float], exponents: list[float], dt: DType, max_ulp: float,
+              what: str) -> None:
     """`got` against alu.py's pow (C99's, via math.pow), rounded to `dt`: specials (NaN, inf, zeros with their
     sign) and exactly representable results must be exact, the rest within `max_ulp`."""
     npdt = to_numpy_dtype(dt)
@@ -179,3 +183,46 @@ def test_llvm_renderer_decides_constant_divisors(dt):
             got = np.full(n, SENTINEL, npdt)
             compile_and_run(src, prog, [np.array(xs, npdt), np.zeros(1, npdt), got])
             assert got.tolist() == [exec_alu(op, dt, (v, c)) for v in xs], f"{op.name} by {c}:\n{src}"
+
+
+# ---- float -> int casts: NaN, inf and out-of-range values give 0 ------------------------------------------
+
+CAST_VALUES = [3e9, -3e9, 1e20, -1e20, math.nan, math.inf, -math.inf, 2147483647.0, 2147483520.0, -2147483648.0,
+               -2147483649.0, 2.0 ** 63, -(2.0 ** 63), 2.0 ** 64, 300.0, 65535.9, 65536.0, -32768.9, -32769.0, 255.9,
+               256.0, 127.9, 128.0, -128.9, -129.0, -1.0, -0.9, -0.0, 0.5, 5.5]
+
+
+@pytest.mark.parametrize("src", [dtypes.float16, dtypes.float32, dtypes.float64], ids=str)
+def test_float_to_int_casts_of_what_the_int_cannot_hold(device, src):
+    npsrc = to_numpy_dtype(src)
+    with np.errstate(over="ignore"):
+        xs = np.array(CAST_VALUES, npsrc)
+    n = len(xs)
+    x = UOp.param(0, src.ptr(n))
+    outs = [UOp.param(1 + k, dt.ptr(n)) for k, dt in enumerate(INTS)]
+    r = UOp.range(n, 0)
+    v = x.index(r).load()
+    ast = UOp(Ops.SINK, dtypes.void, tuple(o.index(r).store(v.cast(dt)).end(r) for o, dt in zip(outs, INTS)),
+              KernelInfo(f"casts_{src.name}"))
+    bufs = [Buffer.from_numpy(xs, device)]
+    bufs += [Buffer.from_numpy(np.full(n * dt.itemsize, SENTINEL, np.uint8).view(to_numpy_dtype(dt)), device)
+             for dt in INTS]
+    Device[device].get_runner(ast)(bufs, {})
+    for dt, b in zip(INTS, bufs[1:]):
+        want = [cast_const(float(a), src, dt) for a in xs.tolist()]
+        bad = [(a, g, w) for a, g, w in zip(xs.tolist(), b.numpy().tolist(), want) if g != w]
+        assert not bad, f"{src!r} -> {dt!r} on {device}: (x, got, want) {bad[:6]}"
+
+
+def test_float_to_int32_casts_in_vector_lanes(device):
+    """64 lanes of float32 -> int32 -> float32: X86 packs this into vcvttps2dq, which gives MIN outside."""
+    xs = np.array([v for v in CAST_VALUES if abs(v) < 2.0 ** 40 or not math.isfinite(v)] * 4, np.float32)[:64]
+    n = len(xs)
+    x, out = UOp.param(0, dtypes.float32.ptr(n)), UOp.param(1, dtypes.float32.ptr(n))
+    r = UOp.range(n, 0)
+    value = x.index(r).load().cast(dtypes.int32).cast(dtypes.float32)
+    ast = UOp(Ops.SINK, dtypes.void, (out.index(r).store(value).end(r),), KernelInfo("cast_lanes"))
+    bufs = [Buffer.from_numpy(xs, device), Buffer.from_numpy(np.full(n, np.nan, np.float32), device)]
+    Device[device].get_runner(ast)(bufs, {})
+    want = [float(cast_const(a, dtypes.float32, dtypes.int32)) for a in xs.tolist()]
+    assert bufs[1].numpy().tolist() == [float(np.float32(w)) for w in want]

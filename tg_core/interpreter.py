@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
+from tg_core.uop.alu import float_to_int_range
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -80,11 +81,15 @@ def _cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     if dtypes.is_bool(dst):
         return np.not_equal(x, 0)
     if dtypes.is_float(src) and dtypes.is_int(dst):
-        x = np.where(np.isfinite(x), x, 0)  # undefined in C; alu.py fixes it at 0
+        # undefined in C; alu.py fixes it at 0. The bounds are exact in float64 (in the source's own dtype a
+        # bound like int32's MAX rounds onto a value outside the range)
+        if dst.scalar() is dtypes.weakint:
+            x = np.where(np.isfinite(x), x, 0)
+        else:
+            lo, hi = float_to_int_range(src, dst)
+            wide = np.asarray(x, np.float64)
+            x = np.where((lo < wide) & (wide < hi), x, 0)
         x = np.trunc(x)
-        lo, hi = dtypes.min(dst), dtypes.max(dst)
-        if dst.scalar() is not dtypes.weakint:
-            x = np.where((x < lo) | (x > hi), 0, x)
     return np.asarray(x).astype(nd)
 
 

@@ -7,7 +7,8 @@ registers. Semantics are C's: signed/unsigned division and shifts by the dtype, 
 except `!=` (true for NaN), MAX propagates NaN (llvm.maximum), float -> bool is `x != 0`. Where C leaves
 integer division undefined (by zero, MIN/-1) the result is alu.py's (0, MIN) rather than a trap or poison;
 shifts arrive with amounts inside the width (core's pipeline, codegen/shifts.py), so `shl`/`ashr`/`lshr`
-never make poison. Out-of-range float -> int is still LLVM poison.
+never make poison; a float -> int conversion converts 0 instead of a value the int cannot hold (NaN, inf,
+out of range), so the result is alu.py's 0 rather than poison.
 
 Values are kept in their LLVM type (bool is i1) except in memory, where a bool is a byte. bfloat16 is
 carried as its 16 raw bits (i16): every op on it runs in float32, and float32 -> bfloat16 rounds to
@@ -37,7 +38,7 @@ import struct
 from tg_core.codegen.program import Program
 from tg_core.dtype import AddrSpace, DType, PtrDType, as_const, dtypes
 from tg_core.renderer import Renderer
-from tg_core.uop.alu import bitcast_const
+from tg_core.uop.alu import bitcast_const, float_to_int_range
 from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.uop import UOp
 
@@ -400,6 +401,14 @@ class LLVMFunction:
         if dtypes.is_float(src) and dtypes.is_float(dst):
             return self.ins(f"{'fpext' if dst.itemsize > src.itemsize else 'fptrunc'} {ts} {v} to {td}")
         if dtypes.is_float(src):
+            # out of range (NaN and inf too) fptosi/fptoui is poison: alu.py's 0 is converted instead
+            lo, hi = float_to_int_range(src, dst)
+            wide = dtypes.float64 if src is dtypes.float64 else dtypes.float32  # the bounds are exact there
+            w, tw = self.cast(src, wide, v), ltype(wide)
+            above = self.ins(f"fcmp ogt {tw} {w}, {render_const(lo, wide)}")
+            below = self.ins(f"fcmp olt {tw} {w}, {render_const(hi, wide)}")
+            inside = self.ins(f"and i1 {above}, {below}")
+            v = self.ins(f"select i1 {inside}, {ts} {v}, {ts} {render_const(0.0, src)}")
             return self.ins(f"{'fptosi' if _signed(dst) else 'fptoui'} {ts} {v} to {td}")
         if dtypes.is_float(dst):
             return self.ins(f"{'sitofp' if _signed(src) else 'uitofp'} {ts} {v} to {td}")

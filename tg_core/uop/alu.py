@@ -7,6 +7,8 @@ import math
 import struct
 from collections.abc import Callable
 
+import numpy as np
+
 from tg_core.dtype import ConstType, DType, as_const, dtypes
 from tg_core.helpers import cdiv, cmod
 from tg_core.uop.ops import Ops
@@ -135,10 +137,31 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtypes:
 
 
 def cast_const(x: ConstType, src: DType, dst: DType) -> ConstType:
-    """CAST of a constant: float to int truncates, int to narrower int wraps, to bool tests != 0."""
-    if dtypes.is_float(src) and dtypes.is_int(dst) and (math.isnan(x) or math.isinf(x)):
-        return 0  # undefined in C and LLVM (poison); a fixed value keeps folding deterministic
+    """CAST of a constant: float to int truncates, int to narrower int wraps, to bool tests != 0. A float whose
+    truncation the int dtype cannot hold (NaN, inf, out of range) gives 0: undefined in C and poison in LLVM,
+    fixed here and on every device (`float_to_int_range` gives them the test)."""
+    if dtypes.is_float(src) and dtypes.is_int(dst):
+        if math.isnan(x) or math.isinf(x):
+            return 0
+        if not dtypes.is_weak(dst) and not dtypes.min(dst) <= math.trunc(x) <= dtypes.max(dst):
+            return 0
     return as_const(x, dst)
+
+
+def float_to_int_range(src: DType, dst: DType) -> tuple[float, float]:
+    """(lo, hi) such that a float of `src` converts to the int dtype `dst` by truncation (rather than to
+    cast_const's 0) exactly when lo < x < hi: false for NaN and infinities. Both bounds are values of float64
+    for a float64 `src` and of float32 otherwise (so they are exact in a comparison in float32 or wider; any
+    narrower float is a float32 value), the nearest ones outside [MIN - 1, MAX + 1], or infinite."""
+    wide = np.float64 if src.scalar() is dtypes.float64 else np.float32
+    lo, hi = dtypes.min(dst) - 1, dtypes.max(dst) + 1
+    with np.errstate(over="ignore"):
+        flo, fhi = wide(lo), wide(hi)  # round to nearest, then step outward where that rounded inward
+    if float(flo) > lo:
+        flo = np.nextafter(flo, wide(-np.inf))
+    if float(fhi) < hi:
+        fhi = np.nextafter(fhi, wide(np.inf))
+    return float(flo), float(fhi)
 
 
 _BITS_FMT = {1: "B", 2: "H", 4: "I", 8: "Q"}

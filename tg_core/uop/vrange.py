@@ -78,17 +78,21 @@ def _cast(u_dtype: DType, src_dtype: DType, lo: ConstType, hi: ConstType) -> Bou
             return math.trunc(lo), math.trunc(hi)
         return (float(lo), float(hi)) if dst is dtypes.weakfloat else (int(lo), int(hi))
     dlo, dhi = dtypes.min(dst), dtypes.max(dst)
-    if dtypes.is_unsigned(dst) and not dtypes.is_float(src_dtype):
-        # int -> unsigned is modular and well defined, so only an in-range source keeps its bounds
+    if dtypes.is_float(src_dtype) and dtypes.is_int(dst):
+        # truncation, and alu.py's 0 for what dst cannot hold: NaN and inf (possible where a bound is
+        # infinite, as for a loaded value) and values out of range
+        tlo, thi = (b if math.isinf(b) else math.trunc(b) for b in (lo, hi))
+        nlo, nhi = max(tlo, dlo), min(thi, dhi)
+        if nlo > nhi:
+            return 0, 0
+        if tlo < dlo or thi > dhi:
+            nlo, nhi = min(nlo, 0), max(nhi, 0)
+        return int(nlo), int(nhi)
+    if dtypes.is_int(dst):
+        # int -> int wraps (alu.py), so only an in-range source keeps its bounds
         return (int(lo), int(hi)) if dlo <= lo and hi <= dhi else (dlo, dhi)
-    nlo, nhi = max(lo, dlo), min(hi, dhi)
-    if nlo > nhi:
-        return dlo, dhi  # nothing overlaps: every value of the source is undefined here
-    if dtypes.is_float(dst):
-        return as_const(nlo, dst), as_const(nhi, dst)  # casts are monotonic, so rounded bounds stay bounds
-    if dtypes.is_float(src_dtype):
-        return as_const(nlo, dst), as_const(nhi, dst)  # truncation toward zero is monotonic too
-    return int(nlo), int(nhi)
+    # a float destination: casts are monotonic (overflow goes to inf, a bound of dst), so rounded bounds stay bounds
+    return as_const(max(lo, dlo), dst), as_const(min(hi, dhi), dst)
 
 
 def _idiv(a: Bounds, b: Bounds) -> Bounds | None:

@@ -29,6 +29,7 @@ from tg_core.codegen.program import Program
 from tg_core.dtype import DType, PtrDType, dtypes
 from tg_core.renderer.isa import (CJUMP, JUMP, MOVE, RET, FrameRef, Imm, Label, MFunction, MInst, Mem, Operand, View,
                                   VReg, label)
+from tg_core.uop.alu import float_to_int_range
 from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.upat import UPat
@@ -53,6 +54,7 @@ _FLOAT_BIN = {Ops.ADD: "vadd", Ops.SUB: "vsub", Ops.MUL: "vmul", Ops.FDIV: "vdiv
 _IN_PLACE = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.MAX, Ops.MULACC})
 # vcmp predicates with C semantics: < and == are false on NaN, != is true
 _VCMP = {Ops.CMPLT: 1, Ops.CMPEQ: 0, Ops.CMPNE: 4}
+_GT_OQ, _LT_OQ = 30, 17  # vcmp predicates: ordered (false for NaN), quiet
 _BOOL_OP = {Ops.ADD: Ops.OR, Ops.MUL: Ops.AND, Ops.MAX: Ops.OR}
 
 
@@ -1021,13 +1023,32 @@ def _cast_from_float(ctx: Selector, u: UOp, a: VReg, src: DType, dst: DType) -> 
         ctx.ins("setp", View(t, 1), w=(0,))
         ctx.ins("or", View(d, 1), View(t, 1), w=(0,), r=(0, 1))
         ctx.ins("movzx", View(d, 4), View(d, 1), w=(0,), r=(1,))
-    elif dst is dtypes.uint64:
-        _float_to_u64(ctx, d, a, src)
     else:
-        # uint32 needs the 64-bit conversion (its values above 2^31); narrow ints take the low bits
-        size = 8 if dst.itemsize == 8 or dst is dtypes.uint32 else 4
-        ctx.ins(f"vcvtt{sfx}2si", View(d, size), a, w=(0,), r=(1,))
-        ctx.extend(d, dst)
+        # what the int cannot hold (NaN, inf, out of range) is alu.py's 0, not cvtt's "integer indefinite"
+        # (MIN) or the low bits of a wider conversion
+        zero, done = ctx.label(), ctx.label()
+        _jump_if_outside(ctx, a, src, dst, zero)
+        if dst is dtypes.uint64:
+            _float_to_u64(ctx, d, a, src)
+        else:
+            # uint32 needs the 64-bit conversion (its values above 2^31); narrow ints take the low bits
+            size = 8 if dst.itemsize == 8 or dst is dtypes.uint32 else 4
+            ctx.ins(f"vcvtt{sfx}2si", View(d, size), a, w=(0,), r=(1,))
+            ctx.extend(d, dst)
+        ctx.jump("jmp", done)
+        ctx.place(zero)
+        ctx.ins("mov", View(d, 4), Imm(0), w=(0,))  # a 32-bit write clears the upper half too
+        ctx.place(done)
+
+
+def _jump_if_outside(ctx: Selector, a: VReg, src: DType, dst: DType, target: str) -> None:
+    """Jump to `target` unless lo < a < hi (alu.float_to_int_range; exact in float32 for float16)."""
+    lo, hi = float_to_int_range(src, dst)
+    wide = dtypes.float64 if src is dtypes.float64 else dtypes.float32
+    ctx.ins("vucomi" + _SFX[wide], a, ctx.reg(UOp.const(wide, lo)), r=(0, 1))
+    ctx.jump("jbe", target)  # a <= lo, or NaN (unordered sets CF and ZF)
+    ctx.ins("vucomi" + _SFX[wide], ctx.reg(UOp.const(wide, hi)), a, r=(0, 1))
+    ctx.jump("jbe", target)  # hi <= a, or NaN
 
 
 def _to_float_odd(ctx: Selector, a: VReg) -> VReg:
@@ -1268,9 +1289,18 @@ def emit_group(ctx: Selector, g: Group) -> None:
         _hreduce(ctx, g)
     elif g.kind == "bitcast":
         ctx.vvals[g] = _vector(ctx, g.srcs[0])
+    elif g.kind == "cast" and v0.dtype is dtypes.int32:
+        # lanes the int cannot hold (NaN, inf, out of range) are alu.py's 0, not vcvttps2dq's MIN
+        x, inside, above = _y(_vector(ctx, g.srcs[0])), VReg("vec", 32), VReg("vec", 32)
+        lo, hi = (Mem(data=ctx.const_data(struct.pack("<f", b) * 8), size=32)
+                  for b in float_to_int_range(dtypes.float32, dtypes.int32))
+        ctx.ins("vcvttps2dq", _y(d), x, w=(0,), r=(1,))
+        ctx.ins("vcmpps", _y(above), x, lo, Imm(_GT_OQ), w=(0,), r=(1,))
+        ctx.ins("vcmpps", _y(inside), x, hi, Imm(_LT_OQ), w=(0,), r=(1,))
+        ctx.ins("vandps", _y(inside), _y(inside), _y(above), w=(0,), r=(1, 2))
+        ctx.ins("vandps", _y(d), _y(d), _y(inside), w=(0,), r=(1, 2))
     elif g.kind == "cast":
-        ctx.ins("vcvttps2dq" if v0.dtype is dtypes.int32 else "vcvtdq2ps", _y(d), _y(_vector(ctx, g.srcs[0])),
-                w=(0,), r=(1,))
+        ctx.ins("vcvtdq2ps", _y(d), _y(_vector(ctx, g.srcs[0])), w=(0,), r=(1,))
     elif g.kind == "splat" and v0.op is Ops.LOAD and v0.src[0] in ctx.addrs and v0.src[0] not in ctx.gates:
         last = max(ctx.pos[x] for x in ctx.users[v0])
         if bisect.bisect(ctx.barriers, ctx.pos[v0]) == bisect.bisect_left(ctx.barriers, last):
