@@ -276,6 +276,27 @@ class OpConformance:
         a, b = self._input((5, 7), "float32", 4), self._input((7, 3), "float32", 5)
         self._check((Tensor(a, device=self.device) @ Tensor(b, device=self.device)).numpy(), a @ b, "matmul")
 
+    def test_float32_denormals_are_kept(self) -> None:
+        """Math whose inputs or results are float32 denormals gives them (no flush to zero): within 2 denormal
+        steps (2**-149) plus 2e-5 relative of the exact value (math in float64), the error exp(x) = exp2(x*log2(e))
+        has on every device from rounding x*log2(e); exp(-100) is 3.78e-44, not 0."""
+        import math
+
+        from tg_core.tensor import Tensor
+        cases = [("exp", lambda t: t.exp(), math.exp, [-100.0, -90.0, -87.5, -103.0]),
+                 ("sigmoid", lambda t: t.sigmoid(), lambda x: 1 / (1 + math.exp(-x)), [-100.0, -95.0]),
+                 ("exp2", lambda t: t.exp2(), lambda x: 2.0 ** x, [-127.5, -140.0, -149.0]),
+                 ("log2", lambda t: t.log2(), math.log2, [1e-40, 3e-39, 1e-45]),
+                 ("sqrt", lambda t: t.sqrt(), math.sqrt, [1e-40, 3e-39, 1e-45]),
+                 ("reciprocal", lambda t: t.reciprocal(), lambda x: 1 / x, [1e38, -2e38, 3e-39])]
+        for name, op, exact, xs in cases:
+            x = np.array(xs, np.float32)
+            got = op(Tensor(x, device=self.device)).numpy()
+            want = np.array([exact(float(v)) for v in x], np.float64)
+            err = np.abs(got.astype(np.float64) - want)
+            assert (err <= 2 * 2.0 ** -149 + 2e-5 * np.abs(want)).all(), \
+                f"{name}({x.tolist()}) = {got.tolist()}, exactly {want.tolist()}"
+
     @pytest.mark.parametrize("k", [4, 16, 33])
     def test_byte_matmul(self, k: int) -> None:
         """8-bit matmuls, wrapping in their dtype or widened to 32 bits with signed and unsigned operands mixed

@@ -11,8 +11,9 @@ What changes against the host renderer:
 - the parallel ranges become workgroup and workitem ids (tg_core/codegen/gpudims.py), read with
   `llvm.amdgcn.workgroup.id.*` / `llvm.amdgcn.workitem.id.x`; the kernel declares its workgroup size
   (`amdgpu-flat-work-group-size`), which lets LLVM drop barriers of single-wave workgroups;
-- float32 math uses the hardware's transcendental instructions through the amdgcn intrinsics (v_exp_f32,
-  v_log_f32, v_sqrt_f32, v_rcp_f32, v_sin_f32: about 1 ulp), as AMD's own fast math does; sin gets a
+- float32 math uses the hardware's transcendental instructions (v_exp_f32, v_log_f32, v_sqrt_f32, v_rcp_f32,
+  v_sin_f32: about 1 ulp), as AMD's own fast math does, inside LLVM's denormal fix-ups (the instructions
+  flush denormals; the code objects keep them, so exp(-100) is 3.8e-44 as on the CPU); sin gets a
   Cody-Waite reduction to [-pi, pi] first, since v_sin_f32 takes revolutions and loses accuracy on large
   ones. float16 math runs in float32. float64 exp2/log2/sin/pow have no AMD instruction and LLVM would need a
   library call (which aborts the process), so core's decompositions (tg_core/codegen/decomp.py) turn them into
@@ -42,9 +43,15 @@ ARCH = "gfx1100"
 MAX_LOCAL = 256  # work-items per workgroup the renderer asks for (8 waves of 32)
 _SPECIALS = {"gidx0": "llvm.amdgcn.workgroup.id.x", "gidx1": "llvm.amdgcn.workgroup.id.y",
              "gidx2": "llvm.amdgcn.workgroup.id.z", "lidx0": "llvm.amdgcn.workitem.id.x"}
-# f32 op -> the amdgcn intrinsic computing it directly
-_FAST_F32 = {Ops.EXP2: "llvm.amdgcn.exp2.f32", Ops.LOG2: "llvm.amdgcn.log.f32", Ops.SQRT: "llvm.amdgcn.sqrt.f32",
-             Ops.RECIPROCAL: "llvm.amdgcn.rcp.f32"}
+# f32 op -> LLVM's form of it that runs the hardware instruction (v_exp/v_log/v_sqrt/v_rcp_f32, about 1 ulp)
+# inside LLVM's denormal fix-up. The instructions flush denormal inputs and results whatever the descriptor's
+# denormal mode; the code objects keep denormals (FLOAT_DENORM_MODE 3), and LLVM scales the operand or result into
+# the normal range around the instruction (a compare, two selects, an add or ldexp), so exp(-100) is 3.8e-44
+# as on the CPU instead of 0. SQRT and RECIPROCAL get !fpmath 2.5 ulp: the scaled instruction rather than
+# LLVM's correctly rounded expansions (16 and 11 instructions).
+_FAST_F32 = {Ops.EXP2: "call float @llvm.exp2.f32(float {x})", Ops.LOG2: "call float @llvm.log2.f32(float {x})",
+             Ops.SQRT: "call float @llvm.sqrt.f32(float {x}), !fpmath {ulp}",
+             Ops.RECIPROCAL: "fdiv float 1.0, {x}, !fpmath {ulp}"}
 # float64 transcendentals and every float pow as plain arithmetic (the renderer's extra_matcher); float32
 # exp2/log2/sin keep the hardware's. LLVM expands llvm.pow.f32 as exp2(y * log2(x)): NaN for every negative
 # x (C99 gives (-2)**3 = -8) and an error growing with the result, where decomp's pow is within 0.5 ulp.
@@ -101,10 +108,22 @@ class AMDFunction(LLVMFunction):
             wide = [self.cast(dtypes.float16, dtypes.float32, v) for v in vals]
             return self.cast(dtypes.float32, dtypes.float16, self.float_alu(op, dtypes.float32, wide, *rest))
         if dt is dtypes.float32 and op in _FAST_F32:
-            return self.call(_FAST_F32[op], "float", [("float", vals[0])])
+            if op in (Ops.EXP2, Ops.LOG2, Ops.SQRT):
+                self.declare(f"declare float @llvm.{op.name.lower()}.f32(float)")
+            return self.ins(_FAST_F32[op].format(x=vals[0], ulp=self.ulp_metadata()))
         if dt is dtypes.float32 and op is Ops.SIN:
             return self.sin_f32(vals[0])
         return super().float_alu(op, dt, vals, *rest)
+
+    def ulp_metadata(self) -> str:
+        """The metadata node `!{float 2.5}` (an !fpmath accuracy), added to the module once."""
+        node = "!{float 2.5}"
+        for line in self.metadata:
+            if line.endswith(f" = {node}"):
+                return line.split(" = ")[0]
+        name = f"!{len(self.metadata)}"
+        self.metadata.append(f"{name} = {node}")
+        return name
 
     def sin_f32(self, x: str) -> str:
         """sin(x) = v_sin_f32(y / 2pi) with y = x - k*2pi reduced to [-pi, pi] in two fma steps (Cody-Waite)."""

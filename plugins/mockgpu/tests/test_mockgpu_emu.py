@@ -301,6 +301,22 @@ def test_launch_limits_are_checked(gpu):
         gpu.run(asm_kernel("s_nop 0", props=KERNARG_PTR), (1, 1, 1), (32, 1, 1))
 
 
+def test_float_modes_other_than_the_emulated_ones_are_refused(gpu):
+    """The emulator keeps denormals and rounds to nearest even; a descriptor asking for flushing or another
+    rounding (RSRC1 bits 12-19) is an error naming the fields, not results computed in the wrong mode."""
+    from dataclasses import replace
+
+    from tg_amd.interface import CodeObject
+    co = asm_kernel("s_nop 0")
+    ks = co.kernel("k")
+    for bits, field in [(0b01 << 16, "FLOAT_DENORM_MODE_32 1"), (0b00 << 18 | 3 << 16, "_16_64 0"),
+                        (1 << 12 | 3 << 16 | 3 << 18, "FLOAT_ROUND_MODE_32 1")]:
+        kd = replace(ks.descriptor, compute_pgm_rsrc1=(ks.descriptor.compute_pgm_rsrc1 & ~0xFF000) | bits)
+        bad = CodeObject(co.arch, co.image, {"k": replace(ks, descriptor=kd)})
+        with pytest.raises(EmulatorError, match=f"{field}.*the mock runs only denormals kept"):
+            gpu.run(bad, (1, 1, 1), (32, 1, 1))
+
+
 def test_register_beyond_the_descriptor_is_an_error(gpu):
     with pytest.raises(EmulatorError, match="uses v40, but its descriptor allocates only 8 VGPRs"):
         gpu.run(asm_kernel("v_mov_b32 v40, 0", vgprs=8), (1, 1, 1), (32, 1, 1))

@@ -37,6 +37,9 @@ MAX_SCRATCH_LANE = ((1 << 15) - 1) * 256 // WAVE
 # waves run together (numpy arrays of 8192 x 32 lanes still sit in the caches well enough)
 STATE_BUDGET = 256 << 20
 MAX_RESIDENT_WAVES = 8192
+# COMPUTE_PGM_RSRC1 float modes the emulator implements (amd.md 1.2): keep f32 and f16/f64 denormals, round to
+# nearest even (the transcendental instructions flush regardless, as on hardware: emu/fp.py trans)
+DENORM_KEEP, ROUND_NEAREST_EVEN = 3, 0
 DISPATCH_PACKET_HEADER = 0x1502  # KERNEL_DISPATCH with barrier and system-scope acquire/release fences (amd.md 3.1)
 
 
@@ -178,6 +181,13 @@ def check_launch(entry: str, kd: KernelDescriptor, global_size: tuple[int, int, 
                          f"gfx1100 allows at most {MAX_SCRATCH_LANE}")
     if kd.uses_dynamic_stack:
         raise EmulatorError(f"kernel {entry} uses a dynamic stack, whose size the mock cannot know")
+    modes = (kd.float_denorm_mode_32, kd.float_denorm_mode_16_64, kd.float_round_mode_32, kd.float_round_mode_16_64)
+    if modes != (DENORM_KEEP, DENORM_KEEP, ROUND_NEAREST_EVEN, ROUND_NEAREST_EVEN):
+        # the emulator's float ops keep denormals and round to nearest even; another mode would silently differ
+        raise EmulatorError(f"kernel {entry}'s descriptor asks for FLOAT_DENORM_MODE_32 {modes[0]}, _16_64 "
+                            f"{modes[1]}, FLOAT_ROUND_MODE_32 {modes[2]}, _16_64 {modes[3]}; the mock runs only "
+                            f"denormals kept ({DENORM_KEEP}) and round to nearest even ({ROUND_NEAREST_EVEN}), "
+                            "what LLVM's code objects ask for unless a function sets \"denormal-fp-math\"")
 
 
 def dispatch_packet(global_size: tuple[int, int, int], local_size: tuple[int, int, int], kd: KernelDescriptor,
