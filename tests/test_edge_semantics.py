@@ -87,7 +87,16 @@ def _edge_values(dt: DType) -> list[int]:
 @pytest.mark.parametrize("dt", INTS, ids=str)
 def test_division_by_zero_and_min_by_minus_one(device, op, dt):
     divisors = _fit(dt, [0, -1, 1, 2, -2, 3, 7, -7, dtypes.min(dt), dtypes.max(dt)])
-    check(device, op, dt, dt, _edge_values(dt), divisors, _fit(dt, [0, -1, 1, 3, -7, 7]))
+    check(device, op, dt, dt, _edge_values(dt), divisors,
+          _fit(dt, [0, -1, 1, 3, -7, 7, dtypes.min(dt), dtypes.max(dt)]))
+
+
+@pytest.mark.parametrize("dt", INTS, ids=str)
+def test_int_pow_with_negative_and_large_exponents(device, dt):
+    """alu.py: the exact power wrapped for y >= 0, the truncated real power for y < 0 (0 ** -1 is 0)."""
+    exponents = _fit(dt, [0, 1, 2, 3, 7, 31, 64, -1, -2, -3, dtypes.max(dt)])
+    check(device, Ops.POW, dt, dt, _fit(dt, [0, 1, -1, 2, -2, 3, -3, 100, dtypes.min(dt), dtypes.max(dt)]), exponents,
+          _fit(dt, [-1, -2, 0, 5, 63]))
 
 
 # (value dtype, amount dtype): the Tensor layer shifts by the value's dtype; kernels may use another
@@ -100,7 +109,8 @@ SHIFT_TYPES = [(dt, dt) for dt in INTS] + [(dtypes.int8, dtypes.int32), (dtypes.
 def test_shifts_by_any_amount(device, op, dt, ydt):
     w = 8 * dt.itemsize
     amounts = _fit(ydt, [-1, -w, dtypes.min(ydt), 0, 1, w - 1, w, w + 1, 2 * w, 255, 256, 256 + 3, dtypes.max(ydt)])
-    check(device, op, dt, ydt, _edge_values(dt), amounts, _fit(ydt, [-1, w - 1, w, w + 5, 256 + 2]))
+    consts = _fit(ydt, [-1, w - 1, w, w + 5, 256 + 2, dtypes.max(ydt), dtypes.min(ydt)])
+    check(device, op, dt, ydt, _edge_values(dt), amounts, consts)
 
 
 def test_issue_rows_through_tensors(device):

@@ -169,6 +169,8 @@ def test_bitwise_and_shifts():
     # a mask without the sign bit bounds the result whatever the other side's sign (shifts.py relies on it)
     assert bounds(var(-1, 3, dtypes.int8) & 3) == (0, 3) and bounds(var(-9, -2, dtypes.int8) & 12) == (0, 12)
     assert bounds(var(-1, 3, dtypes.int8) & var(-2, 1, dtypes.int8)) == (-128, 127)
+    # past the width a strong shift is 0 (alu.py), without building the 2**62-bit exact value
+    assert bounds(var(0, 5, dtypes.int64) << UOp.const(dtypes.int64, 2 ** 62)) == (0, 0)
 
 
 def test_float_op_bounds():

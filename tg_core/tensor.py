@@ -19,11 +19,13 @@ from tg_core.dtype import (ConstType, DType, dtypes, from_numpy_dtype, least_upp
 from tg_core.engine import checks
 from tg_core.engine.realize import attach, buffer_of, capture, realize
 from tg_core.helpers import prod
-from tg_core.tensor_creation import CreationMixin, scalar_dtype
+from tg_core.tensor_args import axes_arg, axis_arg, ints_arg
+from tg_core.tensor_creation import CreationMixin, checked_scalar, scalar_dtype
 from tg_core.tensor_elementwise import ElementwiseMixin
 from tg_core.tensor_movement import MovementMixin
 from tg_core.tensor_nn import NNMixin
 from tg_core.tensor_reduce import ReduceMixin
+from tg_core.uop.alu import cast_const
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -43,11 +45,24 @@ def _to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
     if isinstance(data, (np.ndarray, np.generic)):
         arr = np.asarray(data)
     else:
-        inferred = _concrete(dtypes.from_py(data)) if dtype is None else dtype
-        arr = np.array(data, dtype=to_numpy_dtype(inferred))
+        inferred = dtypes.from_py(data) if dtype is None else dtype
+        if inferred is dtypes.weakint:
+            return _int_array(data)
+        arr = np.array(data, dtype=to_numpy_dtype(_concrete(inferred)))
     if dtype is not None and from_numpy_dtype(arr.dtype) is not dtype:
         arr = arr.astype(to_numpy_dtype(dtype))
     return arr
+
+
+def _int_array(data: Any) -> np.ndarray:
+    """Python ints as the default int, or int64 when they do not all fit (as a single scalar widens)."""
+    for dt in (dtypes.default_int, dtypes.int64):
+        try:
+            return np.array(data, dtype=to_numpy_dtype(dt))
+        except OverflowError:
+            continue
+    raise OverflowError(f"integers in the data do not fit in int64 (the widest int dtype a tensor infers); pass "
+                        "dtype=dtypes.uint64 for values up to 2**64-1")
 
 
 class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixin):
@@ -70,7 +85,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if isinstance(data, UOp):
             self.uop = data if dt is None else data.cast(dt)
         elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
-            self.uop = UOp.const(dt or scalar_dtype(data), data)
+            self.uop = UOp.const(dt or scalar_dtype(data), checked_scalar(data, dt or scalar_dtype(data)))
         elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
             arr = np.require(_to_numpy(data, dt), requirements="C")  # ascontiguousarray would make 0-d 1-d
             node = UOp.new_buffer(self._device, max(arr.size, 1), from_numpy_dtype(arr.dtype))
@@ -108,7 +123,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return f"<Tensor {self.shape} {self.dtype!r} on {self.device}>"
 
     def size(self, dim: int | None = None) -> Shape | int:
-        return self.shape if dim is None else self.shape[self._axis(dim)]
+        return self.shape if dim is None else self.shape[self._axis(dim, "dim")]
 
     def __bool__(self) -> bool:
         # PyTorch's rule: only a one-element tensor has a truth value (this realizes it)
@@ -126,6 +141,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
+
+    def __iter__(self) -> Any:
+        # without it Python iterates through __getitem__ until an IndexError, and a 0-d tensor gives []
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
 
     # ---- realization ------------------------------------------------------------------------------------
 
@@ -243,8 +264,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     def _cast_to(self, dt: DType) -> Tensor:
         if self.dtype is dt:
             return self
-        if self.uop.op is Ops.CONST:
-            return Tensor(UOp.const(dt, self.uop.arg), device=self.device)
+        if self.uop.op is Ops.CONST:  # the CAST's value (alu.py), made as a constant of the new dtype
+            return Tensor(UOp.const(dt, cast_const(self.uop.arg, self.dtype, dt)), device=self.device)
         return self._new(self.uop.cast(dt))
 
     def _broadcast_to(self, shape: Shape) -> Tensor:
@@ -371,29 +392,36 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return self._new(self.uop.permute(tuple(self._axis(a) for a in _shape_arg(order, args))))
 
     def expand(self, shape: int | Sequence[int], *args: int) -> Tensor:
-        new = _shape_arg(shape, args)
+        new = ints_arg(_shape_arg(shape, args), "expand: the shape", lo=-1)
+        if len(new) < self.ndim:
+            raise ValueError(f"cannot expand {self.shape} to {new}: the new shape has fewer axes")
         padded = (1,) * (len(new) - self.ndim) + self.shape
         new = tuple(p if s == -1 else s for s, p in zip(new, padded))
         return self._broadcast_to(new)
 
     def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
-        return self._new(self.uop.shrink(tuple((0, n) if b is None else b for b, n in zip(bounds, self.shape))))
+        """Keep [start, end) of each axis (None keeps the whole axis)."""
+        if not isinstance(bounds, (tuple, list)) or len(bounds) != self.ndim:
+            raise ValueError(f"shrink needs one (start, end) or None per axis of {self.shape}, got {bounds!r}")
+        full = tuple((0, n) if b is None else ints_arg(b, "shrink: a (start, end) bound") for b, n in
+                     zip(bounds, self.shape))
+        return self._new(self.uop.shrink(full))
 
     def flip(self, axis: int | Sequence[int], *args: int) -> Tensor:
-        axes = {self._axis(a) for a in _shape_arg(axis, args)}
+        axes = axes_arg(_shape_arg(axis, args), self.ndim, self.shape)
         return self._new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
-    def _axis(self, a: int) -> int:
-        n = max(self.ndim, 1)
-        if not -n <= a < n:
-            raise IndexError(f"axis {a} is out of range for a tensor of shape {self.shape}")
-        return a % n
+    def _axis(self, a: int, name: str = "axis") -> int:
+        return axis_arg(a, self.ndim, self.shape, name)
+
+    def _axes(self, axis: int | Sequence[int] | None, name: str = "axis") -> tuple[int, ...]:
+        """None (all axes), one axis or distinct axes, normalized; anything else is an error naming it."""
+        return axes_arg(axis, self.ndim, self.shape, name)
 
     # ---- reductions ---------------------------------------------------------------------------------------
 
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, dtype: DType | None = None) -> Tensor:
-        axes = tuple(range(self.ndim)) if axis is None else tuple(self._axis(a) for a in
-                                                                (axis if isinstance(axis, Sequence) else (axis,)))
+        axes = self._axes(axis)
         x = self if dtype is None else self._cast_to(dtype)
         out_shape = tuple(1 if i in axes else n for i, n in enumerate(self.shape))
         # an empty axis too: the scheduler gives its identity, and the graph keeps x for gradients

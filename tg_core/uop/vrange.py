@@ -238,6 +238,9 @@ def _where(u, c, x, y):
 
 def _shl(u, a, b):
     if b[0] == b[1] and b[0] >= 0 and a[0] >= 0:
+        # past the width the exact shift would be a 2**b-bit number: 0 in a strong int (alu.py), unbounded weak
+        if b[0] >= 8 * u.dtype.itemsize:
+            return None if dtypes.is_weak(u.dtype) else (0, 0)
         return a[0] << int(b[0]), a[1] << int(b[0])
     return None
 
