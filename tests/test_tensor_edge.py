@@ -215,3 +215,140 @@ def test_device_side_check_inside_tinyjit_reports_on_replay():
     with pytest.raises(IndexError, match="index 6 is out of bounds for axis 0 with size 6"):
         Tensor.synchronize()
     assert f(Tensor(good)).item() == 5.0
+
+
+# ---- argument validation -------------------------------------------------------------------------------------
+
+BAD_ARGS = {
+    "sum float axis": (lambda a: a.sum(0.5), TypeError, r"axis must be an int, got 0\.5 \(float\)"),
+    "sum duplicate axis": (lambda a: a.sum((0, 0)), ValueError, r"axis \(0, 0\) names axis 0 more than once"),
+    "sum duplicate via negative": (lambda a: a.sum((1, -1)), ValueError, "names axis 1 more than once"),
+    "sum bool axis": (lambda a: a.sum(True), TypeError, "axis must be an int, got True"),
+    "sum str axis": (lambda a: a.sum("0"), TypeError, "axis must be an int, got '0'"),
+    "sum out of range": (lambda a: a.sum(2), IndexError, r"axis 2 is out of range .*\(allowed: -2 to 1\)"),
+    "max duplicate": (lambda a: a.max((1, 1)), ValueError, "names axis 1 more than once"),
+    "mean duplicate": (lambda a: a.mean((0, 0)), ValueError, "names axis 0 more than once"),
+    "prod float": (lambda a: a.prod(0.5), TypeError, "axis must be an int"),
+    "any float": (lambda a: a.any(0.5), TypeError, "axis must be an int"),
+    "min float": (lambda a: a.min(0.5), TypeError, "axis must be an int"),
+    "std duplicate": (lambda a: a.std((0, 0)), ValueError, "more than once"),
+    "logsumexp duplicate": (lambda a: a.logsumexp((0, 0)), ValueError, "more than once"),
+    "softmax float": (lambda a: a.softmax(0.5), TypeError, "axis must be an int"),
+    "argmax float": (lambda a: a.argmax(0.5), TypeError, "axis must be an int"),
+    "cumsum float": (lambda a: a.cumsum(0.5), TypeError, "axis must be an int"),
+    "permute float": (lambda a: a.permute(0, 1.0), TypeError, "axis must be an int, got 1.0"),
+    "flip duplicate": (lambda a: a.flip((0, 0)), ValueError, "names axis 0 more than once"),
+    "flip float": (lambda a: a.flip(0.5), TypeError, "axis must be an int"),
+    "expand float": (lambda a: a.expand(2.0, 3), TypeError,
+                     r"expand: the shape \(2\.0, 3\): each entry must be an int"),
+    "expand fewer axes": (lambda a: a.expand(3), ValueError, "fewer axes"),
+    "shrink float": (lambda a: a.shrink(((0.5, 1), None)), TypeError, "shrink: .* must be an int, got 0.5"),
+    "shrink rank": (lambda a: a.shrink(((0, 1),)), ValueError, "one .start, end. or None per axis"),
+    "pad float": (lambda a: a.pad(((0.5, 1), None)), TypeError, "pad: .* must be an int, got 0.5"),
+    "transpose float": (lambda a: a.transpose(0, 0.5), TypeError, "dim1 must be an int"),
+    "squeeze duplicate": (lambda a: a.squeeze((0, 0)), ValueError, r"dim \(0, 0\) names axis 0 more than once"),
+    "unsqueeze float": (lambda a: a.unsqueeze(0.5), TypeError, "unsqueeze: dim must be an int"),
+    "flatten float": (lambda a: a.flatten(0.5), TypeError, "start_dim must be an int"),
+    "cat float dim": (lambda a: a.cat(a, dim=0.5), TypeError, "dim must be an int"),
+    "split float": (lambda a: a.split(1.5), TypeError, "split: the split size must be an int"),
+    "split negative": (lambda a: a.split([3, -1], 1), ValueError, "must be >= 0"),
+    "chunk float": (lambda a: a.chunk(1.5), TypeError, "chunk: the number of chunks must be an int"),
+    "repeat float": (lambda a: a.repeat(2.0, 1), TypeError, "repeat: the repeat counts .* must be an int"),
+    "repeat negative": (lambda a: a.repeat(-1, 1), ValueError, "repeat: .* must be >= 0"),
+    "gather float dim": (lambda a: a.gather(0.5, Tensor([[0]])), TypeError, "dim must be an int"),
+    "size float": (lambda a: a.size(0.5), TypeError, "dim must be an int"),
+    "cast None": (lambda a: a.cast(None), TypeError, "a dtype is a DType .* got None"),
+    "cast int": (lambda a: a.cast(5), TypeError, "a dtype is a DType .* got 5"),
+    "eye float": (lambda a: Tensor.eye(2.0), TypeError, "eye: n must be an int"),
+    "one_hot float": (lambda a: Tensor([1]).one_hot(2.0), ValueError, "num_classes is a non-negative int"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGS))
+def test_bad_arguments_fail_when_the_op_is_built(case: str):
+    build, err, msg = BAD_ARGS[case]
+    with pytest.raises(err, match=msg):
+        build(Tensor.ones(2, 3))
+
+
+def test_a_bad_reduce_no_longer_breaks_a_later_assign():
+    a = Tensor.ones(2, 3).contiguous().realize()
+    with pytest.raises(TypeError, match="axis must be an int"):
+        a.sum(0.5)
+    a.assign(Tensor.full((2, 3), 2.0))
+    same(a.numpy(), np.full((2, 3), 2.0, np.float32))
+
+
+def test_iterating_a_0d_tensor_is_a_type_error():
+    with pytest.raises(TypeError, match="iteration over a 0-d tensor"):
+        list(Tensor(3.0))
+    assert [t.item() for t in Tensor([1, 2])] == [1, 2]
+    assert [t.shape for t in Tensor.ones(2, 3)] == [(3,), (3,)]
+
+
+def test_big_python_ints_widen_the_same_in_lists_and_scalars():
+    assert Tensor([2 ** 40]).dtype is dtypes.int64 is Tensor(2 ** 40).dtype
+    same(Tensor([2 ** 40, -3]).numpy(), np.array([2 ** 40, -3], np.int64))
+    assert Tensor([1, 2]).dtype is dtypes.int32
+    for bad in (2 ** 63, -2 ** 63 - 1, 2 ** 70):
+        with pytest.raises(OverflowError, match="does not fit in"):
+            Tensor(bad)
+        with pytest.raises(OverflowError, match="do not fit in int64"):
+            Tensor([1, bad])
+    with pytest.raises(OverflowError, match=r"300 does not fit in dtypes.uchar \(range 0 to 255\)"):
+        Tensor(300, dtype=dtypes.uint8)
+    with pytest.raises(OverflowError, match="does not fit"):
+        Tensor.full((2,), -1, dtype=dtypes.uint32)
+    assert Tensor(2 ** 64 - 1, dtype=dtypes.uint64).item() == 2 ** 64 - 1
+
+
+@pytest.mark.parametrize("device", WITH_AMD)
+def test_arange_past_int32_is_int64(device: str):
+    t = Tensor.arange(2 ** 31, 2 ** 31 + 3, device=device)
+    assert t.dtype is dtypes.int64
+    same(t.numpy(), np.arange(2 ** 31, 2 ** 31 + 3))
+    same(Tensor.arange(0, 2 ** 33, 2 ** 31, device=device).numpy(), np.arange(0, 2 ** 33, 2 ** 31))
+    same(Tensor.arange(5, -2 ** 32, -2 ** 31, device=device).numpy(), np.arange(5, -2 ** 32, -2 ** 31))
+    assert Tensor.arange(2 ** 31 - 1, device=device).dtype is dtypes.int32
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_arange_float64_is_computed_in_float64(device: str):
+    # start + i*step in float64, within an ulp (a fused multiply-add rounds once); it was float32, then cast
+    for start, stop, step in ((0, 1, 0.1), (-3, 7, 0.7), (1e9, 1e9 + 1, 0.125)):
+        got = Tensor.arange(start, stop, step, dtype=dtypes.float64, device=device).numpy()
+        want = np.array([start + i * step for i in range(len(np.arange(start, stop, step)))])
+        assert got.dtype == np.float64 and got.shape == want.shape
+        # a fused i*step + start rounds once, Python's twice: an ulp of the terms' size apart at most
+        terms = np.abs(np.arange(len(want)) * step) + abs(start)
+        assert np.all(np.abs(got - want) <= np.spacing(terms)), (got, want)
+
+
+FLOAT_TO_INT = np.array([np.inf, -np.inf, np.nan, 1e10, -1e10, 2.7, -2.7, -0.9, 255.5, 256.0, -128.5, -129.0,
+                         2147483520.0, 2.0 ** 31, -2.0 ** 31, 2.0 ** 63, -2.0 ** 63], np.float64)
+
+
+@pytest.mark.parametrize("device", ["CPU:X86", "CPU:LLVM", "AMD"])
+def test_float_to_int_cast_has_one_result_on_every_device(device: str):
+    """NaN, infinities and values past the int's range are undefined in C; alu.py defines them, and every
+    device must give the reference device's value. In-range values truncate."""
+    for src in (np.float32, np.float64) if device != "AMD" else (np.float32,):
+        x = FLOAT_TO_INT.astype(src)
+        for dst in (dtypes.int32, dtypes.uint8, dtypes.int8, dtypes.int64, dtypes.uint32):
+            got, ref = Tensor(x, device=device).cast(dst).numpy(), Tensor(x, device="PYTHON").cast(dst).numpy()
+            same(got, ref)
+            info = np.iinfo(ref.dtype)
+            fits = np.array([math.isfinite(v) and info.min <= math.trunc(v) <= info.max for v in x.tolist()])
+            same(ref[fits], np.array([math.trunc(v) for v in x[fits].tolist()], ref.dtype))
+    assert Tensor(math.inf, device=device).int().item() == Tensor([math.inf], device=device).int().item()
+    with pytest.raises(OverflowError, match="cannot convert float infinity to integer"):
+        int(Tensor([math.inf], device=device))  # Python's int() of the float value, as for a numpy float
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_narrow_negative_indices_do_not_wrap(device: str):
+    # -1 + n in an int8 index would wrap for n = 1000
+    x = Tensor(np.arange(1000, dtype=np.int32), device=device)
+    idx = np.array([-1, -128, 5, 127], np.int8)
+    same(x[Tensor(idx, device=device)].numpy(), np.arange(1000, dtype=np.int32)[idx])
+    same(x[Tensor(np.array([999], np.uint16), device=device)].numpy(), [999])

@@ -431,4 +431,7 @@ def to_dtype(x: DType | str | np.dtype | type) -> DType:
         import difflib
         close = difflib.get_close_matches(x, list(_BY_NAME), n=3)
         raise TypeError(f"unknown dtype {x!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
+    # numpy reads None as float64 (and a few other objects as dtypes): only dtype-like values are dtypes here
+    if x is None or not isinstance(x, (np.dtype, type)):
+        raise TypeError(f"a dtype is a DType (dtypes.float32), a dtype name ('float32') or a numpy dtype, got {x!r}")
     return from_numpy_dtype(x)

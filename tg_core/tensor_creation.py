@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tg_core.dtype import ConstType, DType, dtypes, to_dtype
+from tg_core.dtype import ConstType, DType, dtypes, least_upper_dtype, to_dtype
 from tg_core.helpers import prod
+from tg_core.tensor_args import int_arg
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -62,7 +63,7 @@ class CreationMixin:
         """A tensor of `shape` whose elements are all `fill_value` (dtype from the value when not given)."""
         shape = _shape(shape, ())
         dt = to_dtype(dtype) if dtype is not None else scalar_dtype(fill_value)
-        u = UOp.const(dt, fill_value)
+        u = UOp.const(dt, checked_scalar(fill_value, dt))
         if shape:
             u = u.reshape((1,) * len(shape)).expand(shape)
         return cls(u, device=device, **_ctor(kwargs))
@@ -119,8 +120,15 @@ class CreationMixin:
             raise ValueError("arange: step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
         all_int = all(isinstance(v, int) for v in (start, stop, step))
-        dt = to_dtype(dtype) if dtype is not None else (dtypes.default_int if all_int else dtypes.default_float)
-        idx = cls._iota(n, device)
+        # computed in a dtype that holds every value: int64 past int32's range, float64 for a float64 result
+        if all_int:
+            last = start + max(n - 1, 0) * step
+            acc = least_upper_dtype(scalar_dtype(start), scalar_dtype(last))
+            checked_scalar(start, acc), checked_scalar(last, acc)
+        else:
+            acc = dtypes.float64 if dtype is not None and to_dtype(dtype) is dtypes.float64 else dtypes.float32
+        dt = to_dtype(dtype) if dtype is not None else (acc if all_int else dtypes.default_float)
+        idx = cls._iota(n, device).cast(acc)
         out = idx if (start, step) == (0, 1) else idx * step + start
         return cls(out.cast(dt).uop, device=device, **_ctor(kwargs))
 
@@ -140,8 +148,7 @@ class CreationMixin:
     def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
             **kwargs) -> Tensor:
         m = n if m is None else m
-        if n < 0 or m < 0:
-            raise ValueError(f"eye: sizes must be >= 0, got n={n}, m={m}")
+        n, m = int_arg(n, "eye: n", lo=0), int_arg(m, "eye: m", lo=0)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         diag = cls._iota(n, device).reshape(n, 1).eq(cls._iota(m, device).reshape(1, m))
         return cls(diag.cast(dt).uop, device=device, **_ctor(kwargs))
@@ -310,4 +317,14 @@ def scalar_dtype(v: ConstType) -> DType:
         # a value the default int cannot hold widens instead of wrapping
         return dtypes.default_int if dtypes.min(dtypes.default_int) <= v <= dtypes.max(dtypes.default_int) else dtypes.int64
     return dtypes.default_float
+
+
+def checked_scalar(v: ConstType, dt: DType) -> ConstType:
+    """`v`, when an int dtype `dt` holds it: a Python int is never wrapped silently (numpy and PyTorch raise)."""
+    if isinstance(v, int) and not isinstance(v, bool) and dtypes.is_int(dt) and not dtypes.is_weak(dt) \
+            and not dtypes.min(dt) <= v <= dtypes.max(dt):
+        hint = "; pass dtype=dtypes.uint64" if dt is dtypes.int64 and 0 <= v <= dtypes.max(dtypes.uint64) else ""
+        raise OverflowError(f"the Python int {v} does not fit in {dt!r} (range {dtypes.min(dt)} to "
+                            f"{dtypes.max(dt)}){hint}")
+    return v
 

@@ -91,6 +91,8 @@ class ElementwiseMixin:
         """-1, 0 or 1; NaN for NaN and +0.0 for either zero (numpy, PyTorch)."""
         # the neither-positive-nor-negative case: x + 0.0 is NaN for NaN and +0.0 for -0.0
         rest = self + 0.0 if dtypes.is_float(self.dtype) else self.zeros_like()
+        if dtypes.is_unsigned(self.dtype) or dtypes.is_bool(self.dtype):
+            return self.ne(0).where(self.full_like(1), rest)
         return (self > 0).where(self.full_like(1), (self < 0).where(self.full_like(-1), rest))
 
     # ---- rounding ----------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import numpy as np
 
 from tg_core.dtype import dtypes, least_upper_dtype
 from tg_core.helpers import prod
+from tg_core.tensor_args import int_arg, ints_arg
 from tg_core.tensor_checks import check_range
 from tg_core.uop.ops import Ops
 
@@ -54,7 +55,7 @@ class MovementMixin:
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
         order = list(range(self.ndim))
-        a, b = self._axis(dim0), self._axis(dim1)
+        a, b = self._axis(dim0, "dim0"), self._axis(dim1, "dim1")
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
@@ -65,25 +66,26 @@ class MovementMixin:
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         if self.ndim == 0:
             return self.reshape(1)
-        s, e = self._axis(start_dim), self._axis(end_dim)
+        s, e = self._axis(start_dim, "start_dim"), self._axis(end_dim, "end_dim")
         if s > e:
             raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
         return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
-        d = self._axis(dim)
+        d = self._axis(dim, "dim")
         return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
 
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
         if dim is None:
             return self.reshape(tuple(n for n in self.shape if n != 1))
-        axes = {self._axis(d) for d in (dim if isinstance(dim, Sequence) else (dim,))}
+        axes = self._axes(dim, "dim")
         return self.reshape(tuple(n for i, n in enumerate(self.shape) if not (i in axes and n == 1)))
 
     def unsqueeze(self, dim: int) -> Tensor:
         n = self.ndim + 1
-        if not -n <= dim < n:
-            raise IndexError(f"unsqueeze: dim {dim} is out of range for a tensor of shape {self.shape}")
+        if not -n <= int_arg(dim, "unsqueeze: dim") < n:
+            raise IndexError(f"unsqueeze: dim {dim} is out of range for a tensor of shape {self.shape} "
+                             f"(allowed: {-n} to {n - 1})")
         d = dim % n
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
@@ -102,7 +104,8 @@ class MovementMixin:
         return inside._new(inside.uop.pad(pos)).where(out, value)
 
     def repeat(self, repeats: int | Sequence[int], *args: int) -> Tensor:
-        reps = tuple(repeats) if isinstance(repeats, Sequence) and not args else (repeats, *args)
+        reps = ints_arg(tuple(repeats) if isinstance(repeats, Sequence) and not args else (repeats, *args),
+                        "repeat: the repeat counts", lo=0)
         if len(reps) < self.ndim:
             raise ValueError(f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
         base = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
@@ -115,7 +118,7 @@ class MovementMixin:
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         """Concatenate along `dim`: each piece is padded to the full length and the pieces are added."""
         pieces = [self, *others]
-        d = self._axis(dim)
+        d = self._axis(dim, "dim")
         for t in others:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
                 raise ValueError(f"cat along dim {dim}: shapes {self.shape} and {t.shape} differ outside that dim")
@@ -141,12 +144,12 @@ class MovementMixin:
         return self.unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in others), dim=dim)
 
     def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
-        d = self._axis(dim)
+        d = self._axis(dim, "dim")
         n = self.shape[d]
-        if isinstance(sizes, int):
-            if sizes <= 0:
-                raise ValueError(f"split size must be positive, got {sizes}")
+        if not isinstance(sizes, (tuple, list)):
+            sizes = int_arg(sizes, "split: the split size", lo=1)
             sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+        sizes = ints_arg(sizes, "split: the split sizes", lo=0)
         if sum(sizes) != n:
             raise ValueError(f"split sizes {list(sizes)} do not add up to {n}, the size of dim {dim} of {self.shape}")
         out, start = [], 0
@@ -156,9 +159,8 @@ class MovementMixin:
         return tuple(out)
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
-        if chunks <= 0:
-            raise ValueError(f"chunk needs a positive number of chunks, got {chunks}")
-        n = self.shape[self._axis(dim)]
+        int_arg(chunks, "chunk: the number of chunks", lo=1)
+        n = self.shape[self._axis(dim, "dim")]
         return self.split(max(1, -(-n // chunks)), dim)
 
     # ---- indexing ------------------------------------------------------------------------------------------
@@ -296,7 +298,10 @@ class MovementMixin:
         mask = None
         for p, t in adv:
             n = self.shape[p]
-            t = t._broadcast_to(idx_shape)
+            # in a dtype that holds -n .. n-1 and every index (t + n of an int8 index would wrap)
+            fits = dtypes.min(t.dtype) >= -2 ** 31 and dtypes.max(t.dtype) < 2 ** 31 - n
+            wide = dtypes.int32 if fits else dtypes.int64
+            t = t._broadcast_to(idx_shape)._cast_to(wide)
             t = (t < 0).where(t + n, t)
             ar = T._iota(n, self.device).reshape((1,) * (nb + p) + (n,) + (1,) * (self.ndim - p - 1))
             m = t.reshape(idx_shape + (1,) * self.ndim).eq(ar)
@@ -386,6 +391,8 @@ def _unapply_basic(v: Tensor, sels: list[_AxisSel], shape: tuple[int, ...]) -> T
 
 
 def _pad_pairs(padding: Sequence, shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    if not isinstance(padding, (tuple, list)):
+        raise TypeError(f"padding must be a tuple or list, got {padding!r}")
     if all(isinstance(p, int) for p in padding):
         if len(padding) % 2 or len(padding) // 2 > len(shape):
             raise ValueError(f"flat padding {tuple(padding)} needs an even length of at most {2 * len(shape)} "
@@ -396,7 +403,9 @@ def _pad_pairs(padding: Sequence, shape: tuple[int, ...]) -> list[tuple[int, int
         return pairs
     if len(padding) != len(shape):
         raise ValueError(f"padding {tuple(padding)} needs one (before, after) pair per axis of {shape}")
-    pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+    pairs = [(0, 0) if p is None else ints_arg(p, "pad: a (before, after) pair") for p in padding]
+    if any(len(p) != 2 for p in pairs):
+        raise ValueError(f"padding {tuple(padding)} needs one (before, after) pair per axis of {shape}")
     for (b, a), n in zip(pairs, shape):
         if b + a < -n:
             raise ValueError(f"padding {tuple(padding)} removes more than the axis of size {n} in {shape}")

@@ -261,7 +261,7 @@ class NNMixin:
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
         """out[i][j] = self[index[i][j]][j] for dim 0 (PyTorch's gather): a one-hot mask and a sum."""
-        d = self._axis(dim)
+        d = self._axis(dim, "dim")
         if index.ndim != self.ndim or any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
             raise ValueError(f"gather: index of shape {index.shape} does not fit input {self.shape} along dim {dim}")
         if not dtypes.is_int(index.dtype):
@@ -279,7 +279,7 @@ class NNMixin:
         """self[index[i][j]][j] = src[i][j] for dim 0 (PyTorch's scatter); reduce=None, 'add' or 'multiply'.
         With repeated indices and reduce=None one of the values wins (undefined in PyTorch too)."""
         T = type(self)
-        d = self._axis(dim)
+        d = self._axis(dim, "dim")
         if index.ndim != self.ndim or any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
             raise ValueError(f"scatter: index of shape {index.shape} does not fit {self.shape} along dim {dim}")
         src = src if isinstance(src, T) else T.full(index.shape, src, self.dtype, self.device)

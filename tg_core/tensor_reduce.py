@@ -23,11 +23,6 @@ Axis = int | Sequence[int] | None
 class ReduceMixin:
     __slots__ = ()
 
-    def _axes(self, axis: Axis) -> tuple[int, ...]:
-        if axis is None:
-            return tuple(range(self.ndim))
-        return tuple(self._axis(a) for a in (axis if isinstance(axis, Sequence) else (axis,)))
-
     def _check_nonempty(self, name: str, axis: Axis) -> None:
         if any(self.shape[a] == 0 for a in self._axes(axis)):
             raise ValueError(f"{name}() of an empty axis has no identity (shape {self.shape}, axis {axis})")
