@@ -185,3 +185,88 @@ def test_gradient_through_empty_softmax(dev):
     x = _empty(dev, requires_grad=True)
     x.softmax(1).log_softmax(0).sum().backward()
     assert x.grad.numpy().shape == (0, 3)
+
+
+# ---- assign while other values read the storage ---------------------------------------------------------------
+
+def test_assign_keeps_what_earlier_values_meant(dev):
+    b = Tensor(np.ones(3, np.float32), device=dev).realize()
+    before, view = b + 1, b[1:]
+    b.assign(Tensor([5.0, 6.0, 7.0], device=dev))
+    after = b + 1
+    b.assign(b * 2)  # reads itself: the value is what b held before this write
+    np.testing.assert_array_equal(before.numpy(), [2.0, 2.0, 2.0])  # built before: the old contents
+    np.testing.assert_array_equal(after.numpy(), [6.0, 7.0, 8.0])   # built between the two writes
+    np.testing.assert_array_equal(view.numpy(), [12.0, 14.0])        # a view shows the storage as it is now
+    np.testing.assert_array_equal(b.numpy(), [10.0, 12.0, 14.0])
+
+
+def _snapshot_contents(t: Tensor) -> list[np.ndarray]:
+    from tg_core.engine.realize import buffer_of
+    from tg_core.tensor import _buffers_in
+    return [buffer_of(n).numpy() for n in _buffers_in(t.uop)]
+
+
+def test_assign_goes_ahead_when_a_reader_cannot_be_built(dev):
+    """No device renders fp8: the unrelated live `w` stays lazy, reading a copy of the old contents, and only
+    realizing `w` itself raises."""
+    b = Tensor(np.ones(3, np.float32), device=dev).realize()
+    w, ok = b.cast(dtypes.fp8e4m3), b * 3
+    b.assign(Tensor([5.0, 5.0, 5.0], device=dev))
+    b.assign(b + 1)  # w no longer reads b at all
+    np.testing.assert_array_equal(b.numpy(), [6.0, 6.0, 6.0])
+    np.testing.assert_array_equal(ok.numpy(), [3.0, 3.0, 3.0])  # realized with the first write, as always
+    assert [a.tolist() for a in _snapshot_contents(w)] == [[1.0, 1.0, 1.0]]  # w's input: b as it was
+    with pytest.raises((TypeError, NotImplementedError), match="fp8e4m3"):
+        w.numpy()
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU:X86"])
+def test_assign_beside_a_bfloat16_cast(device):
+    """The issue's case: X86 (and the reference interpreter) do not compute in bfloat16."""
+    cpu = Device["CPU"]
+    before = cpu.renderer.name
+    cpu.select_renderer("X86")
+    try:
+        dev = device.split(":")[0]
+        b = Tensor(np.ones(3, np.float32), device=dev)
+        w = b.cast(dtypes.bfloat16)
+        b.assign(Tensor([5.0, 5.0, 5.0], device=dev))
+        np.testing.assert_array_equal(b.numpy(), [5.0, 5.0, 5.0])
+        assert [a.tolist() for a in _snapshot_contents(w)] == [[1.0, 1.0, 1.0]]
+        with pytest.raises((TypeError, NotImplementedError), match="bfloat16"):
+            w.realize()
+    finally:
+        cpu.select_renderer(before)
+
+
+def test_bfloat16_reader_keeps_the_old_value_where_it_renders():
+    cpu = Device["CPU"]
+    before = cpu.renderer.name
+    cpu.select_renderer("LLVM")
+    try:
+        b = Tensor(np.ones(3, np.float32), device="CPU")
+        w = b.cast(dtypes.bfloat16)
+        b.assign(Tensor([5.0, 5.0, 5.0], device="CPU"))
+        assert w.numpy().tolist() == [0x3F80] * 3  # bfloat16 1.0, read back as its bits
+    finally:
+        cpu.select_renderer(before)
+
+
+def test_a_write_that_cannot_be_built_changes_nothing(dev):
+    """Every kernel of a schedule is built before any runs: one failing write leaves the others undone."""
+    from tg_core.nn.state import load_state_dict
+
+    class Model:
+        def __init__(self):
+            self.a = Tensor(np.ones(2, np.float32), device=dev).realize()
+            self.b = Tensor(np.ones(2, np.float32), device=dev).realize()
+    m = Model()
+    reader = m.a * 10
+    unbuildable = Tensor([2.0, 2.0], device=dev).cast(dtypes.fp8e4m3).cast(dtypes.float32)
+    bad = {"a": Tensor([3.0, 3.0], device=dev), "b": unbuildable}
+    with pytest.raises((TypeError, NotImplementedError), match="fp8e4m3"):
+        load_state_dict(m, bad)
+    np.testing.assert_array_equal(m.a.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(m.b.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(reader.numpy(), [10.0, 10.0])

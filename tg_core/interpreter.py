@@ -110,6 +110,12 @@ class _Plan:
         for u in self.order:
             if u.op is Ops.INDEX and len(u.src) == 2 and u.src[1].vmin >= 0:
                 self.proven[u] = u.src[1].vmax + 1
+            # a dtype it cannot compute in (bfloat16: loaded as raw bits) fails the kernel when it is built,
+            # not half way through a run, and never as a cast of raw bits
+            if u.op in _ALU or u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.REDUCE, Ops.CAST, Ops.BITCAST):
+                _np_dtype(u.dtype)
+                if u.op is Ops.CAST:
+                    _np_dtype(u.src[0].dtype)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -218,6 +224,12 @@ class _Run:
         with np.errstate(all="ignore"):
             out = _REDUCE[u.arg].reduce(value, axis=axes, keepdims=True)
         return out.astype(_np_dtype(u.dtype), copy=False)
+
+
+def plan_kernel(ast: UOp) -> None:
+    """Plan `ast` now (a runner is built before anything runs): NotImplementedError for a dtype the interpreter
+    cannot compute in."""
+    _plan(ast)
 
 
 def run_kernel(ast: UOp, bufs: list[np.ndarray], var_vals: dict[str, int] | None = None) -> None:

@@ -17,7 +17,7 @@ from tg_core.device import Buffer, Device
 from tg_core.dtype import (ConstType, DType, dtypes, from_numpy_dtype, least_upper_dtype, least_upper_float,
                            sum_acc_dtype, to_dtype, to_numpy_dtype)
 from tg_core.engine import checks
-from tg_core.engine.realize import attach, buffer_of, capture, realize
+from tg_core.engine.realize import attach, buffer_of, build, capture, prepare, realize
 from tg_core.helpers import prod
 from tg_core.tensor_args import axes_arg, axis_arg, ints_arg
 from tg_core.tensor_creation import CreationMixin, checked_scalar, scalar_dtype
@@ -585,34 +585,70 @@ def _fresh_write(value: UOp, device: str) -> UOp:
 def _write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> None:
     """Write each value into the storage its tensor views, all in one schedule (simultaneously: every value
     is what it was before any of the writes), after computing the live values that read those buffers.
-    `others` are realized in the same schedule."""
+    `others` are realized in the same schedule.
+
+    Computing those readers now is only the cheap way to keep their values. A reader the device cannot
+    build (a dtype it cannot compile) stays lazy instead, reading a copy of the old contents made in the
+    schedule, so its error is raised when it is realized itself and the write goes ahead."""
     bases = {_storage(t.uop) for t, _ in pairs}
     skip = {id(t) for t, _ in pairs}
-    readers = [r for r in _live_tensors() if id(r) not in skip and r.numel() and _storage(r.uop) is None
-               and not bases.isdisjoint(r.uop.toposort())]
-    readers += [o for o in others
-                if not o._is_realized() and _storage(o.uop) is None and all(o is not r for r in readers)]
+    lazy = [r for r in _live_tensors() if id(r) not in skip and r.numel() and _storage(r.uop) is None
+            and not bases.isdisjoint(r.uop.toposort())]
+    others = [o for o in others if not o._is_realized() and _storage(o.uop) is None and all(o is not r for r in lazy)]
+    for t, v in pairs:
+        if v.shape != t.shape or v.dtype != t.dtype:
+            raise ValueError(f"cannot write a {v.dtype!r} value of shape {v.shape} into a {t.dtype!r} tensor "
+                             f"of shape {t.shape}")
+    writes = [UOp(Ops.ASSIGN, t.dtype, (t.uop, v)) for t, v in pairs]
+    if not lazy and not others and not writes:
+        return
+    write_devs = [t.device for t, _ in pairs]
+    readers, stale, snapshots = lazy + others, [], {}
+    targets = _reader_targets(readers)
+    try:
+        run = prepare(targets + writes, devices=[r.device for r in readers] + write_devs)
+    except Exception:  # nothing ran (prepare builds every kernel first)
+        stale = [r for r in lazy if not _builds(r)]
+        if not stale:
+            raise  # the writes (or `others`) cannot be built: that is the error
+        snapshots = {b: UOp(Ops.COPY, b.dtype, (b, UOp(Ops.DEVICE, dtypes.void, (), b.src[1].arg))) for b in bases
+                     if any(b in r.uop.toposort() for r in stale)}
+        readers = [r for r in readers if all(r is not s for s in stale)]
+        targets = _reader_targets(readers) + list(snapshots.values())
+        run = prepare(targets + writes, devices=[r.device for r in readers] + [b.src[1].arg for b in snapshots]
+                      + write_devs)
+    out = run()
+    for r, u in zip(readers, targets):
+        _note_origin(out[u], r.uop)
+        r.uop = out[u].reshape(r.shape)
+    copies = {b: out[c] for b, c in snapshots.items()}
+    for b, c in copies.items():
+        _note_origin(c, b)  # gradients into the old contents stop as they do for the readers realized above
+    for r in stale:
+        r.uop = r.uop.substitute(copies)
+    for b in bases:
+        # what was computed from the old contents can no longer be differentiated through them
+        _versions[b] = _versions.get(b, 0) + 1
+        _origins.pop(b, None)
+
+
+def _reader_targets(readers: list[Tensor]) -> list[UOp]:
     targets: list[UOp] = []
     seen: set[UOp] = set()
     for r in readers:
         # hash-consing gives equal graphs one node; realized once, they would share one buffer
         targets.append(r.uop if r.uop not in seen else _fresh_write(r.uop, r.device))
         seen.add(r.uop)
-    for t, v in pairs:
-        if v.shape != t.shape or v.dtype != t.dtype:
-            raise ValueError(f"cannot write a {v.dtype!r} value of shape {v.shape} into a {t.dtype!r} tensor "
-                             f"of shape {t.shape}")
-    writes = [UOp(Ops.ASSIGN, t.dtype, (t.uop, v)) for t, v in pairs]
-    if not targets and not writes:
-        return
-    out = realize(targets + writes, devices=[r.device for r in readers] + [t.device for t, _ in pairs])
-    for r, u in zip(readers, targets):
-        _note_origin(out[u], r.uop)
-        r.uop = out[u].reshape(r.shape)
-    for b in bases:
-        # what was computed from the old contents can no longer be differentiated through them
-        _versions[b] = _versions.get(b, 0) + 1
-        _origins.pop(b, None)
+    return targets
+
+
+def _builds(t: Tensor) -> bool:
+    """Whether the device can build the kernels that compute `t` (nothing is run)."""
+    try:
+        build([t.uop], [t.device])
+    except Exception:  # whatever it is, realizing `t` itself raises it again
+        return False
+    return True
 
 
 class _FlagScope(_contextlib.ContextDecorator):

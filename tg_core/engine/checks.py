@@ -45,17 +45,23 @@ def guard(node: UOp, check: Check) -> None:
         checks.append(check)
 
 
-def due(targets: list[UOp]) -> list[Check]:
-    """The waiting checks of the nodes in these graphs (and in the graphs of those checks' facts), which
-    stop waiting: the caller realizes their facts with the targets."""
-    out: list[Check] = []
+def take(targets: list[UOp]) -> list[tuple[UOp, Check]]:
+    """The waiting checks of the nodes in these graphs (and in the graphs of those checks' facts), with their
+    nodes; they stop waiting: the caller realizes their facts with the targets (or `rearm`s them)."""
+    out: list[tuple[UOp, Check]] = []
     roots = list(targets)
     while _waiting and roots:
         seen = UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort() if len(roots) > 1 else roots[0].toposort()
-        found = [c for n in seen if (cs := _waiting.pop(n, None)) for c in cs]
+        found = [(n, c) for n in seen if (cs := _waiting.pop(n, None)) for c in cs]
         out += found
-        roots = [c.facts for c in found]
+        roots = [c.facts for _, c in found]
     return out
+
+
+def rearm(taken: list[tuple[UOp, Check]]) -> None:
+    """Make taken checks wait again (the realize that took them failed before running anything)."""
+    for node, check in taken:
+        guard(node, check)
 
 
 def ran(checks: list[Check], bufs: list[Buffer]) -> None:

@@ -88,22 +88,54 @@ def realize(targets: list[UOp], devices: list[str] | None = None) -> dict[UOp, U
     """Compute `targets` (a target with no buffer in its graph goes on its entry of `devices`); returns
     each target's BUFFER node. The cyclic collector is paused throughout: scheduling and codegen allocate
     many acyclic nodes, and its collections walking them were ~30 ms of a first MLP forward."""
+    return prepare(targets, devices)()
+
+
+def prepare(targets: list[UOp], devices: list[str] | None = None) -> Callable[[], dict[UOp, UOp]]:
+    """Schedule `targets` and build every kernel, running none of them; returns the function that runs them
+    (what `realize` returns). An error raised here (a kernel the device cannot compile) has run nothing:
+    every buffer holds what it held, and the targets' device-side checks wait for the next realize."""
     with gc_paused():
-        extra = checks.due(targets)
-        if not extra:
-            return _realize(targets, devices)
+        taken = checks.take(targets)
+        extra = [c for _, c in taken]
         # the guarded ops' checks are computed in the same schedule: their facts are more targets
-        devs = (list(devices) if devices else [None] * len(targets)) + [c.device for c in extra]
-        out = _realize(targets + [c.facts for c in extra], devs)
-        bufs = [buffer_of(out[c.facts]) for c in extra]
-        checks.ran(extra, bufs)
-        if capture.active is not None:
-            capture.checks.extend(zip(extra, bufs))
-        return out
+        devs = devices if not extra else \
+            (list(devices) if devices else [None] * len(targets)) + [c.device for c in extra]
+        try:
+            job = _prepare(targets + [c.facts for c in extra], devs)
+        except BaseException:
+            checks.rearm(taken)
+            raise
+
+    def run() -> dict[UOp, UOp]:
+        with gc_paused():
+            out = job()
+            if extra:
+                bufs = [buffer_of(out[c.facts]) for c in extra]
+                checks.ran(extra, bufs)
+                if capture.active is not None:
+                    capture.checks.extend(zip(extra, bufs))
+            return out
+    return run
 
 
-def _realize(targets: list[UOp], devices: list[str] | None) -> dict[UOp, UOp]:
-    items, out, var_vals = schedule(targets, devices)
+def build(targets: list[UOp], devices: list[str] | None = None) -> tuple[list[tuple[UOp, list[UOp]]], dict[UOp, UOp],
+                                                                       dict[str, int], list[Callable | None]]:
+    """Schedule `targets` and compile every kernel (the device keeps what it compiled), running nothing and
+    planning no memory: raises what building them raises. Returns the schedule's items, the targets' BUFFERs,
+    the bound variables and each item's runner (None for a COPY)."""
+    with gc_paused():
+        items, out, var_vals = schedule(targets, devices)
+        # every kernel is compiled before any runs: one the device cannot build fails the realize before it
+        # has written anything (a half-done optimizer step, a write without the values that read the old contents)
+        # (the device from the node, not buffer_of: a Buffer made now would keep memory planning off it)
+        runners = [None if ast.op is Ops.COPY else Device[Device.canonicalize(nodes[0].src[1].arg)].get_runner(ast)
+                   for ast, nodes in items]
+    return items, out, var_vals, runners
+
+
+def _prepare(targets: list[UOp], devices: list[str] | None) -> Callable[[], dict[UOp, UOp]]:
+    items, out, var_vals, runners = build(targets, devices)
     if len(items) > 1:  # one item's buffers have nothing to share with
         _plan_memory(items, set(out.values()))
     if capture.active is not None:
@@ -112,7 +144,12 @@ def _realize(targets: list[UOp], devices: list[str] | None) -> dict[UOp, UOp]:
                 from tg_core.engine.jit import JitError
                 raise JitError(f"TinyJit({capture.active}): variable {name} is bound to {capture.var_vals[name]} "
                                f"and to {val} in one call; a replay gives each variable one value")
-    for ast, nodes in items:
+    return lambda: _run(items, runners, out, var_vals)
+
+
+def _run(items: list[tuple[UOp, list[UOp]]], runners: list[Callable | None], out: dict[UOp, UOp],
+         var_vals: dict[str, int]) -> dict[UOp, UOp]:
+    for (ast, nodes), runner in zip(items, runners):
         bufs = [buffer_of(n) for n in nodes]
         if ast.op is Ops.COPY:
             copy_runner(bufs, var_vals)
@@ -127,7 +164,6 @@ def _realize(targets: list[UOp], devices: list[str] | None) -> dict[UOp, UOp]:
                   file=sys.stderr)
             if DEBUG >= 2:
                 print(ast.render(), file=sys.stderr)
-        runner = Device[bufs[0].device].get_runner(ast)
         runner(bufs, var_vals)
         stats["kernels"] += 1
         if capture.active is not None:

@@ -44,7 +44,8 @@ class PythonDevice(Compiled):
         super().__init__(device, PythonAllocator())
 
     def get_runner(self, ast: Any) -> Callable[[list[Buffer], dict[str, int]], None]:
-        from tg_core.interpreter import run_kernel
+        from tg_core.interpreter import plan_kernel, run_kernel
+        plan_kernel(ast)
 
         def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
             arrays = [np.frombuffer(b.opaque, dtype=to_numpy_dtype(b.dtype)) for b in bufs]
