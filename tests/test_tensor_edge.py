@@ -352,3 +352,15 @@ def test_narrow_negative_indices_do_not_wrap(device: str):
     idx = np.array([-1, -128, 5, 127], np.int8)
     same(x[Tensor(idx, device=device)].numpy(), np.arange(1000, dtype=np.int32)[idx])
     same(x[Tensor(np.array([999], np.uint16), device=device)].numpy(), [999])
+
+
+@pytest.mark.parametrize("no_grad", [False, True])
+def test_python_int_operands_must_fit_the_tensor_dtype(no_grad: bool):
+    x = Tensor(np.array([1, 200], np.uint8))
+    with Tensor.test(no_grad):
+        for build, v in ((lambda: x + 300, 300), (lambda: x < -1, -1), (lambda: x.maximum(256), 256),
+                         (lambda: Tensor(np.array([1], np.int8)) * 1000, 1000)):
+            with pytest.raises(OverflowError, match=f"the Python int {v} does not fit in"):
+                build()
+        same((x + 55).numpy(), np.array([56, 255], np.uint8))  # in range: wraps like the dtype does
+        same((-x).numpy(), -np.array([1, 200], np.uint8))  # an unsigned int negates modulo 2**8

@@ -242,7 +242,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
                 dt = _concrete(least_upper_dtype(dt, dtypes.from_py(x)))
             elif dt is dtypes.bool:
                 dt = dtypes.default_int
-            a, c, shape = self._cast_to(dt), UOp.const(dt, x), self.shape
+            a, c, shape = self._cast_to(dt), UOp.const(dt, checked_scalar(x, dt)), self.shape
             if shape:  # what c.reshape(ones).expand(shape) gives, without re-checking shapes known to be valid
                 ones = (1,) * len(shape)
                 c = UOp(Ops.RESHAPE, dt, (c,), ones)
@@ -265,7 +265,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if self.dtype is dt:
             return self
         if self.uop.op is Ops.CONST:  # the CAST's value (alu.py), made as a constant of the new dtype
-            return Tensor(UOp.const(dt, cast_const(self.uop.arg, self.dtype, dt)), device=self.device)
+            # a Python int adopting a strong int dtype must fit it (numpy 2 and PyTorch raise too)
+            arg = checked_scalar(self.uop.arg, dt) if self.dtype is dtypes.weakint else self.uop.arg
+            return Tensor(UOp.const(dt, cast_const(arg, self.dtype, dt)), device=self.device)
         return self._new(self.uop.cast(dt))
 
     def _broadcast_to(self, shape: Shape) -> Tensor:
@@ -323,7 +325,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     def __neg__(self) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not()
-        return self * -1
+        # an unsigned int negates modulo 2**bits: times its max, which is -1 there
+        return self * (dtypes.max(self.dtype) if dtypes.is_unsigned(self.dtype) else -1)
 
     def __lt__(self, x): return self._cmp(Ops.CMPLT, x)
     def __gt__(self, x): return self._cmp(Ops.CMPLT, x, True)
