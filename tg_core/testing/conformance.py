@@ -277,7 +277,7 @@ class OpConformance:
         self._check((Tensor(a, device=self.device) @ Tensor(b, device=self.device)).numpy(), a @ b, "matmul")
 
     def test_float32_denormals_are_kept(self) -> None:
-        """Math whose inputs or results are float32 denormals gives them (no flush to zero): within 2 denormal
+        """Math whose inputs or results are float32 (or float16) denormals gives them (no flush to zero): within 2 denormal
         steps (2**-149) plus 2e-5 relative of the exact value (math in float64), the error exp(x) = exp2(x*log2(e))
         has on every device from rounding x*log2(e); exp(-100) is 3.78e-44, not 0."""
         import math
@@ -296,6 +296,17 @@ class OpConformance:
             err = np.abs(got.astype(np.float64) - want)
             assert (err <= 2 * 2.0 ** -149 + 2e-5 * np.abs(want)).all(), \
                 f"{name}({x.tolist()}) = {got.tolist()}, exactly {want.tolist()}"
+        # float16 denormals (below 2**-14), in and out, within 2 steps (2**-24) plus 2e-3 relative
+        for name, op, exact, xs in [("reciprocal", lambda t: t.reciprocal(), lambda x: 1 / x, [3e-5, -2e-5]),
+                                    ("exp2", lambda t: t.exp2(), lambda x: 2.0 ** x, [-20.0, -23.5, -15.0]),
+                                    ("sqrt", lambda t: t.sqrt(), math.sqrt, [3e-5, 6e-8]),
+                                    ("log2", lambda t: t.log2(), math.log2, [3e-5, 6e-8])]:
+            x = np.array(xs, np.float16)
+            got = op(Tensor(x, device=self.device)).numpy()
+            want = np.array([exact(float(v)) for v in x], np.float64)
+            err = np.abs(got.astype(np.float64) - want)
+            assert (err <= 2 * 2.0 ** -24 + 2e-3 * np.abs(want)).all(), \
+                f"float16 {name}({x.tolist()}) = {got.tolist()}, exactly {want.tolist()}"
 
     @pytest.mark.parametrize("k", [4, 16, 33])
     def test_byte_matmul(self, k: int) -> None:

@@ -52,6 +52,10 @@ _SPECIALS = {"gidx0": "llvm.amdgcn.workgroup.id.x", "gidx1": "llvm.amdgcn.workgr
 _FAST_F32 = {Ops.EXP2: "call float @llvm.exp2.f32(float {x})", Ops.LOG2: "call float @llvm.log2.f32(float {x})",
              Ops.SQRT: "call float @llvm.sqrt.f32(float {x}), !fpmath {ulp}",
              Ops.RECIPROCAL: "fdiv float 1.0, {x}, !fpmath {ulp}"}
+# the bare instructions, for float16 math widened to f32: there neither operand nor kept result can be an f32
+# denormal, and LLVM would narrow the forms above to f16 instructions (v_rcp_f16 flushes f16 denormals)
+_BARE_F32 = {Ops.EXP2: "llvm.amdgcn.exp2.f32", Ops.LOG2: "llvm.amdgcn.log.f32", Ops.SQRT: "llvm.amdgcn.sqrt.f32",
+             Ops.RECIPROCAL: "llvm.amdgcn.rcp.f32"}
 # float64 transcendentals and every float pow as plain arithmetic (the renderer's extra_matcher); float32
 # exp2/log2/sin keep the hardware's. LLVM expands llvm.pow.f32 as exp2(y * log2(x)): NaN for every negative
 # x (C99 gives (-2)**3 = -8) and an error growing with the result, where decomp's pow is within 0.5 ulp.
@@ -106,7 +110,9 @@ class AMDFunction(LLVMFunction):
     def float_alu(self, op: Ops, dt: DType, vals: list[str], *rest: str) -> str:
         if dt is dtypes.float16 and (op in _FAST_F32 or op is Ops.SIN):
             wide = [self.cast(dtypes.float16, dtypes.float32, v) for v in vals]
-            return self.cast(dtypes.float32, dtypes.float16, self.float_alu(op, dtypes.float32, wide, *rest))
+            out = (self.sin_f32(wide[0]) if op is Ops.SIN else
+                   self.call(_BARE_F32[op], "float", [("float", wide[0])]))
+            return self.cast(dtypes.float32, dtypes.float16, out)
         if dt is dtypes.float32 and op in _FAST_F32:
             if op in (Ops.EXP2, Ops.LOG2, Ops.SQRT):
                 self.declare(f"declare float @llvm.{op.name.lower()}.f32(float)")
