@@ -375,8 +375,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     def relu(self) -> Tensor:
         if not dtypes.is_float(self.dtype):
             return self if self.dtype is dtypes.bool else (self > 0).where(self, 0)
-        # NaN stays NaN and -0.0 becomes 0 (numpy's maximum(x, 0), PyTorch); LLVM fuses the two compares
-        return ((self > 0) | self.isnan()).where(self, 0)
+        # NaN stays NaN and -0.0 becomes 0 (numpy's maximum(x, 0), PyTorch); selects, not an OR of the two
+        # compares, so that the X86 renderer packs the epilogue into vectors
+        return self.isnan().where(self, (self > 0).where(self, 0))
 
     # ---- movement -----------------------------------------------------------------------------------------
 
