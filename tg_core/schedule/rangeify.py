@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from tg_core.dtype import dtypes
+from tg_core.trampoline import Call, trampoline
 from tg_core.uop.ops import AxisType, GroupOp, KernelInfo, Ops
 from tg_core.uop.symbolic import simplify
 from tg_core.uop.validate import check_oob
@@ -112,6 +113,13 @@ class Scheduler:
     def realize(self, u: UOp, device: str | None = None) -> UOp:
         """The BUFFER holding `u`'s value, scheduling the kernel that computes it if needed. `device` is
         where a node with no buffer in its graph (a constant) is computed."""
+        return trampoline(self._realize(u, device))
+
+    # Lowering recurses through the tensor graph (and into the kernels of the realize points it meets), and
+    # tensor graphs are chains of thousands of ops: every recursive step below is a generator run by
+    # `trampoline`, `x = yield self._lower(...)` standing for the call.
+
+    def _realize(self, u: UOp, device: str | None = None) -> Call[UOp]:
         if u.op is Ops.BUFFER:
             return u
         if u in self.realized:
@@ -120,9 +128,9 @@ class Scheduler:
         if base is not None:
             return base
         if u.op is Ops.ASSIGN:
-            return self._realize_assign(u)
+            return (yield self._realize_assign(u))
         if u.op is Ops.COPY:
-            src = self.realize(u.src[0])
+            src = yield self._realize(u.src[0])
             out = UOp.new_buffer(u.src[1].arg, src.arg, src.dtype)
             self.items.append((UOp(Ops.COPY, dtypes.void, (out, src)), [out, src]))
             self.realized[u] = out
@@ -139,7 +147,7 @@ class Scheduler:
         idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in shape)
         k.output_ranges = tuple(i for i in idxs if i.op is Ops.RANGE)
         src = u.src[0] if u.op is Ops.CONTIGUOUS else u
-        value = self._lower(k, src, idxs, None, ())
+        value = yield self._lower(k, src, idxs, None, ())
         store = UOp(Ops.STORE, dtypes.void, (k.param(out).index(flat_index(idxs, shape)), value))
         ast = UOp(Ops.SINK, dtypes.void, (store.end(*k.output_ranges),), KernelInfo(k.name))
         self._emit(ast, k)
@@ -154,23 +162,23 @@ class Scheduler:
 
     # ---- writes into existing buffers ------------------------------------------------------------------
 
-    def _write_kernel(self, u: UOp) -> tuple[Kernel, UOp, UOp]:
+    def _write_kernel(self, u: UOp) -> Call[tuple[Kernel, UOp, UOp]]:
         """A kernel over `u`'s destination: the INDEX it stores to, and the lowered value."""
         dest, value = u.src[0], self.staged.get(u, u.src[1])
         k = Kernel(name=f"k{next(self.names)}_assign_{_kernel_name(value)}")
         k.param(_view_base(dest))
         idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in dest.shape)
         k.output_ranges = tuple(i for i in idxs if i.op is Ops.RANGE)
-        target = self._lower(k, dest, idxs, None, ())
+        target = yield self._lower(k, dest, idxs, None, ())
         if target.op is not Ops.LOAD:
             raise ValueError(f"cannot assign through {dest.render()[:80]}: the destination must be a view of a buffer")
-        return k, target.src[0], self._lower(k, value, idxs, None, ())
+        return k, target.src[0], (yield self._lower(k, value, idxs, None, ()))
 
     def prepare_writes(self, writes: list[UOp]) -> None:
         """Realize the values of `writes` that would read a buffer after one of them wrote it."""
         written = {_view_base(w.src[0]) for w in writes}
         for w in writes:
-            k, store_at, value = self._write_kernel(w)
+            k, store_at, value = trampoline(self._write_kernel(w))
             own = k.params[0]
             for n in value.toposort():
                 if n.op is Ops.INDEX and n.src[0].op is Ops.PARAM and k.params[n.src[0].arg] in written \
@@ -180,10 +188,10 @@ class Scheduler:
                     self.staged[w] = self.realize(UOp(Ops.CONTIGUOUS, value.dtype, (value,))).reshape(value.shape)
                     break
 
-    def _realize_assign(self, u: UOp) -> UOp:
+    def _realize_assign(self, u: UOp) -> Call[UOp]:
         if u in self.realized:
             return self.realized[u]
-        k, store_at, value = self._write_kernel(u)
+        k, store_at, value = yield self._write_kernel(u)
         store = UOp(Ops.STORE, dtypes.void, (store_at, value))
         ast = UOp(Ops.SINK, dtypes.void, (store.end(*k.output_ranges),), KernelInfo(k.name))
         self._emit(ast, k)
@@ -193,27 +201,27 @@ class Scheduler:
     # ---- lowering: tensor node at these indices -> kernel value ------------------------------------------
 
     def _lower(self, k: Kernel, u: UOp, idxs: tuple[UOp, ...], valid: UOp | None,
-               reducing: tuple[Reduction, ...]) -> UOp:
+               reducing: tuple[Reduction, ...]) -> Call[UOp]:
         # `reducing` (the enclosing reductions, outermost first) only informs the realize decisions: it is not
         # part of the key, so a subexpression met inside and outside a reduction is lowered (and computed) once
         key = (u, idxs, valid)
         got = k.memo.get(key)
         if got is None:
-            got = k.memo[key] = self._lower_uncached(k, u, idxs, valid, reducing)
+            got = k.memo[key] = yield self._lower_uncached(k, u, idxs, valid, reducing)
         return got
 
     def _lower_uncached(self, k: Kernel, u: UOp, idxs: tuple[UOp, ...], valid: UOp | None,
-                        reducing: tuple[Reduction, ...]) -> UOp:
+                        reducing: tuple[Reduction, ...]) -> Call[UOp]:
         op = u.op
         if op is Ops.BUFFER:
             return k.param(u).index(idxs[0], valid).load() if valid is not None else k.param(u).index(idxs[0]).load()
         if op is Ops.ASSIGN:
             # the written buffer, read through the destination view
-            self.realize(u)
-            return self._lower(k, u.src[0], idxs, valid, reducing)
+            yield self._realize(u)
+            return (yield self._lower(k, u.src[0], idxs, valid, reducing))
         if u in self.realized or op in (Ops.CONTIGUOUS, Ops.COPY) or \
                 (op in GroupOp.Elementwise and reducing and self._worth_realizing(u, idxs, reducing)):
-            return self._load_realized(k, u, idxs, valid, reducing)
+            return (yield self._load_realized(k, u, idxs, valid, reducing))
         if op is Ops.CONST:
             return u
         if op is Ops.ARANGE:
@@ -223,39 +231,42 @@ class Scheduler:
         if op is Ops.BIND:
             return u.src[0]
         if op in (Ops.DETACH, Ops.AFTER):
-            return self._lower(k, u.src[0], idxs, valid, reducing)
+            return (yield self._lower(k, u.src[0], idxs, valid, reducing))
         if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
-            return UOp(op, u.dtype, tuple(self._lower(k, s, idxs, valid, reducing) for s in u.src), u.arg)
+            srcs = []
+            for s in u.src:
+                srcs.append((yield self._lower(k, s, idxs, valid, reducing)))
+            return UOp(op, u.dtype, tuple(srcs), u.arg)
         src = u.src[0] if u.src else None
         if op is Ops.RESHAPE:
             # simplified right away: `(r0*2+r1)//2` with r1 < 2 is just r0, and decisions below look at the
             # ranges an index really depends on
             new = tuple(simplify(i) for i in unflatten(flat_index(idxs, u.shape), src.shape))
-            return self._lower(k, src, new, valid, reducing)
+            return (yield self._lower(k, src, new, valid, reducing))
         if op is Ops.EXPAND:
             new = tuple(_ZERO if s == 1 and n != 1 else i for i, s, n in zip(idxs, src.shape, u.shape))
-            return self._lower(k, src, new, valid, reducing)
+            return (yield self._lower(k, src, new, valid, reducing))
         if op is Ops.PERMUTE:
             new = [None] * len(idxs)
             for i, axis in enumerate(u.arg):
                 new[axis] = idxs[i]
-            return self._lower(k, src, tuple(new), valid, reducing)
+            return (yield self._lower(k, src, tuple(new), valid, reducing))
         if op is Ops.SHRINK:
-            return self._lower(k, src, tuple(i + s if s else i for i, (s, _) in zip(idxs, u.arg)), valid, reducing)
+            return (yield self._lower(k, src, tuple(i + s if s else i for i, (s, _) in zip(idxs, u.arg)), valid, reducing))
         if op is Ops.FLIP:
-            return self._lower(k, src, tuple((n - 1) - i if f else i for i, f, n in zip(idxs, u.arg, u.shape)),
-                               valid, reducing)
+            return (yield self._lower(k, src, tuple((n - 1) - i if f else i for i, f, n in zip(idxs, u.arg, u.shape)),
+                                      valid, reducing))
         if op is Ops.PAD:
-            return self._lower_pad(k, u, idxs, valid, reducing)
+            return (yield self._lower_pad(k, u, idxs, valid, reducing))
         if op is Ops.REDUCE_AXIS:
-            return self._lower_reduce(k, u, idxs, valid, reducing)
+            return (yield self._lower_reduce(k, u, idxs, valid, reducing))
         raise NotImplementedError(f"the scheduler cannot lower {op} yet ({u.render()[:80]})")
 
-    def _load_realized(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
+    def _load_realized(self, k: Kernel, u: UOp, idxs, valid, reducing) -> Call[UOp]:
         """`u` realized into its own buffer (scheduled now if it is not yet), loaded at `idxs`. A value that
         reads no buffer (a reduction of constants) is computed on the device of the kernel that loads it."""
-        buf = self.realize(u, k.params[0].device)
-        return self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing)
+        buf = yield self._realize(u, k.params[0].device)
+        return (yield self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing))
 
     def _worth_realizing(self, u: UOp, idxs: tuple[UOp, ...], reducing: tuple[Reduction, ...]) -> bool:
         """Whether elementwise `u`, lowered at `idxs` inside `reducing`, is better computed once into a buffer.
@@ -288,7 +299,7 @@ class Scheduler:
         inside = [n for n in nodes if computed(n)]
         return inside if len(inside) < len(nodes) else None
 
-    def _lower_pad(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
+    def _lower_pad(self, k: Kernel, u: UOp, idxs, valid, reducing) -> Call[UOp]:
         src = u.src[0]
         conds, new = [], []
         for i, (b, a), n in zip(idxs, u.arg, src.shape):
@@ -301,11 +312,11 @@ class Scheduler:
         for c in conds[1:]:
             cond = cond & c
         gate = cond if valid is None else valid & cond
-        inner = self._lower(k, src, tuple(new), gate, reducing)
+        inner = yield self._lower(k, src, tuple(new), gate, reducing)
         # the gate keeps the loads in bounds; the WHERE makes the padding zero for any op above them (exp(0) != 0)
         return cond.where(inner, UOp.const(u.dtype, 0))
 
-    def _lower_reduce(self, k: Kernel, u: UOp, idxs, valid, reducing) -> UOp:
+    def _lower_reduce(self, k: Kernel, u: UOp, idxs, valid, reducing) -> Call[UOp]:
         src = u.src[0]
         op, axes = u.arg
         if any(src.shape[a] == 0 for a in axes):  # a reduction of nothing is its identity (a sum of nothing is 0)
@@ -313,7 +324,7 @@ class Scheduler:
         if any(r in red.ranges for red in reducing for i in idxs for r in i.ranges) and \
                 any(r not in _ranges_of(idxs) for r in k.output_ranges):
             # inlined here it would be recomputed for every value of an output range it does not use
-            return self._load_realized(k, u, idxs, valid, reducing)
+            return (yield self._load_realized(k, u, idxs, valid, reducing))
         new_ranges = []
         src_idxs = list(idxs)
         for a in axes:
@@ -324,8 +335,8 @@ class Scheduler:
                 src_idxs[a] = r
             else:
                 src_idxs[a] = _ZERO
-        inner = self._lower(k, src, tuple(src_idxs), valid,
-                            reducing + (Reduction(tuple(new_ranges), frozenset(new_ranges) | _ranges_of(idxs)),))
+        inner = yield self._lower(k, src, tuple(src_idxs), valid,
+                                  reducing + (Reduction(tuple(new_ranges), frozenset(new_ranges) | _ranges_of(idxs)),))
         if not new_ranges:
             return inner
         if op is Ops.ADD and (picked := _fold_one_hot(inner, new_ranges)) is not None:
@@ -373,7 +384,15 @@ def _fold_one_hot(inner: UOp, ranges: list[UOp]) -> UOp | None:
 
 
 def _conjuncts(c: UOp) -> list[UOp]:
-    return _conjuncts(c.src[0]) + _conjuncts(c.src[1]) if c.op is Ops.AND and c.dtype is dtypes.bool else [c]
+    """The terms of a chain of boolean ANDs, left to right (a stack: nested pads make long chains)."""
+    out, stack = [], [c]
+    while stack:
+        n = stack.pop()
+        if n.op is Ops.AND and n.dtype is dtypes.bool:
+            stack += (n.src[1], n.src[0])
+        else:
+            out.append(n)
+    return out
 
 
 def _range_equals(c: UOp, ranges: list[UOp]) -> tuple[UOp, UOp] | None:

@@ -129,7 +129,11 @@ class UOp(TensorOps):
         return node
 
     def __reduce__(self) -> tuple:
-        return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
+        # the graph as a flat table, sources by position: pickling the nested sources would recurse once per
+        # level of the graph (tensor graphs are thousands of nodes deep)
+        order = list(self.toposort())
+        pos = {u: i for i, u in enumerate(order)}
+        return _unpickle, ([(u.op, u.dtype, tuple(pos[s] for s in u.src), u.arg, u.tag) for u in order],)
 
     def __bool__(self) -> bool:
         raise TypeError(f"the truth value of a UOp is not known until it runs ({self.render()}); "
@@ -416,6 +420,14 @@ class UOp(TensorOps):
 
     def __iter__(self) -> Iterator:
         raise TypeError("a UOp is not iterable; use .src for its sources")
+
+
+def _unpickle(table: list[tuple]) -> UOp:
+    """The last node of a table written by UOp.__reduce__, rebuilt (hash-consing gives back live nodes)."""
+    nodes: list[UOp] = []
+    for op, dtype, src, arg, tag in table:
+        nodes.append(UOp(op, dtype, tuple(nodes[i] for i in src), arg, tag))
+    return nodes[-1]
 
 
 def _promote(a: UOp, b: UOp, op: Ops) -> tuple[UOp, UOp]:
