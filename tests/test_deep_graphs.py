@@ -57,6 +57,18 @@ def test_deep_elementwise_chain_forward(device: str, n: int):
     np.testing.assert_allclose(y.numpy(), ref, rtol=_rtol(n))
 
 
+def test_deep_chain_packed_into_vector_lanes():
+    # 16 elements: the X86 renderer packs the chain into 8-lane registers (SLP), which follows every op too
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    y = Tensor(x, device="CPU:X86")
+    ref = x.astype(np.float64)
+    for _ in range(DEPTH):
+        y = y * 1.0001 + 0.1
+        ref = ref * np.float64(A) + np.float64(B)
+    # x can be negative here: |y| stays below the positive chain's, so the absolute bound of that chain holds
+    np.testing.assert_allclose(y.numpy(), ref, rtol=0, atol=_rtol(DEPTH) * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("device,n", CASES)
 def test_deep_elementwise_chain_backward(device: str, n: int):
     # d/dx of n steps of y*a + b is a^n, exactly, in float64

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from tg_core.dtype import dtypes
+from tg_core.trampoline import Call, trampoline
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -97,14 +98,14 @@ class Packer:
         least half the seeded stores pack. Stores outside seeds (a peeled tail) stay scalar; scalar code may
         read vector reductions' results."""
         runs = self._seeds()
-        if not all(self._store_group(seed) is not None for seed in runs):
+        if not all(trampoline(self._store_group(seed)) is not None for seed in runs):
             self._restore(([], {}, {}, {}, {}))
             packed, taken = 0, set()
             for seed in self._seeds(exclusive=False):
                 if any(s in taken for s in seed):
                     continue
                 saved = self._snapshot()
-                if self._store_group(seed) is not None and self._closed():
+                if trampoline(self._store_group(seed)) is not None and self._closed():
                     taken.update(seed)
                     packed += len(seed)
                 else:
@@ -116,7 +117,7 @@ class Packer:
             if u.op in (Ops.ADD, Ops.MAX) and u.dtype is dtypes.float32 and u not in self.trees and \
                     self._tree(u) is not None:
                 saved = self._snapshot()
-                if self._reduction_tree(u) is None or not self._closed():
+                if trampoline(self._reduction_tree(u)) is None or not self._closed():
                     self._restore(saved)
         return self.groups if self.groups and self._closed() else []
 
@@ -160,24 +161,27 @@ class Packer:
         self.groups.append(g)
         return g
 
-    def _store_group(self, stores: tuple[UOp, ...]) -> Group | None:
-        value = self.pack(tuple(s.src[1] for s in stores))
+    # packing follows the expressions from the stores down to the loads, as deep as the kernel's value chains
+    # (thousands of ops): pack and its helpers are generators yielding their recursive calls (tg_core.trampoline)
+
+    def _store_group(self, stores: tuple[UOp, ...]) -> Call[Group | None]:
+        value = yield self.pack(tuple(s.src[1] for s in stores))
         return None if value is None else self._add(Group("store", stores, (value,)))
 
-    def pack(self, vals: tuple[UOp, ...]) -> Group | None:
+    def pack(self, vals: tuple[UOp, ...]) -> Call[Group | None]:
         if vals in self.memo:
             return self.memo[vals]
         self.memo[vals] = None  # a cycle through an accumulator resolves in _acc
-        g = self._pack(vals)
+        g = yield self._pack(vals)
         self.memo[vals] = g
         return g
 
-    def _pack(self, vals: tuple[UOp, ...]) -> Group | None:
+    def _pack(self, vals: tuple[UOp, ...]) -> Call[Group | None]:
         v0 = vals[0]
         if any(v.dtype is not v0.dtype for v in vals) or v0.dtype not in _LANE_DTYPES:
             return None
         if all(v is v0 for v in vals):
-            tree = self._reduction_tree(v0)
+            tree = yield self._reduction_tree(v0)
             return self._add(Group("splat", vals, () if tree is None else (tree,)))
         if all(v.op is Ops.CONST for v in vals):
             return self._add(Group("const", vals))
@@ -185,12 +189,12 @@ class Packer:
             idxs = tuple(v.src[0] for v in vals)
             accs = tuple(_acc_of(i) for i in idxs)
             if all(a is not None for a in accs):
-                return self._acc(vals, accs)
+                return (yield self._acc(vals, accs))
             return self._add(Group("load", vals)) if _consecutive(idxs) else None
         if v0.op is Ops.WHERE and all(v.op is Ops.WHERE for v in vals):
-            return self._select(vals)
+            return (yield self._select(vals))
         if v0.op in (Ops.CAST, Ops.BITCAST) and all(v.op is v0.op for v in vals):
-            src = self.pack(tuple(v.src[0] for v in vals))
+            src = yield self.pack(tuple(v.src[0] for v in vals))
             ok = src is not None and {v0.dtype, v0.src[0].dtype} == set(_LANE_DTYPES)
             return self._add(Group(v0.op.name.lower(), vals, (src,))) if ok else None
         if v0.dtype is dtypes.int32 and v0.op not in _INT_ALU or v0.op is Ops.SHL and v0.src[1].op is not Ops.CONST:
@@ -198,14 +202,14 @@ class Packer:
         if (v0.op in _ALU or v0.op in _INT_ALU) and all(v.op is v0.op for v in vals):
             srcs = []
             for k in range(len(v0.src)):
-                s = self.pack(tuple(v.src[k] for v in vals))
+                s = yield self.pack(tuple(v.src[k] for v in vals))
                 if s is None:
                     return None
                 srcs.append(s)
             return self._add(Group("alu", vals, tuple(srcs)))
         return None
 
-    def _reduction_tree(self, root: UOp) -> Group | None:
+    def _reduction_tree(self, root: UOp) -> Call[Group | None]:
         """If `root` combines the final loads of LANES accumulators by a tree of one op (ADD or MAX) whose
         inner nodes have no other users: the accumulators become a vector and the tree a horizontal
         reduction ("hreduce", whose scalar is then broadcast)."""
@@ -215,7 +219,7 @@ class Packer:
         if found is None:
             return None
         nodes, leaves = found
-        acc = self._acc(tuple(leaves), tuple(_acc_of(n.src[0]) for n in leaves))
+        acc = yield self._acc(tuple(leaves), tuple(_acc_of(n.src[0]) for n in leaves))
         if acc is None:
             return None
         order = sorted(nodes, key=self.pos.__getitem__)
@@ -238,20 +242,21 @@ class Packer:
                 return None
         return (nodes, leaves) if len(leaves) == LANES else None
 
-    def _select(self, vals: tuple[UOp, ...]) -> Group | None:
+    def _select(self, vals: tuple[UOp, ...]) -> Call[Group | None]:
         """where(a cmp b, x, y) with float32 a, b: a compare mask and a blend (the compares are members)."""
         conds = tuple(v.src[0] for v in vals)
         c0 = conds[0]
         if c0.op not in _CMP or any(c.op is not c0.op or c.src[0].dtype is not dtypes.float32 for c in conds):
             return None
-        parts = [self.pack(tuple(c.src[k] for c in conds)) for k in (0, 1)]
-        parts += [self.pack(tuple(v.src[k] for v in vals)) for k in (1, 2)]
+        parts = []
+        for srcs, k in ((conds, 0), (conds, 1), (vals, 1), (vals, 2)):
+            parts.append((yield self.pack(tuple(c.src[k] for c in srcs))))
         if any(p is None for p in parts):
             return None
         cmp = self._add(Group("cmp", conds, tuple(parts[:2])))
         return self._add(Group("where", vals, (cmp, parts[2], parts[3])))
 
-    def _acc(self, loads: tuple[UOp, ...], accs: tuple[UOp, ...]) -> Group | None:
+    def _acc(self, loads: tuple[UOp, ...], accs: tuple[UOp, ...]) -> Call[Group | None]:
         """Loads of LANES distinct accumulators: the accumulators become one vector, so each of their stores
         must pack with the same lanes."""
         if len(set(accs)) != len(accs) or any(a.dtype.base is not dtypes.float32 for a in accs):
@@ -267,7 +272,7 @@ class Packer:
                 return None
             for n in range(counts.pop()):
                 lane_stores = tuple(stores_by_acc[a][n] for a in accs)
-                value = self.pack(tuple(s.src[1] for s in lane_stores))
+                value = yield self.pack(tuple(s.src[1] for s in lane_stores))
                 if value is None:
                     return None
                 self._add(Group("accstore", lane_stores, (value,), accs=accs))
