@@ -270,3 +270,11 @@ def test_a_write_that_cannot_be_built_changes_nothing(dev):
     np.testing.assert_array_equal(m.a.numpy(), [1.0, 1.0])
     np.testing.assert_array_equal(m.b.numpy(), [1.0, 1.0])
     np.testing.assert_array_equal(reader.numpy(), [10.0, 10.0])
+
+
+def test_a_kernel_never_reads_another_devices_buffer():
+    from tg_core.uop.ops import Ops
+    from tg_core.uop.uop import UOp
+    a, b = Tensor([1.0, 2.0], device="CPU"), Tensor([3.0, 4.0], device="PYTHON")
+    with pytest.raises(ValueError, match=r"runs on CPU but would read a buffer of 2 x dtypes.float on PYTHON"):
+        Tensor(UOp(Ops.ADD, a.dtype, (a.uop, b.uop)), device="CPU").realize()

@@ -91,6 +91,11 @@ class Kernel:
 
     def param(self, buf: UOp) -> UOp:
         if buf not in self.params:
+            if self.params and buf.src[1].arg != self.params[0].src[1].arg:
+                # a device's kernel cannot address another device's memory (the Tensor API copies with .to())
+                raise ValueError(f"kernel {self.name} runs on {self.params[0].src[1].arg} but would read a buffer of "
+                                 f"{buf.arg} x {buf.dtype!r} on {buf.src[1].arg}; move that tensor with "
+                                 f".to({self.params[0].src[1].arg!r})")
             self.params.append(buf)
         i = self.params.index(buf)
         return UOp.param(i, buf.dtype.ptr(buf.arg))
