@@ -221,8 +221,27 @@ def test_llvm_renderer_targets_this_host():
     src = CPULLVMRenderer().render(prog)
     assert f'target triple = "{HOST.triple}"' in src
     asm = LLVMCompiler().assembly(src)
-    if "+avx2" in HOST.features.split(","):  # vectorized for the host's widest float vectors
-        assert "ymm" in asm
+    # vectorized for the host's widest float vectors: LLVM's AVX-512 Xeon tuning alone stays at ymm
+    widest = {"avx512": "zmm", "avx2": "ymm"}.get(HOST.vector_isa)
+    assert f'"prefer-vector-width"="{HOST.vector_bytes * 8}"' in src
+    if widest:
+        assert widest in asm
+
+
+def test_llvm_vector_width_follows_the_host_features(monkeypatch):
+    import tg_cpu_x86.llvm as llvm_mod
+    from tg_cpu_x86.llvm import HostTarget
+    host = "x86_64-unknown-linux-gnu", "x"
+    avx512 = HostTarget(*host, "+avx2,+avx512f,+avx512vl")
+    assert HostTarget(*host, "+sse2,+avx,+avx2,+fma,-avx512f").vector_isa == "avx2"
+    assert avx512.vector_isa == "avx512" and avx512.vector_bytes == 64
+    assert HostTarget(*host, "+sse2,-avx2").vector_bytes == 16
+    # the heuristic picks lanes from the host's width (16 float32 lanes with AVX-512)
+    seen = []
+    monkeypatch.setattr(llvm_mod, "HOST", avx512)
+    monkeypatch.setattr(llvm_mod, "cpu_opts", lambda ast, target: seen.append(target) or [])
+    CPULLVMRenderer().opts_for(_scale_kernel(dtypes.float32))
+    assert [t.vector_bytes for t in seen] == [64]
 
 
 def test_renderer_order_and_choice(cpu):

@@ -1,7 +1,7 @@
 """CPU:LLVM: core's LLVM IR renderer aimed at this host, optimized and JIT-compiled in process by llvmlite.
 
-The target is the host's triple, CPU name and feature set (AVX2/AVX-512/FMA when present), so LLVM
-vectorizes for the machine it runs on. Each module is optimized by the new pass manager at `OPT_LEVEL`
+The target is the host's triple, CPU name and feature set (AVX2/AVX-512/FMA when present), and every
+function prefers the host's full vector width, so LLVM vectorizes for the machine it runs on. Each module is optimized by the new pass manager at `OPT_LEVEL`
 and loaded by MCJIT, which resolves calls LLVM emits for intrinsics (sinf, exp2f, ...) in the process;
 no C compiler or linker is involved.
 """
@@ -49,6 +49,19 @@ class HostTarget:
         _init_llvm()
         return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
 
+    @property
+    def vector_isa(self) -> str:
+        """The widest x86 vector ISA the host has: "avx512" (512-bit float vectors), "avx2" or "sse"."""
+        flags = set(self.features.split(","))
+        if "+avx512f" in flags:
+            return "avx512"
+        return "avx2" if "+avx2" in flags else "sse"
+
+    @property
+    def vector_bytes(self) -> int:
+        """The width of the host's widest float vector register."""
+        return {"avx512": 64, "avx2": 32}.get(self.vector_isa, 16)
+
     def target_machine(self) -> Any:
         # a fresh one per engine: an MCJIT engine takes ownership of its target machine
         return llvm.Target.from_triple(self.triple).create_target_machine(cpu=self.cpu, features=self.features,
@@ -70,9 +83,13 @@ class CPULLVMRenderer(LLVMRenderer):
     # exp2/log2/sin/pow as arithmetic: it vectorizes, where a libm call per element does not (softmax 4x faster);
     # integer pow as multiplies (LLVM has no intrinsic for it)
     extra_matcher = decomp + pm_int_pow
+    vector_isa = HOST.vector_isa
+    # LLVM's tuning for AVX-512 Xeons (prefer-256-bit) keeps its vectorizers at ymm width unless the function
+    # asks for more: without this attribute no kernel used a zmm register on a Sapphire/Emerald Rapids host
+    function_attributes = f'nounwind "prefer-vector-width"="{HOST.vector_bytes * 8}"'
 
     def opts_for(self, ast: UOp) -> list[Opt]:
-        return cpu_opts(ast, CPUTarget(vector_bytes=64 if "+avx512f" in HOST.features else 32))
+        return cpu_opts(ast, CPUTarget(vector_bytes=HOST.vector_bytes))
 
 
 class LLVMKernel:
