@@ -66,3 +66,21 @@ def test_a_wrong_result_is_reported_not_timed():
     assert res.max_error == 1.0 and "differs from numpy (max abs error 1)" in res.error
     report = {"device": "PYTHON", "renderer": None, "quick": True, "repeat": 1, "cases": [bench.asdict(res)]}
     assert "WRONG/FAILED: result differs from numpy" in bench.format_report(report)
+
+
+def test_the_renderers_vector_isa_is_reported():
+    from tg_core.device import Device
+    report = bench.run("PYTHON", ["sum"], quick=True, repeat=1)
+    assert report["vector_isa"] is None  # the interpreter has no vector ISA: "-" in the table
+    assert _isa_cell(bench.format_report(report)) == "-"
+    renderer = Device["CPU"].renderer
+    if renderer is None or renderer.vector_isa is None:
+        return
+    report = bench.run("CPU", ["sum"], quick=True, repeat=1)
+    assert report["vector_isa"] == renderer.vector_isa in ("avx2", "avx512")
+    assert _isa_cell(bench.format_report(report)) == renderer.vector_isa
+
+
+def _isa_cell(table: str) -> str:
+    header, row = table.splitlines()[1:3]
+    return row[header.index("  isa ") + 2:].split()[0]

@@ -6,7 +6,8 @@ runs tg once (warm-up: scheduling, codegen and compilation happen here) and chec
 numpy; a wrong result is reported and not timed. Then tg and numpy are each timed best-of-N (tg including
 its device synchronize), and the case prints both times, the ratio numpy_time / tg_time (> 1: tg is
 faster) and the throughput (GFLOP/s for compute, GB/s for memory-bound
-cases, microseconds per kernel for launch overhead).
+cases, microseconds per kernel for launch overhead), beside the vector ISA of the renderer's code (`avx2`,
+`avx512`; "-" for a renderer without one).
 
 Cases (full size; `--quick` uses small sizes for smoke runs):
   elementwise  a*b+1 on 16M float32               sum         sum of 16M float32
@@ -292,7 +293,8 @@ def run(device: str | None = None, cases: list[str] | None = None, quick: bool =
         except Exception as e:  # one broken case must not hide the others' numbers
             results.append(Result(name, "", error=f"{type(e).__name__}: {e}"))
     renderer = b.dev.renderer.name if b.dev.renderer is not None else None
-    return {"device": b.dev.device, "renderer": renderer, "quick": quick, "repeat": b.repeat,
+    isa = b.dev.renderer.vector_isa if b.dev.renderer is not None else None
+    return {"device": b.dev.device, "renderer": renderer, "vector_isa": isa, "quick": quick, "repeat": b.repeat,
             "numpy": np.__version__, "cases": [asdict(r) for r in results]}
 
 
@@ -300,19 +302,22 @@ def format_report(report: dict[str, Any]) -> str:
     head = (f"tg bench on {report['device']}" + (f" ({report['renderer']} renderer)" if report["renderer"] else "")
             + f", best of {report['repeat']}" + (", quick sizes" if report["quick"] else "")
             + "; ratio = numpy time / tg time (> 1: tg is faster)")
-    rows = [("case", "size", "tg", "numpy", "ratio", "throughput (tg CPU time)")]
+    # the renderer's vector ISA beside each row's throughput: an avx2 and an avx512 run differ mostly there
+    isa = report.get("vector_isa") or "-"
+    rows = [("case", "size", "tg", "numpy", "ratio", "isa", "throughput (tg CPU time)")]
     for r in report["cases"]:
         if not r["verified"]:
-            rows.append((r["name"], r["size"], "-", "-", "-", f"WRONG/FAILED: {r['error']}"))
+            rows.append((r["name"], r["size"], "-", "-", "-", "-", f"WRONG/FAILED: {r['error']}"))
             continue
         extra = f"{r['throughput']:.3g} {r['unit']}" if r["throughput"] is not None else ""
         if r["tg_cpu_s"] is not None:
             extra += f" (CPU {_fmt_time(r['tg_cpu_s'])})"
         if "import_s" in r["extra"]:
             extra = f"(import took {_fmt_time(r['extra']['import_s'])})"
-        rows.append((r["name"], r["size"], _fmt_time(r["tg_s"]), _fmt_time(r["numpy_s"]), f"{r['ratio']:.2f}x", extra))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5] for row in rows]
+        rows.append((r["name"], r["size"], _fmt_time(r["tg_s"]), _fmt_time(r["numpy_s"]), f"{r['ratio']:.2f}x", isa,
+                     extra))
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[6] for row in rows]
     return "\n".join(lines)
 
 

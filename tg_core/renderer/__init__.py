@@ -27,6 +27,7 @@ class Renderer:
     supported_dtypes: frozenset[DType] = frozenset()
     lower_reduce: bool = True  # False: REDUCE reaches the renderer (interpreters of the AST)
     extra_matcher: PatternMatcher | None = None  # rules codegen applies after lowering (decompositions)
+    vector_isa: str | None = None  # the vector ISA its code uses ("avx2", "avx512"), for reports like tg bench
 
     def opts_for(self, ast: UOp) -> Sequence[Opt]:
         """The optimizations this renderer asks for on `ast` (none by default)."""

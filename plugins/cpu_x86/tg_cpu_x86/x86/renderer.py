@@ -123,6 +123,7 @@ class X86Renderer(Renderer):
     name = "X86"
     device = "CPU"
     supported_dtypes = SUPPORTED
+    vector_isa = "avx2"  # ymm code only, whatever the host has
 
     def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> Program:
         """With the renderer's own opts: vector lanes where the kernel packs into ymm vectors whole (slp.py),
