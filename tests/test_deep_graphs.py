@@ -14,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from tg_core import Device, Tensor
+from tg_core import Tensor
+from tg_core.testing.devices import why_unavailable
 
 DEPTH = 10_000
 # the mock GPU emulates every instruction in Python: 10,000 ops per lane would take minutes, while 1,500 already
@@ -23,15 +24,7 @@ AMD_DEPTH = 1_500
 A, B = np.float32(1.0001), np.float32(0.1)
 
 
-def _amd_unavailable() -> str | None:
-    try:
-        Device["AMD"]
-    except Exception as e:  # no interface plugin, or one that cannot run here: say why
-        return f"{type(e).__name__}: {str(e).splitlines()[0]}"
-    return None
-
-
-_no_amd = _amd_unavailable()
+_no_amd = why_unavailable("AMD")
 CASES = [("PYTHON", DEPTH), ("CPU:X86", DEPTH), ("CPU:LLVM", DEPTH),
          pytest.param("AMD", AMD_DEPTH, marks=[pytest.mark.slow, pytest.mark.skipif(_no_amd is not None,
                                                                                      reason=f"no AMD device: {_no_amd}")])]

@@ -14,17 +14,10 @@ from tg_core import Device, Tensor, dtypes
 from tg_core.device import Buffer
 from tg_core.nn.optim import SGD
 from tg_core.nn.state import safe_load, safe_load_metadata
+from tg_core.testing.devices import why_unavailable
 
 
-def _amd_unavailable() -> str | None:
-    try:
-        Device["AMD"]
-    except Exception as e:  # no interface plugin, or one that cannot run here: say why
-        return f"{type(e).__name__}: {str(e).splitlines()[0]}"
-    return None
-
-
-_no_amd = _amd_unavailable()
+_no_amd = why_unavailable("AMD")
 DEVICES = ["PYTHON", "CPU:X86", "CPU:LLVM",
            pytest.param("AMD", marks=pytest.mark.skipif(_no_amd is not None, reason=f"no AMD device: {_no_amd}"))]
 

@@ -71,35 +71,21 @@ def test_lru_retries_after_out_of_memory():
 def test_lru_is_safe_from_several_threads():
     """Threads allocating and freeing (with evictions) through one LRU cache: no bookkeeping error, and no
     allocation handed to two threads at once."""
-    import threading
+    from tg_core.testing.devices import run_in_threads
     lru = _CountingAllocator(cache_limit=48)
     owner: dict[int, int] = {}
-    errors: list[BaseException] = []
 
     def work(k: int) -> None:
-        try:
-            for _ in range(3000):
-                held = [lru.alloc(16) for _ in range(3)]
-                for b in held:
-                    if owner.setdefault(id(b), k) != k:
-                        raise AssertionError(f"an allocation held by thread {owner[id(b)]} was handed to {k}")
-                for b in held:
-                    del owner[id(b)]
-                    lru.free(b, 16)
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
+        for _ in range(3000):
+            held = [lru.alloc(16) for _ in range(3)]
+            for b in held:
+                if owner.setdefault(id(b), k) != k:
+                    raise AssertionError(f"an allocation held by thread {owner[id(b)]} was handed to {k}")
+            for b in held:
+                del owner[id(b)]
+                lru.free(b, 16)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads often, so the races show within a few thousand rounds
-    try:
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
-    assert not errors, repr(errors[0])
+    run_in_threads(work)
     assert lru.cached_bytes == 16 * lru.cached_count <= 48
 
 

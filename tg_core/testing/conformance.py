@@ -345,26 +345,18 @@ class OpConformance:
         import threading
 
         from tg_core.tensor import Tensor
+        from tg_core.testing.devices import run_in_threads
         nthreads, rounds = 4, 6
         start = threading.Barrier(nthreads)
         got: dict[tuple[int, int], np.ndarray] = {}
-        errors: list[BaseException] = []
 
         def work(k: int) -> None:
-            try:
-                start.wait()
-                for r in range(rounds):
-                    v = 100 * k + r
-                    got[k, r] = (Tensor(np.full((4, 4), v, np.float32), device=self.device) * 2 + 1).numpy()
-            except BaseException as e:  # reported by the main thread, with the others' results
-                errors.append(e)
+            start.wait()
+            for r in range(rounds):
+                v = 100 * k + r
+                got[k, r] = (Tensor(np.full((4, 4), v, np.float32), device=self.device) * 2 + 1).numpy()
 
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(nthreads)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, f"a thread failed: {errors[0]!r}"
+        run_in_threads(work, nthreads)
         wrong = {kr: a.ravel()[0] for kr, a in got.items() if not (a == 2 * (100 * kr[0] + kr[1]) + 1).all()}
         assert not wrong, f"(thread, round) -> first value of wrong results: {wrong}"
 

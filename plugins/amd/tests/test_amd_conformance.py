@@ -9,17 +9,10 @@ import pytest
 
 from tg_core.device import Device
 from tg_core.testing.conformance import BufferConformance, OpConformance
+from tg_core.testing.devices import why_unavailable
 
 
-def _open_amd() -> str | None:
-    try:
-        Device["AMD"]
-    except Exception as e:  # no interface plugin, or one that cannot run here: say why
-        return f"{type(e).__name__}: {str(e).splitlines()[0]}"
-    return None
-
-
-_why = _open_amd()
+_why = why_unavailable("AMD")
 pytestmark = pytest.mark.skipif(_why is not None, reason=f"the AMD device does not open: {_why}")
 
 

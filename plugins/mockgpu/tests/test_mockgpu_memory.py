@@ -112,31 +112,16 @@ def test_alignment_and_reuse(mem):
 def test_allocations_from_several_threads_never_share_pages(mem):
     """Threads mapping and unmapping at once (the AMD device may be used from several): every live allocation has
     pages of its own, so each thread reads back exactly what it wrote."""
-    import sys
-    import threading
-    errors: list[BaseException] = []
+    from tg_core.testing.devices import run_in_threads
 
     def work(k: int) -> None:
-        try:
-            for r in range(150):
-                pattern = bytes([k * 16 + r % 16]) * (PAGE_SIZE + 8)
-                va = mem.alloc(len(pattern))
-                mem.write(va, pattern)
-                if mem.read(va, len(pattern)) != pattern:
-                    raise AssertionError(f"thread {k} round {r}: its allocation at {va:#x} holds another's bytes")
-                mem.free(va)
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
+        for r in range(150):
+            pattern = bytes([k * 16 + r % 16]) * (PAGE_SIZE + 8)
+            va = mem.alloc(len(pattern))
+            mem.write(va, pattern)
+            if mem.read(va, len(pattern)) != pattern:
+                raise AssertionError(f"thread {k} round {r}: its allocation at {va:#x} holds another's bytes")
+            mem.free(va)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads often, so the races show within a few hundred rounds
-    try:
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
-    assert not errors, repr(errors[0])
+    run_in_threads(work)
     assert not mem.allocs and len(set(mem.pool.tolist())) == len(mem.pool)
