@@ -140,6 +140,13 @@ def test_huge_tensor_fails_before_running(device):
         (Tensor.zeros(1 << 40, device=device) + 1).realize()
 
 
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_huge_empty_tensor_read_names_size_and_device(device):
+    # Tensor.empty allocates on first use; reading it used to fail first on the host copy with a bare MemoryError
+    with pytest.raises(MemoryError, match=f"cannot allocate 4.00 TiB .* on {device}: more than the device's"):
+        Tensor.empty(1 << 40, device=device).numpy()
+
+
 # ---- empty tensors: reductions and gradients ---------------------------------------------------------------------
 
 def _empty(dev: str, requires_grad: bool | None = None) -> Tensor:

@@ -269,10 +269,13 @@ class Buffer:
 
     def copyout(self, dest: Any = None) -> memoryview:
         """Copy the contents into `dest` (a writable host buffer of nbytes; new when omitted) and return it."""
+        # the device buffer first: a size the device cannot hold is its MemoryError naming size and device,
+        # not a bare one from the host bytearray
+        opaque = self.opaque
         mv = _host_bytes(bytearray(self.nbytes) if dest is None else dest)
         if mv.readonly or mv.nbytes != self.nbytes:
             raise ValueError(f"copyout of {self!r} needs a writable host buffer of {self.nbytes} bytes")
-        self.allocator.copyout(mv, self.opaque)
+        self.allocator.copyout(mv, opaque)
         return mv
 
     def copy_from(self, src: Buffer) -> Buffer:
