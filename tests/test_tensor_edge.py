@@ -260,6 +260,8 @@ BAD_ARGS = {
     "cast None": (lambda a: a.cast(None), TypeError, "a dtype is a DType .* got None"),
     "cast int": (lambda a: a.cast(5), TypeError, "a dtype is a DType .* got 5"),
     "eye float": (lambda a: Tensor.eye(2.0), TypeError, "eye: n must be an int"),
+    "arange str": (lambda a: Tensor.arange("3"), TypeError, r"arange: stop must be an int or a float, got '3'"),
+    "arange None step": (lambda a: Tensor.arange(0, 3, None), TypeError, "arange: step must be an int or a float"),
     "one_hot float": (lambda a: Tensor([1]).one_hot(2.0), ValueError, "num_classes is a non-negative int"),
 }
 

@@ -14,6 +14,7 @@ successive calls are equal up to their input buffers and share one cached schedu
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -116,6 +117,10 @@ class CreationMixin:
         """start, start+step, ... below stop (above it for a negative step); int32 when all are ints."""
         if stop is None:
             start, stop = 0, start
+        for name, v in (("start", start), ("stop", stop), ("step", step)):
+            # numbers.Real takes numpy scalars too; a str or a Tensor failed later inside the arithmetic below
+            if not isinstance(v, numbers.Real):
+                raise TypeError(f"arange: {name} must be an int or a float, got {v!r} ({type(v).__name__})")
         if step == 0:
             raise ValueError("arange: step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
