@@ -196,6 +196,8 @@ class dtypes:
         """The dtype a Python value gets: scalars are weak, lists take the upper bound of their items."""
         if isinstance(x, bool):
             return dtypes.bool
+        if isinstance(x, np.generic):  # a numpy scalar keeps its numpy dtype (strong), as numpy and PyTorch do
+            return from_numpy_dtype(x.dtype)
         if isinstance(x, int):
             return dtypes.weakint
         if isinstance(x, float):

@@ -117,6 +117,8 @@ class CreationMixin:
         """start, start+step, ... below stop (above it for a negative step); int32 when all are ints."""
         if stop is None:
             start, stop = 0, start
+        # numpy scalars as the Python numbers they hold: np.int64(3) is an int bound, not a float one
+        start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
         for name, v in (("start", start), ("stop", stop), ("step", step)):
             # numbers.Real takes numpy scalars too; a str or a Tensor failed later inside the arithmetic below
             if not isinstance(v, numbers.Real):
