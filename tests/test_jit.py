@@ -160,7 +160,8 @@ def test_random_numbers_follow_the_eager_sequence(dev):
     assert len({r.tobytes() for r in jitted}) == 4
 
 
-def test_method_and_reset(dev):
+def _model_class(dev: str) -> type:
+    """A new class whose __call__ is a TinyJit of its own (a class attribute: one capture shared by instances)."""
     class Model:
         def __init__(self):
             self.w = Tensor(rand(3), device=dev).realize()
@@ -168,7 +169,11 @@ def test_method_and_reset(dev):
         @TinyJit
         def __call__(self, x: Tensor) -> Tensor:
             return x * self.w
+    return Model
 
+
+def test_method_and_reset(dev):
+    Model = _model_class(dev)
     m = Model()
     for _ in range(3):
         x = rand(3)
@@ -407,14 +412,7 @@ def test_objects_must_be_the_same_object(dev):
     k = _captured(lambda x, fn: x + 1, Tensor(rand(3), device=dev), items.append)
     np.testing.assert_allclose(k(Tensor(np.ones(3, np.float32), device=dev), items.append).numpy(), 2)  # a builtin's
 
-    class Model:
-        def __init__(self):
-            self.w = Tensor(rand(3), device=dev).realize()
-
-        @TinyJit
-        def __call__(self, x: Tensor) -> Tensor:
-            return x * self.w
-
+    Model = _model_class(dev)
     m = Model()
     for _ in range(2):
         m(Tensor(rand(3), device=dev))
