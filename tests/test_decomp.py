@@ -1,11 +1,11 @@
-"""Transcendental decompositions (tg_core/codegen/decomp.py): EXP2, LOG2, SIN and POW rewritten into plain ALU
+"""Transcendental decompositions (tg_core/codegen/lib/decomp.py): EXP2, LOG2, SIN and POW rewritten into plain ALU
 ops, JIT-compiled through the LLVM renderer (strict IEEE, no math library left in the program) and compared
 with numpy evaluated in extended precision: the maximum error in ulp over wide ranges, and exact results for
 special values (nan, inf, signed zeros, subnormals)."""
 import numpy as np
 import pytest
 
-from tg_core.codegen.decomp import decomp
+from tg_core.codegen.lib.decomp import decomp
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.renderer.llvmir import LLVMRenderer
 from tg_core.uop import Ops

@@ -172,7 +172,8 @@ def test_llvm_renderer_decides_constant_divisors(dt):
     `sdiv MIN, -1` (UB: LLVM drops the store) for a program that has one."""
     pytest.importorskip("llvmlite.binding")
     from test_llvmir import compile_and_run
-    from tg_core.codegen.program import Program, linearize_kernel
+    from tg_core.codegen.pipeline import linearize_kernel
+    from tg_core.codegen.program import Program
     from tg_core.renderer.llvmir import LLVMRenderer
     xs = _edge_values(dt)
     n, npdt = len(xs), to_numpy_dtype(dt)

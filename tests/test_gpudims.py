@@ -3,7 +3,7 @@ into a loop over all its values (what a GPU launch does) and running it on the r
 import numpy as np
 import pytest
 
-from tg_core.codegen.gpudims import add_gpudims, parallel_ranges
+from tg_core.codegen.lib.gpudims import add_gpudims, parallel_ranges
 from tg_core.dtype import dtypes
 from tg_core.interpreter import run_kernel
 from tg_core.uop import AxisType, KernelInfo, Ops, UOp

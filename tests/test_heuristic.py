@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tg_core.codegen import Opt, OptOps, linearize_kernel
-from tg_core.codegen.heuristic import CPUTarget, cpu_opts
+from tg_core.codegen.lib.heuristic import CPUTarget, cpu_opts
 from tg_core.dtype import dtypes
 from tg_core.renderer.llvmir import LLVMRenderer
 from tg_core.schedule import create_schedule
@@ -193,7 +193,7 @@ def test_transposed_b_is_packed_then_tiled():
 def test_tile_on_a_core_share_of_rows(n):
     """A kernel split across 2 cores has a row axis whose size is an expression of core_id (13 rows: 6 and
     7): the tile still upcasts it, with a tail loop, and both cores together compute the product."""
-    from tg_core.codegen.threads import split_cores
+    from tg_core.codegen.lib.threads import split_cores
     m, k = 32, 5
     ast = split_cores(matmul(n, m, k), 2, 0)
     opts = cpu_opts(ast)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tg_core.codegen.opts import Opt
-from tg_core.codegen.program import Program, linearize_kernel
+from tg_core.codegen.pipeline import linearize_kernel
+from tg_core.codegen.program import Program
 from tg_core.dtype import DType, PtrDType, dtypes
 from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.uop import UOp

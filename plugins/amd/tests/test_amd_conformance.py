@@ -83,8 +83,8 @@ def test_float64_math_end_to_end():
 
 @pytest.mark.parametrize("dtype", ["int32", "int8", "uint16", "int64"])
 def test_integer_pow_end_to_end(dtype):
-    """Integer POW (binary exponentiation, tg_core/codegen/intpow.py) against alu.py's exact definition, constant and
-    variable exponents, negative ones included for signed dtypes."""
+    """Integer POW (binary exponentiation, tg_core/codegen/lib/intpow.py) against alu.py's exact definition,
+    constant and variable exponents, negative ones included for signed dtypes."""
     from tg_core.dtype import dtypes
     from tg_core.tensor import Tensor
     from tg_core.uop.alu import exec_alu

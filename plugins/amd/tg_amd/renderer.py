@@ -8,7 +8,7 @@ What changes against the host renderer:
   kernarg segment, laid out by LLVM at their natural alignment (`kernarg_layout` computes the same offsets);
 - buffers live in the global address space (1), LDS (DEFINE_LOCAL) in the local one (3), accumulators in
   private memory (5, registers after mem2reg);
-- the parallel ranges become workgroup and workitem ids (tg_core/codegen/gpudims.py), read with
+- the parallel ranges become workgroup and workitem ids (tg_core/codegen/lib/gpudims.py), read with
   `llvm.amdgcn.workgroup.id.*` / `llvm.amdgcn.workitem.id.x`; the kernel declares its workgroup size
   (`amdgpu-flat-work-group-size`), which lets LLVM drop barriers of single-wave workgroups;
 - float32 math uses the hardware's transcendental instructions (v_exp_f32, v_log_f32, v_sqrt_f32, v_rcp_f32,
@@ -16,7 +16,7 @@ What changes against the host renderer:
   flush denormals; the code objects keep them, so exp(-100) is 3.8e-44 as on the CPU); sin gets a
   Cody-Waite reduction to [-pi, pi] first, since v_sin_f32 takes revolutions and loses accuracy on large
   ones. float16 math runs in float32. float64 exp2/log2/sin/pow have no AMD instruction and LLVM would need a
-  library call (which aborts the process), so core's decompositions (tg_core/codegen/decomp.py) turn them into
+  library call (which aborts the process), so core's decompositions (tg_core/codegen/lib/decomp.py) turn them into
   float64 and integer arithmetic first; so they do pow of every float dtype, since LLVM's expansion of
   llvm.pow.f32 (exp2(y * log2(x))) is NaN for a negative x even with an integer y.
 """
@@ -26,11 +26,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tg_core.codegen.decomp import decomp
-from tg_core.codegen.gpudims import LaunchDims, add_gpudims
-from tg_core.codegen.intpow import pm_int_pow
+from tg_core.codegen.lib.decomp import decomp
+from tg_core.codegen.lib.gpudims import LaunchDims, add_gpudims
+from tg_core.codegen.lib.intpow import pm_int_pow
 from tg_core.codegen.opts import Opt
-from tg_core.codegen.program import Program, linearize_kernel
+from tg_core.codegen.pipeline import linearize_kernel
+from tg_core.codegen.program import Program
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg_core.renderer.llvmir import LLVMFunction, LLVMRenderer, ltype, render_const
 from tg_core.uop.ops import Ops

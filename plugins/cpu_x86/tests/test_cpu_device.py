@@ -5,7 +5,7 @@ import logging
 import numpy as np
 import pytest
 
-from tg_core.codegen.threads import MIN_WORK
+from tg_core.codegen.lib.threads import MIN_WORK
 from tg_core.device import Buffer, Device
 from tg_core.dtype import dtypes
 from tg_core.renderer import UnsupportedDTypeError

@@ -1,4 +1,4 @@
-"""Integer POW as multiplies (tg_core/codegen/intpow.py), compiled on the CPU's LLVM path and compared with alu.py,
+"""Integer POW as multiplies (tg_core/codegen/lib/intpow.py), compiled on the CPU's LLVM path and compared with alu.py,
 which defines it: wrapped exact powers for y >= 0, the truncated real power for y < 0."""
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ from tg_core.uop import KernelInfo, Ops, UOp
 from tg_core.uop.alu import exec_alu
 
 pytest.importorskip("llvmlite.binding")
-from tg_core.codegen.intpow import int_pow  # noqa: E402
+from tg_core.codegen.lib.intpow import int_pow  # noqa: E402
 
 RNG = np.random.default_rng(3)
 

@@ -1,11 +1,11 @@
-"""Multi-core kernels (tg_core/codegen/threads.py): which kernels are split, that the cores' rows partition
+"""Multi-core kernels (tg_core/codegen/lib/threads.py): which kernels are split, that the cores' rows partition
 the range exactly, and that split kernels compute what numpy does when run on the CPU device's pool."""
 import threading
 
 import numpy as np
 import pytest
 
-from tg_core.codegen.threads import (CORE_ID, core_count, parallel_ranges, partial_reduction, split_cores,
+from tg_core.codegen.lib.threads import (CORE_ID, core_count, parallel_ranges, partial_reduction, split_cores,
                                      work_estimate)
 from tg_core.device import Buffer, Device
 from tg_core.dtype import dtypes, to_numpy_dtype

@@ -1,6 +1,6 @@
 """The CPU device: host memory, kernels compiled for this machine, run on all its cores.
 
-`get_runner(ast)` splits the kernel across cores (tg_core.codegen.threads), linearizes and renders it
+`get_runner(ast)` splits the kernel across cores (tg_core.codegen.lib.threads), linearizes and renders it
 with the device's renderer, loads the result and returns a runner; everything up to the runner is cached
 per AST (and the loaded code per rendered source). A renderer's output says how it is loaded: LLVM IR text
 (str) is JIT-compiled by llvmlite, machine code (bytes, entry at offset 0) is placed in executable memory.
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tg_core.codegen.threads import CORE_ID, MIN_WORK, core_count, partial_reduction, split_cores
+from tg_core.codegen.lib.threads import CORE_ID, MIN_WORK, core_count, partial_reduction, split_cores
 from tg_core.device import Buffer, Compiled
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.helpers import DEBUG

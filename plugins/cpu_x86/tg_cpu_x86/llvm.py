@@ -13,9 +13,9 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
-from tg_core.codegen.decomp import decomp
-from tg_core.codegen.heuristic import CPUTarget, cpu_opts
-from tg_core.codegen.intpow import pm_int_pow
+from tg_core.codegen.lib.decomp import decomp
+from tg_core.codegen.lib.heuristic import CPUTarget, cpu_opts
+from tg_core.codegen.lib.intpow import pm_int_pow
 from tg_core.codegen.opts import Opt
 from tg_core.renderer.llvmir import LLVMRenderer
 from tg_core.uop.uop import UOp

@@ -5,7 +5,7 @@ import logging
 import platform
 
 from tg_core.plugins import DeviceSpec, Option, hookimpl
-from tg_core.codegen.threads import MIN_WORK
+from tg_core.codegen.lib.threads import MIN_WORK
 
 log = logging.getLogger("tg.cpu")
 X86_64 = ("x86_64", "amd64")

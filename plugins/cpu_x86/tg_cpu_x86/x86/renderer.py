@@ -1,7 +1,7 @@
 """X86Renderer: a linear program -> x86-64 machine code, with no external assembler.
 
 Pipeline: instruction selection (isel.py: rewrite rules, virtual registers) -> linear-scan register
-allocation (tg_core.codegen.regalloc with the System V description in abi.py: spill code, callee-saved
+allocation (tg_core.codegen.lib.regalloc with the System V description in abi.py: spill code, callee-saved
 saves, the frame) -> the encoder (encode.py's Assembler: bytes, and the text `asm_str` shows). The code
 is a C function `void kernel(void *buf0, ..., int/long var0, ...)` with its entry at offset 0 and its
 constants after it.
@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tg_core.codegen.heuristic import CPUTarget, cpu_opts
+from tg_core.codegen.lib.heuristic import CPUTarget, cpu_opts
+from tg_core.codegen.lib.regalloc import Allocation, allocate
 from tg_core.codegen.opts import Opt, OptOps, apply_opts, kernel_ranges
-from tg_core.codegen.program import Program, linearize_kernel
-from tg_core.codegen.regalloc import Allocation, allocate
+from tg_core.codegen.pipeline import linearize_kernel
+from tg_core.codegen.program import Program
 from tg_core.dtype import dtypes
 from tg_core.renderer import Renderer
 from tg_core.renderer.isa import LABEL, Imm, Label, MInst, Mem, Operand, PReg, View
@@ -31,7 +32,7 @@ from tg_cpu_x86.x86.slp import buffer_of, plan
 def _decompositions() -> PatternMatcher | None:
     """Core's polynomial EXP2/LOG2/SIN/POW rules (x86 has no such instructions), when this tg-core has them."""
     try:
-        from tg_core.codegen.decomp import decomp
+        from tg_core.codegen.lib.decomp import decomp
     except ImportError:
         return None
     return decomp
