@@ -167,10 +167,10 @@ def _print_plugin(info: dict[str, Any]) -> None:
 
 @command("devices", "list every plugin found, its devices, renderers, hooks and status", _devices_args)
 def cmd_devices(args: argparse.Namespace) -> int:
+    from tg_core import __version__
     from tg_core.plugins.manager import PluginWarning
     from tg_core.plugins.probe import probe
     from tg_core.plugins.version import API_VERSION_STR
-    from tg_core import __version__
     reg = _registry(args)
     reg.load_all()  # imports the plugins (phase two) but opens no device
     probes: dict[str, Any] = {}
@@ -264,6 +264,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 @command("doctor", "check the installation, the config and every plugin; say how to fix what is wrong")
 def cmd_doctor(args: argparse.Namespace) -> int:
     import pluggy
+
     from tg_core import __version__
     from tg_core.device import Device
     from tg_core.plugins.manager import KNOWN_DEVICES

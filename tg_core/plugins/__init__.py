@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg_core.plugins.errors import (ConfigError, DeviceClashError, DeviceNotFoundError, DeviceStringError,
-                                    DeviceUnavailable, PluginBlockedError, PluginBrokenError, PluginError,
-                                    PluginRefusedError)
+from tg_core.plugins.errors import (
+    ConfigError,
+    DeviceClashError,
+    DeviceNotFoundError,
+    DeviceStringError,
+    DeviceUnavailable,
+    PluginBlockedError,
+    PluginBrokenError,
+    PluginError,
+    PluginRefusedError,
+)
 from tg_core.plugins.specs import DeviceSpec, Option
 from tg_core.plugins.version import API_VERSION, API_VERSION_STR
 

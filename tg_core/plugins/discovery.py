@@ -20,7 +20,7 @@ from tg_core.plugins.version import API_VERSION, API_VERSION_STR, in_range
 GROUP = "tg.plugins"
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     FOUND = "found"        # manifest read; hooks module not imported yet
     LOADED = "loaded"      # hooks module imported and registered
     BROKEN = "broken"      # manifest or hooks module failed; `error` holds the exception

@@ -34,8 +34,8 @@ from tg_core.dtype import dtypes
 from tg_core.trampoline import Call, trampoline
 from tg_core.uop.ops import AxisType, GroupOp, KernelInfo, Ops
 from tg_core.uop.symbolic import simplify
-from tg_core.uop.validate import check_oob
 from tg_core.uop.uop import UOp
+from tg_core.uop.validate import check_oob
 
 _ZERO = UOp.const(dtypes.weakint, 0)
 

@@ -11,7 +11,8 @@ A "run" function takes a kernel AST and its numpy arrays in PARAM order and fill
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from tg_core.helpers import REWRITE_STEP_LIMIT
 from tg_core.uop.ops import Ops
-from tg_core.uop.upat import UPat, _UPatAny
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat, _UPatAny
 
 RuleFn = Callable[..., UOp | None]
 

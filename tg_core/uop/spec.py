@@ -17,8 +17,8 @@ from typing import Any
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg_core.uop.ops import AxisType, GroupOp, Ops
 from tg_core.uop.rewrite import PatternMatcher
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat
 
 Check = Callable[..., bool | None]
 

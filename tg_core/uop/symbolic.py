@@ -14,8 +14,8 @@ from tg_core.uop.divmod import fold_divmod, fold_int_compare
 from tg_core.uop.linear import fold_linear_sum
 from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.rewrite import PatternMatcher
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat
 
 _INTS = tuple({dtypes.weakint, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
                dtypes.uint32, dtypes.uint64})

@@ -22,7 +22,6 @@ from tg_core.dtype import ConstType, DType, PtrDType, as_const, dtypes, least_up
 from tg_core.uop.ops import AxisType, GroupOp, Ops
 from tg_core.uop.tensor_ops import TensorOps
 
-
 # The hash-consing cache: key -> weak reference to the node. Entries of dead nodes are swept when the
 # cache has doubled since the last sweep (amortized O(1) per node, and cheaper than a weakref callback
 # per node). Lookups that hit a live node take no lock: a live entry is never removed. Inserting and

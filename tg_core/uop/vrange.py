@@ -265,7 +265,8 @@ def _sqrt(u, a):
 
 
 def _trunc(u, a):
-    f = (lambda x: x if math.isinf(x) else math.trunc(x))
+    def f(x):
+        return x if math.isinf(x) else math.trunc(x)
     return f(a[0]), f(a[1])
 
 

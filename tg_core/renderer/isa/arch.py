@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tg_core.renderer.isa.machine import MInst, Mem, PReg
+from tg_core.renderer.isa.machine import Mem, MInst, PReg
 
 
 class ArchContext:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Union
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +48,7 @@ class VReg:
         return f"%{self.cls[0]}{self.id}" + (f"<{self.fixed}>" if self.fixed else "")
 
 
-Reg = Union[VReg, PReg]
+Reg = VReg | PReg
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,7 @@ class Label:
     name: str
 
 
-Operand = Union[VReg, PReg, View, Imm, Mem, Label]
+Operand = VReg | PReg | View | Imm | Mem | Label
 
 # instruction kinds: what the allocator must know about control flow and copies
 NORMAL, LABEL, JUMP, CJUMP, RET, MOVE = "normal", "label", "jump", "cjump", "ret", "move"
