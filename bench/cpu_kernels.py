@@ -113,7 +113,7 @@ def main() -> None:
         err = float(np.abs(got - want).max() / max(1e-30, float(np.abs(want).max())))
         t_np = best(np_fn, args.reps)
         t_kernel = best(kernel_runner(tg_fn()), args.reps)
-        t_realize = best(lambda: tg_fn().realize(), args.reps)
+        t_realize = best(lambda fn=tg_fn: fn().realize(), args.reps)
         unit = "GFLOP/s" if name in ("matmul", "mlp") else "GB/s"
         results.append(dict(case=name, numpy_ms=t_np * 1e3, kernel_ms=t_kernel * 1e3, realize_ms=t_realize * 1e3,
                             kernel_ratio=t_np / t_kernel, realize_ratio=t_np / t_realize,

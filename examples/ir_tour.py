@@ -14,7 +14,7 @@ def main() -> None:
     print("index as built:     ", index.render())
     simple = index.simplify()
     print("index simplified:   ", simple.render())
-    print("its range:           [%d, %d]" % (simple.vmin, simple.vmax))
+    print(f"its range:           [{simple.vmin}, {simple.vmax}]")
 
     # hash-consing: building the same expression again gives the very same object
     assert (row * 48 + col) is flat
@@ -32,7 +32,7 @@ def main() -> None:
     load = buf.index(simple).load()
     with Context(CHECK_OOB=1):
         validate_index(load.sink())
-        print("in bounds:           image[%s] for every row and col" % simple.render())
+        print(f"in bounds:           image[{simple.render()}] for every row and col")
         bad = buf.index(simple + 1).load()
         try:
             validate_index(bad.sink())

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tg_core.dtype import dtypes
-from tg_core.gradient import compute_gradient
+from tg_core.tensor.gradient import compute_gradient
 from tg_core.tensor import Tensor
 from tg_core.uop.ops import Ops
 
@@ -546,8 +546,8 @@ def test_overlapping_write_computes_its_value_first():
 
 def test_simultaneous_writes_swap():
     a, b = Tensor([1.0, 2.0]).realize(), Tensor([3.0, 4.0]).realize()
-    from tg_core.tensor import _write
-    _write([(a, b.uop), (b, a.uop)])
+    from tg_core.tensor.storage import write
+    write([(a, b.uop), (b, a.uop)])
     np.testing.assert_allclose(a.numpy(), [3.0, 4.0])
     np.testing.assert_allclose(b.numpy(), [1.0, 2.0])
 
@@ -577,7 +577,7 @@ def test_storage_model_matches_eager_numpy(seed):
     """Random programs of views, detaches, clones, computed values, assigns (also through setitem and into
     what they read), realizes and reads. numpy arrays and their views (eager, in place) are the reference for
     what each tensor must hold."""
-    from tg_core.tensor import _storage
+    from tg_core.tensor.storage import storage_of
     rng = np.random.default_rng(seed)
     pairs: list[tuple[Tensor, np.ndarray]] = []
 
@@ -597,7 +597,7 @@ def test_storage_model_matches_eager_numpy(seed):
             d = data((2, 3))
             pairs.append((Tensor(d.copy()), d.copy()))
         elif op == 1:  # a view of storage (numpy views alias just like tensor views)
-            t, r = pick(lambda t, r: _storage(t.uop) is not None and r.ndim == 2)
+            t, r = pick(lambda t, r: storage_of(t.uop) is not None and r.ndim == 2)
             kind = rng.integers(3)
             if kind == 0:
                 pairs.append((t[:, 1:], r[:, 1:]))
@@ -606,14 +606,14 @@ def test_storage_model_matches_eager_numpy(seed):
             else:
                 pairs.append((t.flip(0), r[::-1]))
         elif op == 2:  # detach of storage shares it
-            t, r = pick(lambda t, r: _storage(t.uop) is not None)
+            t, r = pick(lambda t, r: storage_of(t.uop) is not None)
             pairs.append((t.detach(), r))
         elif op == 3:  # clone
             t, r = pick()
             pairs.append((t.clone(), r.copy()))
         elif op == 4:  # a computed value
             t, r = pick()
-            other = pick(lambda u, s: s.shape == r.shape)
+            other = pick(lambda u, s, shape=r.shape: s.shape == shape)
             pairs.append((t * 2 + other[0], r * 2 + other[1]))
         elif op == 5:  # assign data
             t, r = pick()
@@ -622,7 +622,7 @@ def test_storage_model_matches_eager_numpy(seed):
             r[...] = d
         elif op == 6:  # assign a computed value of existing tensors (may read the destination itself)
             t, r = pick()
-            src, sr = pick(lambda u, s: s.shape == r.shape)
+            src, sr = pick(lambda u, s, shape=r.shape: s.shape == shape)
             value = sr + 1
             t.assign(src + 1)
             r[...] = value
@@ -638,7 +638,7 @@ def test_storage_model_matches_eager_numpy(seed):
             t.assign(t.flip(0))
             r[...] = r[::-1].copy()
         elif op == 10:  # a view of a view
-            t, r = pick(lambda t, r: _storage(t.uop) is not None and r.ndim == 2 and r.shape[1] > 1)
+            t, r = pick(lambda t, r: storage_of(t.uop) is not None and r.ndim == 2 and r.shape[1] > 1)
             pairs.append((t[:, :-1].flip(1), r[:, :-1][:, ::-1]))
         else:  # read
             t, r = pick()
@@ -667,11 +667,12 @@ def test_realizing_never_changes_gradients(seed):
 
     def program(realize: bool) -> list[np.ndarray]:
         x, w = Tensor(x0, requires_grad=True), Tensor(w0, requires_grad=True)
+        ops = [lambda h: h * w, lambda h: h + x, lambda h: h.sin(), lambda h: h.relu() + h * 0.1,
+               lambda h: (h.sum(1, keepdim=True) * 0.3).expand(2, 3) + h, lambda h: h.clone() * 1.5,
+               lambda h: (h.T.contiguous() * 0.7).T, lambda h: h.reshape(3, 2).flip(0).reshape(2, 3)]
         h = x * w
         for op, r in steps:
-            h = [lambda: h * w, lambda: h + x, lambda: h.sin(), lambda: h.relu() + h * 0.1,
-                 lambda: (h.sum(1, keepdim=True) * 0.3).expand(2, 3) + h, lambda: h.clone() * 1.5,
-                 lambda: (h.T.contiguous() * 0.7).T, lambda: h.reshape(3, 2).flip(0).reshape(2, 3)][op]()
+            h = ops[op](h)
             if realize and r:
                 h.realize()
         loss = (h * h).sum()

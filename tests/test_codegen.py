@@ -6,9 +6,9 @@ import pytest
 
 from tg_core.codegen import LinearizeError, Opt, OptError, OptOps, Program, apply_opts, linearize_kernel, verify_program
 from tg_core.codegen.lower_index import lower_index_dtype
-from tg_core.uop.validate import check_oob
 from tg_core.dtype import AddrSpace, dtypes, to_numpy_dtype
 from tg_core.uop import AxisType, Ops, UOp
+from tg_core.uop.validate import check_oob
 
 pytest.importorskip("llvmlite.binding")
 from test_llvmir import kernel, run  # noqa: E402  (shared JIT helpers)
@@ -726,6 +726,7 @@ def test_scheduler_kernels_match_the_reference_device(name, monkeypatch):
     from tg_core.codegen.opts import kernel_ranges
     from tg_core.plugins.builtin import PythonDevice
     from tg_core.renderer.llvmir import LLVMRenderer
+
     from test_llvmir import compile_and_run
 
     ref = _TENSOR_CASES[name](Tensor).numpy()
@@ -742,7 +743,7 @@ def test_scheduler_kernels_match_the_reference_device(name, monkeypatch):
         return picks
 
     for upcast in (False, True):
-        def llvm_runner(self, ast):
+        def llvm_runner(self, ast, upcast=upcast):  # bound now: the runner must not see a later iteration's value
             prog = linearize_kernel(ast, opts=opts_for(ast, upcast))
             src = LLVMRenderer().render(prog)
 

@@ -13,10 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tg_core.dtype import (DType, PtrDType, as_const, from_numpy_dtype, least_upper_dtype, least_upper_float,
-                           sum_acc_dtype, to_dtype, to_numpy_dtype)
-from tg_core.dtype import dtypes
-from tg_core.uop import Ops, UOp
+from tg_core.dtype import (
+    DType,
+    PtrDType,
+    as_const,
+    dtypes,
+    from_numpy_dtype,
+    least_upper_dtype,
+    least_upper_float,
+    sum_acc_dtype,
+    to_dtype,
+    to_numpy_dtype,
+)
+from tg_core.uop import UOp
 
 NP_PAIRS = [(dtypes.bool, np.bool_), (dtypes.int8, np.int8), (dtypes.int16, np.int16), (dtypes.int32, np.int32),
             (dtypes.int64, np.int64), (dtypes.uint8, np.uint8), (dtypes.uint16, np.uint16), (dtypes.uint32, np.uint32),

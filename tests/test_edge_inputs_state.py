@@ -16,7 +16,6 @@ from tg_core.nn.optim import SGD
 from tg_core.nn.state import safe_load, safe_load_metadata
 from tg_core.testing.devices import why_unavailable
 
-
 _no_amd = why_unavailable("AMD")
 DEVICES = ["PYTHON", "CPU:X86", "CPU:LLVM",
            pytest.param("AMD", marks=pytest.mark.skipif(_no_amd is not None, reason=f"no AMD device: {_no_amd}"))]
@@ -203,8 +202,8 @@ def test_assign_keeps_what_earlier_values_meant(dev):
 
 def _snapshot_contents(t: Tensor) -> list[np.ndarray]:
     from tg_core.engine.realize import buffer_of
-    from tg_core.tensor import _buffers_in
-    return [buffer_of(n).numpy() for n in _buffers_in(t.uop)]
+    from tg_core.tensor.storage import buffers_in
+    return [buffer_of(n).numpy() for n in buffers_in(t.uop)]
 
 
 def test_assign_goes_ahead_when_a_reader_cannot_be_built(dev):

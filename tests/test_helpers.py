@@ -5,8 +5,22 @@ import threading
 import numpy as np
 import pytest
 
-from tg_core.helpers import (DEBUG, REWRITE_STEP_LIMIT, Context, ContextVar, all_same, argsort, cdiv, ceildiv, cmod, dedup,
-                             flatten, getenv, prod, round_up)
+from tg_core.helpers import (
+    DEBUG,
+    REWRITE_STEP_LIMIT,
+    Context,
+    ContextVar,
+    all_same,
+    argsort,
+    cdiv,
+    ceildiv,
+    cmod,
+    dedup,
+    flatten,
+    getenv,
+    prod,
+    round_up,
+)
 
 # context variables are process-wide and registered by name once: the test ones get unique names
 TV_INT = ContextVar("TG_TEST_HELPERS_INT", 3)

@@ -14,8 +14,15 @@ from tg_core.codegen import Program, linearize_kernel
 from tg_core.dtype import AddrSpace, DType, dtypes
 from tg_core.renderer import Renderer, UnsupportedDTypeError
 from tg_core.renderer.llvmir import LLVMFunction, LLVMRenderer, render_const
-from tg_core.testing.kernels import INTS, check_bitcast, check_cast, check_random_expressions, elementwise, int_pairs, \
-    kernel
+from tg_core.testing.kernels import (
+    INTS,
+    check_bitcast,
+    check_cast,
+    check_random_expressions,
+    elementwise,
+    int_pairs,
+    kernel,
+)
 from tg_core.testing.kernels import check_alu as shared_check_alu
 from tg_core.uop import AxisType, Ops, UOp
 

@@ -286,7 +286,7 @@ def test_deep_chains_rewrite_without_recursion(bottom_up):
         y = y * 1 if i % 2 else y + 0
     assert graph_rewrite(y, fold, bottom_up=bottom_up) is X
     z = X
-    for i in range(10_000):
+    for _ in range(10_000):
         z = z + 1
     calls = []
     out = graph_rewrite(z, PatternMatcher([(UPat(Ops.DEFINE_VAR, name="v"), lambda v: calls.append(v) or (Y if v is X else None))]),

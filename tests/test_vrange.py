@@ -3,7 +3,6 @@ random integer expressions stay within their bounds at sampled points."""
 import math
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 

@@ -15,6 +15,7 @@ from .conftest import REPO
 def listing(plugin_site, tmp_path_factory):
     import subprocess
     import sys
+
     from .conftest import clean_env
     cwd = tmp_path_factory.mktemp("cli")
     env = clean_env(HOME=str(cwd), PYTHONPATH=f"{plugin_site}:{REPO}", TG_PLUGINS_PATH=str(plugin_site))
@@ -243,6 +244,7 @@ def test_devices_into_a_closed_pipe_exits_quietly(plugin_site, tmp_path):
     """`tg devices | head`: the reader goes away before tg writes; tg exits as SIGPIPE would, without a traceback."""
     import subprocess
     import sys
+
     from .conftest import clean_env
     env = clean_env(HOME=str(tmp_path), PYTHONPATH=f"{plugin_site}:{REPO}", TG_PLUGINS_PATH=str(plugin_site))
     proc = subprocess.Popen([sys.executable, "-m", "tg_core", "devices"], cwd=tmp_path, env=env,
@@ -259,6 +261,7 @@ def run_installed(tmp_path):
     """Run `python -m tg_core ARGS` over the installed plugins (tg-cpu-x86, tg-amd, tg-mockgpu) in a clean cwd/home."""
     import subprocess
     import sys
+
     from .conftest import clean_env
 
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -7,8 +7,14 @@ import pytest
 
 from tg_core.device import Compiled, Device
 from tg_core.dtype import dtypes
-from tg_core.plugins import (ConfigError, DeviceClashError, DeviceNotFoundError, DeviceUnavailable, PluginBrokenError,
-                             PluginWarning)
+from tg_core.plugins import (
+    ConfigError,
+    DeviceClashError,
+    DeviceNotFoundError,
+    DeviceUnavailable,
+    PluginBrokenError,
+    PluginWarning,
+)
 from tg_core.plugins.discovery import Status
 from tg_core.plugins.hookspecs import hookimpl
 from tg_core.uop import UOp

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tg_core.dtype import dtypes
 from tg_core.uop import AxisType, KernelInfo, Ops, UOp
-
 from tg_amd.compiler import AMDCompiler
 from tg_amd.renderer import AMDRenderer
 

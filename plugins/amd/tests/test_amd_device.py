@@ -7,12 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from amd_kernels import rowmax, saxpy, scaled
 from tg_core.plugins.errors import DeviceUnavailable
 from tg_amd import device as amd_device
 from tg_amd import select
 from tg_amd.interface import AMDInterface, CodeObject, GPUBuffer
 from tg_amd.renderer import AMDRenderer
+
+from amd_kernels import rowmax, saxpy, scaled
 
 
 class RecordingInterface:

@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 
-from amd_kernels import ABS_IR, LDS_IR, SCRATCH_IR, TABLE_IR, compile_ast, compile_ir, rowmax, saxpy, scaled
-from tg_amd.elf import (GFX1100, ELFError, KernelResourceError, SHF_ALLOC, check_resources, load_code_object,
-                         read_elf)
+from tg_amd.elf import GFX1100, SHF_ALLOC, ELFError, KernelResourceError, check_resources, load_code_object, read_elf
 from tg_amd.interface import DESCRIPTOR_SIZE, KernelDescriptor
+
+from amd_kernels import ABS_IR, LDS_IR, SCRATCH_IR, TABLE_IR, compile_ast, compile_ir, rowmax, saxpy, scaled
 
 READELF, OBJDUMP = "llvm-readelf-19", "llvm-objdump-19"
 pytestmark = pytest.mark.skipif(not (shutil.which(READELF) and shutil.which(OBJDUMP)),

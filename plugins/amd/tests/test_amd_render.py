@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from amd_kernels import compile_ast, kernel, rowmax, saxpy, scaled
 from tg_core.codegen import linearize_kernel
 from tg_core.dtype import AddrSpace, dtypes
 from tg_core.uop import Ops, UOp
@@ -13,6 +12,8 @@ from tg_amd.elf import load_code_object
 from tg_amd.interface import KernelDescriptor, KernelSymbol
 from tg_amd.kernargs import pack_kernargs
 from tg_amd.renderer import AMDRenderer, kernarg_layout
+
+from amd_kernels import compile_ast, kernel, rowmax, saxpy, scaled
 
 
 def render(ast: UOp) -> str:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from amd_kernels import kernel
 from tg_core.dtype import dtypes
 from tg_core.interpreter import run_kernel
 from tg_core.uop import AxisType, Ops, UOp
 from tg_amd.split import split_nested
 
+from amd_kernels import kernel
 
-def mlp_loss(B: int = 6, I: int = 5, H: int = 7, C: int = 4) -> UOp:
+
+def mlp_loss(B: int = 6, I: int = 5, H: int = 7, C: int = 4) -> UOp:  # noqa: E741  (the dims' usual names)
     """loss = sum_b max_c sum_h relu(sum_i x[b,i] w1[i,h]) w2[h,c]: a scalar over three nested reductions."""
     x, w1, w2 = (UOp.param(i + 1, dtypes.float32.ptr(n)) for i, n in enumerate((B * I, I * H, H * C)))
     out = UOp.param(0, dtypes.float32.ptr(1))

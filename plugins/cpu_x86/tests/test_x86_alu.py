@@ -6,17 +6,26 @@ import math
 
 import numpy as np
 import pytest
-from x86_harness import run_x86
 
 from tg_core.codegen import linearize_kernel
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.renderer import UnsupportedDTypeError
-from tg_core.testing.kernels import INTS, check_bitcast, check_cast, check_random_expressions, elementwise, int_pairs, \
-    kernel, np_buf
+from tg_core.testing.kernels import (
+    INTS,
+    check_bitcast,
+    check_cast,
+    check_random_expressions,
+    elementwise,
+    int_pairs,
+    kernel,
+    np_buf,
+)
 from tg_core.testing.kernels import check_alu as shared_check_alu
 from tg_core.uop import Ops, UOp
 from tg_core.uop.alu import exec_alu
 from tg_cpu_x86.x86.renderer import X86Renderer
+
+from x86_harness import run_x86
 
 FLOATS = [dtypes.float16, dtypes.float32, dtypes.float64]
 
@@ -56,7 +65,7 @@ def test_int_shifts_and_unary(dt):
 def test_division_by_constants():
     for d in (3, -3, 1, -1, 0, 7):
         n = 6
-        ast = elementwise(lambda a: (a // UOp.const(dtypes.int32, d)) * 100 + a % UOp.const(dtypes.int32, d),
+        ast = elementwise(lambda a, d=d: (a // UOp.const(dtypes.int32, d)) * 100 + a % UOp.const(dtypes.int32, d),
                           [dtypes.int32], dtypes.int32, n, f"divc{d}")
         xs = np.array([17, -17, 0, 2**31 - 1, -2**31, 5], np.int32)
         out = np.zeros(n, np.int32)

@@ -6,14 +6,15 @@ the inner loops free of index arithmetic, and indexes that could wrap in 32 bits
 from __future__ import annotations
 
 import numpy as np
-from x86_harness import compile_x86, run_x86
 
 from tg_core import Tensor
 from tg_core.dtype import dtypes
 from tg_core.testing.kernels import kernel
 from tg_core.uop import Ops, UOp
 from tg_cpu_x86.x86.isel import Selector
+
 from test_x86_kernels import f32, run_tensor
+from x86_harness import compile_x86, run_x86
 
 
 def innermost_loop(k, containing: str = "") -> list[str]:

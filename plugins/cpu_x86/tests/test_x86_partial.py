@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tg_core import Tensor
+
 from test_x86_induction import innermost_loop
 from test_x86_kernels import f32, run_tensor
 

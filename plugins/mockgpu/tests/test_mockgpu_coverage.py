@@ -36,15 +36,15 @@ def _programs() -> None:
 
     for dt in DTYPES:
         for _, op, _, _ in C._UNARY:
-            attempt(lambda: op(t((4, 6), dt)))
+            attempt(lambda op=op, dt=dt: op(t((4, 6), dt)))
         for _, op, _, _ in C._BINARY:
-            attempt(lambda: op(t((4, 6), dt), t((6,), dt)))
+            attempt(lambda op=op, dt=dt: op(t((4, 6), dt), t((6,), dt)))
         for other in DTYPES:
-            attempt(lambda: t((37,), dt).cast(other))
-        attempt(lambda: t((3, 16), dt) @ t((16, 5), dt))
-        attempt(lambda: t((3, 16), dt).cast("int32") @ t((16, 5), "uint8").cast("int32"))
-        attempt(lambda: t((1500,), dt).sum())
-        attempt(lambda: t((1500,), dt).max())
+            attempt(lambda dt=dt, other=other: t((37,), dt).cast(other))
+        attempt(lambda dt=dt: t((3, 16), dt) @ t((16, 5), dt))
+        attempt(lambda dt=dt: t((3, 16), dt).cast("int32") @ t((16, 5), "uint8").cast("int32"))
+        attempt(lambda dt=dt: t((1500,), dt).sum())
+        attempt(lambda dt=dt: t((1500,), dt).max())
 
 
 @pytest.mark.slow  # about 20 s: some 400 kernels rendered and compiled

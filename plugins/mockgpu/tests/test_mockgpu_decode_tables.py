@@ -64,7 +64,8 @@ def random_case(enc: str, opcode: int, rng: random.Random, plain: bool, sgpr_src
     fmt = "VOP3SD" if enc == "VOP3" and opcode in VOP3SD_OPCODES else "FLAT" if enc in SEG else enc
     f: dict[str, int] = {"op": opcode} if "op" in FORMATS[fmt] else {}
     # true16 LLVM accepts only v0-v127 in 16-bit VOP1/VOP2 forms, so plain cases stay low
-    vreg = lambda n: rng.randrange(0, 120) if plain else rng.randrange(0, 256 - 8)
+    def vreg(n: int) -> int:
+        return rng.randrange(0, 120) if plain else rng.randrange(0, 256 - 8)
     for name, t in used.items():
         n, kind = t[1], t[2]
         if name == "literal" or kind in ("hex", "u16", "dec", "fmt"):
@@ -200,7 +201,7 @@ def test_true16_halves_match_llvm_mc_real_true16(monkeypatch) -> None:
             if t16_fields(enc, opcode):
                 cases += [(enc, random_case(enc, opcode, rng, plain=k < 2)) for k in range(4)]
     compared, bad = 0, []
-    for (enc, code), text in zip(cases, gen.llvm_mc([c for _, c in cases])):
+    for (_enc, code), text in zip(cases, gen.llvm_mc([c for _, c in cases])):
         if text is None or "nvalid" in text or not any(h in text for h in (".l", ".h")):
             continue
         compared += 1

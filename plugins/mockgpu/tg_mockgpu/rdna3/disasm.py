@@ -131,7 +131,8 @@ def _depctr(imm: int) -> str:
 
 def _delay_alu(imm: int) -> str:
     id0, skip, id1 = imm & 0xF, (imm >> 4) & 7, (imm >> 7) & 0xF
-    name = lambda table, v, what: table[v] if v < len(table) else f"/* invalid {what} value */"
+    def name(table: tuple[str, ...], v: int, what: str) -> str:
+        return table[v] if v < len(table) else f"/* invalid {what} value */"
     parts = [f"instid0({name(DELAY_IDS, id0, 'instid')})"] if id0 else []
     parts += [f"instskip({name(DELAY_SKIPS, skip, 'instskip')})"] if skip else []
     parts += [f"instid1({name(DELAY_IDS, id1, 'instid')})"] if id1 else []
@@ -247,7 +248,8 @@ def _swizzle(imm: int) -> str:
     if group > 1 and group & (group - 1) == 0 and or_m < group and xor_m == 0:
         return f"swizzle(BROADCAST,{group},{or_m})"
     # lane id bit i becomes ((id & and) | or) ^ xor: preserved, inverted, or a constant 0/1
-    bit = lambda m, i: (m >> i) & 1
+    def bit(m: int, i: int) -> int:
+        return (m >> i) & 1
     chars = [str(1 ^ bit(xor_m, i)) if bit(or_m, i) else str(bit(xor_m, i)) if not bit(and_m, i)
              else "ip"[1 - bit(xor_m, i)] for i in range(4, -1, -1)]
     return f'swizzle(BITMASK_PERM,"{"".join(chars)}")'
@@ -321,7 +323,8 @@ def disasm(inst: Inst, true16: bool = True) -> str:
     if inst.enc == "VOPD":
         x = OPS["VOPDX"][inst.fields["opx"]]
         y = OPS["VOPDY"][inst.fields["opy"]]
-        half = lambda row: row[0] + " " + ", ".join(_operand(inst, t, False, true16) for t in row[1])
+        def half(row) -> str:
+            return row[0] + " " + ", ".join(_operand(inst, t, False, true16) for t in row[1])
         return f"{half(x)} :: {half(y)}"
     tmpl = template(inst)
     mnemonic = OPS["VOP3" if inst.enc == "VOP3SD" else inst.enc][inst.opcode][0]

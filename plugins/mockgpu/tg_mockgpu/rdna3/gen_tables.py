@@ -246,7 +246,7 @@ def const_classes(enc: str, base: dict[int, bytes], texts: dict[int, tuple]) -> 
             continue
         _, ops = texts[op]
         pos = [i for i, o in enumerate(ops) if o[0] == f][0]
-        tok = lambda t: OPERAND_RE.findall(t.partition(" ")[2])[pos].strip("|-")
+        tok = lambda t, pos=pos: OPERAND_RE.findall(t.partition(" ")[2])[pos].strip("|-")
         cls = CONST_CLASS.get(tuple(tok(t) for t in shown))
         if cls is None:
             raise ValueError(f"{enc} op {op} {f}: unknown constant printing {shown!r}")
