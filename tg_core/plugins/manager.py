@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,15 @@ import pluggy
 from tg_core.plugins import hookspecs
 from tg_core.plugins.config import Config, load_config, parse_device_string
 from tg_core.plugins.discovery import PluginRecord, Status, discover, norm
-from tg_core.plugins.errors import (ConfigError, DeviceClashError, DeviceNotFoundError, PluginBlockedError,
-                                    PluginBrokenError, PluginRefusedError, suggest)
+from tg_core.plugins.errors import (
+    ConfigError,
+    DeviceClashError,
+    DeviceNotFoundError,
+    PluginBlockedError,
+    PluginBrokenError,
+    PluginRefusedError,
+    suggest,
+)
 from tg_core.plugins.manifest import Manifest
 from tg_core.plugins.specs import DeviceSpec
 from tg_core.plugins.version import API_VERSION_STR
@@ -329,19 +336,39 @@ class PluginRegistry:
                 out.append((rec, res))
         return out
 
+    def collect_named(self, hook: str, device: str, fold: Callable[[str], str] | None = None) -> dict[str, Any]:
+        """The objects the plugins taking part in `device` offer through `hook` (a core hook, or one a plugin added
+        with `tg_addhooks`), by name: each plugin's list of results in plugin order, the first object of each
+        `name` kept (`fold` normalizes a name before comparing, e.g. `str.upper`; the key is the folded name).
+
+        Errors name the plugin: a result that is not a list, or an object without a str attribute `name`, is a
+        PluginBrokenError; a failing call follows the broken-plugin policy of `_collect`."""
+        self._check_hook_name(hook)
+        found: dict[str, Any] = {}
+        for rec, items in self._collect(hook, device):
+            if not isinstance(items, (list, tuple)):
+                raise PluginBrokenError(f"{rec.label}: {hook}({device!r}) returned {type(items).__name__}, "
+                                        "not a list")
+            for item in items:
+                name = getattr(item, "name", None)
+                if not isinstance(name, str):
+                    raise PluginBrokenError(f"{rec.label}: {hook}({device!r}) returned {item!r}, which has no str "
+                                            "attribute `name`")
+                found.setdefault(fold(name) if fold is not None else name, item)
+        return found
+
+    def _check_hook_name(self, hook: str) -> None:
+        if not isinstance(hook, str) or not hasattr(self.pm.hook, hook):
+            known = sorted(n for n in vars(self.pm.hook) if not n.startswith("_"))
+            hint = suggest(hook, known) if isinstance(hook, str) else None
+            raise ValueError(f"no hook {hook!r} has a spec; hooks: {', '.join(known)}"
+                             + (f"; did you mean {hint}?" if hint else ""))
+
     def renderers(self, device: str) -> list[type]:
         """Renderer classes for `device` in plugin order, first of each name kept, before config preferences."""
         key = ("tg_renderers", device)
         if key not in self._cache:
-            seen: dict[str, type] = {}
-            for rec, classes in self._collect("tg_renderers", device):
-                for cls in classes:
-                    name = getattr(cls, "name", None)
-                    if not isinstance(name, str):
-                        raise PluginBrokenError(f"{rec.label}: tg_renderers({device!r}) returned {cls!r}, which has "
-                                                "no str class attribute `name`")
-                    seen.setdefault(name.upper(), cls)
-            self._cache[key] = list(seen.values())
+            self._cache[key] = list(self.collect_named("tg_renderers", device, str.upper).values())
         return list(self._cache[key])
 
     def choose_renderer(self, device: str) -> tuple[list[type], str]:

@@ -1,9 +1,14 @@
 """tg-amd's hooks: the AMD device, its renderer, and the `amd_interfaces` hook spec for interface plugins."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pluggy
 
-from tg_core.plugins import DeviceSpec, Option, hookimpl
+from tg_core.plugin_api import DeviceSpec, Option, hookimpl
+
+if TYPE_CHECKING:
+    from tg_core.plugin_api import Renderer
 
 
 @hookimpl
@@ -25,7 +30,7 @@ def tg_devices() -> list[DeviceSpec]:
 
 
 @hookimpl
-def tg_renderers(device: str) -> list[type]:
+def tg_renderers(device: str) -> list[type[Renderer]]:
     if device.split(":")[0] != "AMD":
         return []
     from tg_amd.renderer import AMDRenderer

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tg_core.plugins.errors import DeviceUnavailable
+from tg_core.plugin_api import DeviceUnavailable, collect_named
+
+if TYPE_CHECKING:
+    from tg_amd.interface import AMDInterface
 
 KFD_PATH = "/dev/kfd"
 MOCK_DIST = "tg-mockgpu"
@@ -17,23 +20,10 @@ def auto_choice() -> str:
     return "kfd" if os.path.exists(KFD_PATH) else "mock"
 
 
-def collect_interfaces(device: str) -> dict[str, type]:
-    """Interface classes offered through `amd_interfaces()` by the plugins taking part in `device`, in plugin
-    order (the first class of each name kept)."""
-    from tg_core.plugins.manager import get_registry
-    reg = get_registry()
-    found: dict[str, type] = {}
-    for rec in reg.participants(device):
-        try:
-            classes = reg.call(rec, "amd_interfaces") or []
-        except Exception as e:
-            raise RuntimeError(f"{rec.label}: amd_interfaces() raised {type(e).__name__}: {e}") from e
-        for cls in classes:
-            name = getattr(cls, "name", None)
-            if not isinstance(name, str):
-                raise TypeError(f"{rec.label}: amd_interfaces() returned {cls!r}, which has no str attribute `name`")
-            found.setdefault(name, cls)
-    return found
+def collect_interfaces(device: str) -> dict[str, type[AMDInterface]]:
+    """Interface classes offered through `amd_interfaces()` by the plugins taking part in `device`, by name, in
+    plugin order (the first class of each name kept; errors name the plugin at fault)."""
+    return collect_named("amd_interfaces", device)
 
 
 def interface_names(device: str = "AMD") -> tuple[str, ...]:

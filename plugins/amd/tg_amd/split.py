@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import math
 
-from tg_core.dtype import DType, dtypes
-from tg_core.uop.ops import AxisType, KernelInfo, Ops
-from tg_core.uop.rewrite import substitute
-from tg_core.uop.uop import UOp
+from tg_core.plugin_api import AxisType, DType, KernelInfo, Ops, UOp, dtypes, substitute
 
 
 def _nested(u: UOp) -> bool:

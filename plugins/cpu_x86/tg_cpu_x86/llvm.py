@@ -13,12 +13,7 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
-from tg_core.codegen.lib.decomp import decomp
-from tg_core.codegen.lib.heuristic import CPUTarget, cpu_opts
-from tg_core.codegen.lib.intpow import pm_int_pow
-from tg_core.codegen.opts import Opt
-from tg_core.renderer.llvmir import LLVMRenderer
-from tg_core.uop.uop import UOp
+from tg_core.plugin_api import CPUTarget, LLVMRenderer, Opt, UOp, cpu_opts, decomp, pm_int_pow
 
 # the new pass manager's speed level. -O2 already runs the loop and SLP vectorizers; -O3 took twice as long to
 # compile the MLP forward's kernels (0.34 s against 0.15 s here) and ran them no faster

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tg_core.device import BufferSpec, LRUAllocator, host_memory
-from tg_core.dtype import DType, to_numpy_dtype
+from tg_core.plugin_api import BufferSpec, DType, LRUAllocator, host_memory, to_numpy_dtype
 
 ALIGN = 64  # a cache line, and the widest vector load (AVX-512) kernels may align to
 

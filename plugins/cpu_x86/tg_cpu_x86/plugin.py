@@ -4,8 +4,7 @@ from __future__ import annotations
 import logging
 import platform
 
-from tg_core.plugins import DeviceSpec, Option, hookimpl
-from tg_core.codegen.lib.threads import MIN_WORK
+from tg_core.plugin_api import MIN_WORK, DeviceSpec, Option, hookimpl
 
 log = logging.getLogger("tg.cpu")
 X86_64 = ("x86_64", "amd64")

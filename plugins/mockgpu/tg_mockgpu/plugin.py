@@ -1,13 +1,16 @@
 """Hook implementations of tg-mockgpu: the mock GPU as an interface of tg-amd's AMD device."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from tg_core.plugins import hookimpl
+from tg_core.plugin_api import hookimpl
+
+if TYPE_CHECKING:
+    from tg_amd.interface import AMDInterface
 
 
 @hookimpl
-def amd_interfaces() -> list[Any]:
+def amd_interfaces() -> list[type[AMDInterface]]:
     """The mock interface class; tg-amd instantiates it when no real AMD GPU is present."""
     from tg_mockgpu.interface import MockInterface
     return [MockInterface]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tg_core.renderer.isa import MOVE, ArchContext, Frame, Imm, MInst, Mem, PReg, View
+from tg_core.plugin_api import MOVE, ArchContext, Frame, Imm, Mem, MInst, PReg, View
 
 _GPR_NAMES = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi") + tuple(f"r{n}" for n in range(8, 16))
 GPR = {name: PReg(name, "gpr", num) for num, name in enumerate(_GPR_NAMES)}

@@ -25,15 +25,32 @@ import itertools
 import struct
 from collections.abc import Callable
 
-from tg_core.codegen.program import Program
-from tg_core.dtype import DType, PtrDType, dtypes
-from tg_core.renderer.isa import (CJUMP, JUMP, MOVE, RET, FrameRef, Imm, Label, MFunction, MInst, Mem, Operand, View,
-                                  VReg, label)
-from tg_core.uop.alu import float_to_int_range
-from tg_core.uop.ops import GroupOp, Ops
-from tg_core.uop.rewrite import PatternMatcher
-from tg_core.uop.upat import UPat
-from tg_core.uop.uop import UOp
+from tg_core.plugin_api import (
+    CJUMP,
+    JUMP,
+    MOVE,
+    RET,
+    DType,
+    FrameRef,
+    GroupOp,
+    Imm,
+    Label,
+    Mem,
+    MFunction,
+    MInst,
+    Operand,
+    Ops,
+    PatternMatcher,
+    Program,
+    PtrDType,
+    UOp,
+    UPat,
+    View,
+    VReg,
+    dtypes,
+    float_to_int_range,
+    label,
+)
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
 from tg_cpu_x86.x86.slp import Group, buffer_of, plan
 

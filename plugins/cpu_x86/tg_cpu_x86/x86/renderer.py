@@ -11,17 +11,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tg_core.codegen.lib.heuristic import CPUTarget, cpu_opts
-from tg_core.codegen.lib.regalloc import Allocation, allocate
-from tg_core.codegen.opts import Opt, OptOps, apply_opts, kernel_ranges
-from tg_core.codegen.pipeline import linearize_kernel
-from tg_core.codegen.program import Program
-from tg_core.dtype import dtypes
-from tg_core.renderer import Renderer
-from tg_core.renderer.isa import LABEL, Imm, Label, MInst, Mem, Operand, PReg, View
-from tg_core.uop.ops import AxisType, Ops
-from tg_core.uop.rewrite import PatternMatcher
-from tg_core.uop.uop import UOp
+from tg_core.plugin_api import (
+    LABEL,
+    Allocation,
+    AxisType,
+    CPUTarget,
+    Imm,
+    Label,
+    Mem,
+    MInst,
+    Operand,
+    Ops,
+    Opt,
+    OptOps,
+    PatternMatcher,
+    PReg,
+    Program,
+    Renderer,
+    UOp,
+    View,
+    allocate,
+    apply_opts,
+    cpu_opts,
+    dtypes,
+    kernel_ranges,
+    linearize_kernel,
+)
 from tg_cpu_x86.x86 import operands as x86
 from tg_cpu_x86.x86.abi import X86Arch
 from tg_cpu_x86.x86.encode import Assembler
@@ -32,7 +47,7 @@ from tg_cpu_x86.x86.slp import buffer_of, plan
 def _decompositions() -> PatternMatcher | None:
     """Core's polynomial EXP2/LOG2/SIN/POW rules (x86 has no such instructions), when this tg-core has them."""
     try:
-        from tg_core.codegen.lib.decomp import decomp
+        from tg_core.plugin_api import decomp
     except ImportError:
         return None
     return decomp

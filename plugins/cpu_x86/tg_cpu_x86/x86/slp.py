@@ -13,10 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from tg_core.dtype import dtypes
-from tg_core.trampoline import Call, trampoline
-from tg_core.uop.ops import Ops
-from tg_core.uop.uop import UOp
+from tg_core.plugin_api import Call, Ops, UOp, dtypes, trampoline
 
 LANES = 8  # float32 lanes of a ymm register
 _ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC})
