@@ -5,10 +5,13 @@ spl..dil, xmm8-15, ymm), every addressing mode, and immediates at the edges of e
 instruction's bytes are decoded by capstone and must give asm_str's text and the same length.
 """
 from __future__ import annotations
+
 import itertools
 import struct
+
 import pytest
-from tg_cpu_x86.x86 import Assembler, EncodeError, FORMS, Imm, Label, Mem, REGS, reg
+
+from tg_cpu_x86.x86 import FORMS, REGS, Assembler, EncodeError, Imm, Label, Mem, reg
 from tg_cpu_x86.x86.encode import _imm_fits, canonical_mnemonic
 from tg_cpu_x86.x86.forms import Form
 
@@ -34,10 +37,16 @@ ADDRESSES: list[dict] = [
 ]
 
 
-def _regs(kind: str) -> list[str]:
+# EVEX rows also reach registers 16-31 (bit 4 in EVEX.R'/X/V')
+EVEX_VECS = [0, 1, 7, 8, 15, 16, 17, 23, 24, 31]
+
+
+def _regs(kind: str, form: Form | None = None) -> list[str]:
     if kind[0] == "r" and kind.lstrip("rm").isdigit(): return GPRS[int(kind.lstrip("rm")) // 8]
     if kind == "cl": return ["cl"]
-    if kind[0] in "xy": return [f"{kind[0]}mm{n}" for n in VECS]
+    if kind == "wk": return [f"k{n}" for n in range(1, 8)]
+    if kind[0] == "k": return [f"k{n}" for n in range(8)]
+    if kind[0] in "xyz": return [f"{kind[0]}mm{n}" for n in (EVEX_VECS if form is not None and form.evex else VECS)]
     return []
 
 
@@ -49,21 +58,33 @@ VSIB: list[dict] = [
 ]
 
 
-def _mems(kind: str) -> list[Mem]:
+# EVEX compressed displacements (disp8*N) at their edges for N up to 64: multiples inside and outside the
+# scaled range, and displacements that are no multiple of N (those take disp32)
+EVEX_ADDRESSES: list[dict] = [dict(base="rax", disp=d) for d in (4, 8, 16, 32, 64, 6, 60, 127 * 64, 128 * 64,
+                                                                 -128 * 64, -129 * 64, -64, -4, 508, 512, -512)]
+
+
+def _mems(kind: str, form: Form | None = None) -> list[Mem]:
     if kind[0] == "v":
         cls = "xmm" if kind[1] == "x" else "ymm"
         return [Mem(**{**a, "index": f"{cls}{a['index']}"}, size=int(kind[2:]) // 8) for a in VSIB]
     if kind == "m": return [Mem(**a) for a in ADDRESSES]
-    if not (kind.lstrip("rxy").startswith("m") and kind[-1].isdigit()): return []
-    return [Mem(**a, size=int(kind.lstrip("rxym")) // 8) for a in ADDRESSES]
+    body = kind.lstrip("rxyzk")
+    if not body.startswith("m") or kind in ("m",) or not body[1:2].isdigit(): return []
+    bits, _, bcst = body[1:].partition("b")
+    addrs = ADDRESSES + (EVEX_ADDRESSES if form is not None and form.evex else [])
+    out = [Mem(**a, size=int(bits) // 8) for a in addrs]
+    if bcst: out += [Mem(**a, size=int(bcst) // 8, bcst=True) for a in addrs]  # {1toN}: one element per lane
+    return out
 
 
 def _imms(kind: str, form: Form) -> list[Imm]:
-    width = {"i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8}[kind]
+    width = {"i8": 1, "u8": 1, "p5": 1, "i16": 2, "i32": 4, "i64": 8}[kind]
     bits, w = form.opsize * 8, width * 8
     cands = [0, 1, 9, 10, -1, -9, -10, 0x7f, -0x80, 2**(w - 1) - 1, -2**(w - 1), 2**w - 1, 2**(w - 1),
              0x123456789abcdef0, 2**bits - 1, 2**(bits - 1), 0x12345678, 0x80, 0xff, 255, 31, 32]
     if kind == "u8": cands = [0, 1, 2, 9, 10, 31, 32, 0x7f, 0x80, 0xfe, 0xff]
+    if kind == "p5": cands = list(range(32))
     out = []
     for v in dict.fromkeys(cands):
         imm = Imm(v, width)  # the width is forced so that the wider forms are exercised too
@@ -72,7 +93,8 @@ def _imms(kind: str, form: Form) -> list[Imm]:
 
 
 def _samples(form: Form) -> list[list]:
-    return [[reg(r) for r in _regs(k)] + _mems(k) if k[0] not in "iu" else _imms(k, form) for k in form.kinds]
+    return [[reg(r) for r in _regs(k, form)] + _mems(k, form) if k[0] not in "iup" else _imms(k, form)
+            for k in form.kinds]
 
 
 def _cases(form: Form) -> list[tuple]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from .operands import Reg, Mem, Imm, Label, Operand, REGS
-from .forms import Form, FORMS, BRANCHES, CONDITION_ALIASES, CMP_PREDICATES
+from .forms import Form, FORMS, BRANCHES, CONDITION_ALIASES, CMP_PREDICATES, TUPLE_TYPES
 
 
 class EncodeError(ValueError):
@@ -17,9 +17,9 @@ class EncodeError(ValueError):
 
 
 _OPERAND_TYPES = frozenset({Reg, Mem, Imm, Label})
-_PTR = {1: "byte", 2: "word", 4: "dword", 8: "qword", 16: "xmmword", 32: "ymmword"}
+_PTR = {1: "byte", 2: "word", 4: "dword", 8: "qword", 16: "xmmword", 32: "ymmword", 64: "zmmword"}
 _UNSIGNED_IMM = frozenset({"mov", "movabs", "and", "or", "xor"})
-_IMM_WIDTH = {"i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8}
+_IMM_WIDTH = {"i8": 1, "u8": 1, "p5": 1, "i16": 2, "i32": 4, "i64": 8}  # p5: an EVEX compare's predicate
 # recommended multi-byte NOPs (Intel SDM vol. 2B, NOP) by length, and how capstone prints them
 _NOPS: dict[int, tuple[bytes, str]] = {
     1: (bytes.fromhex("90"), "nop"),
@@ -56,22 +56,39 @@ def canonical_mnemonic(mnemonic: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- matching
+@functools.cache
+def _parse_kind(kind: str) -> tuple[str | None, int, int | None, int | None, str | None]:
+    """An operand kind as (register class or None, gpr bits (0 for other classes), memory bits or None
+    (0: any size), broadcast element bits or None, VSIB index class or None); see forms.py."""
+    if kind == "cl": return "cl", 0, None, None, None
+    if kind == "wk": return "wk", 0, None, None, None
+    if kind[0] == "v" and kind[1] in "xyz": return None, 0, int(kind[2:]), None, f"{kind[1]}mm"
+    if kind == "m": return None, 0, 0, None, None
+    if kind[0] == "m": return None, 0, int(kind[1:]), None, None
+    if kind[0] == "r" and kind.lstrip("rm").isdigit():
+        bits = int(kind.lstrip("rm"))
+        return "gpr", bits, bits if kind[1] == "m" else None, None, None
+    cls = {"x": "xmm", "y": "ymm", "z": "zmm", "k": "k"}[kind[0]]
+    if len(kind) == 1: return cls, 0, None, None, None
+    mem, _, bcst = kind[2:].partition("b")  # xm128b32: xmm, 128 bits of memory, or a 32-bit element broadcast
+    return cls, 0, int(mem), int(bcst) if bcst else None, None
+
+
 def _kind_matches(kind: str, op: Operand) -> bool:
-    if isinstance(op, Reg):
-        if kind == "cl": return op.name == "cl"
-        if kind == "x" or kind.startswith("xm"): return op.cls == "xmm"
-        if kind == "y" or kind.startswith("ym"): return op.cls == "ymm"
-        if kind[0] == "r" and kind[1:].lstrip("m").isdigit():
-            return op.cls == "gpr" and op.size * 8 == int(kind.lstrip("rm"))
-        return False
-    if isinstance(op, Mem):
-        vsib = op.index is not None and op.index.cls != "gpr"
-        if kind[0] == "v":  # vx128: addresses base + xmm lanes, reading 128 bits
-            return vsib and op.index.cls[0] == kind[1] and op.size * 8 == int(kind[2:])
-        if vsib: return False
-        if kind == "m": return True
-        return kind.lstrip("rxy").startswith("m") and kind[-1].isdigit() and op.size * 8 == int(kind.lstrip("rxym"))
     if isinstance(op, Imm): return kind in _IMM_WIDTH
+    if kind in _IMM_WIDTH: return False
+    cls, gbits, mem, bcst, vsib = _parse_kind(kind)
+    if isinstance(op, Reg):
+        if cls == "cl": return op.name == "cl"
+        if cls == "wk": return op.cls == "k" and op.num != 0  # k0 in EVEX.aaa means "no mask"
+        if cls == "gpr": return op.cls == "gpr" and op.size * 8 == gbits
+        return op.cls == cls
+    if isinstance(op, Mem):
+        is_vsib = op.index is not None and op.index.cls != "gpr"
+        if vsib is not None: return is_vsib and op.index.cls == vsib and op.size * 8 == mem and not op.bcst
+        if is_vsib or mem is None: return False
+        if op.bcst: return bcst is not None and op.size * 8 == bcst
+        return mem == 0 or op.size * 8 == mem
     return False
 
 
@@ -79,6 +96,7 @@ def _imm_fits(kind: str, imm: Imm, opsize: int) -> bool:
     width = _IMM_WIDTH[kind]
     if imm.size and imm.size != width: return False
     if kind == "u8": return 0 <= imm.value < 256
+    if kind == "p5": return 0 <= imm.value < 32
     bits = opsize * 8
     if not -(1 << (bits - 1)) <= imm.value < (1 << bits): return False
     v = imm.value & ((1 << bits) - 1)
@@ -87,15 +105,17 @@ def _imm_fits(kind: str, imm: Imm, opsize: int) -> bool:
 
 def _describe(op: Operand) -> str:
     if isinstance(op, Reg): return f"{op.cls}{op.size * 8 if op.cls == 'gpr' else ''} {op.name}"
-    if isinstance(op, Mem): return f"m{op.size * 8 if op.size else '?'}"
+    if isinstance(op, Mem): return f"m{op.size * 8 if op.size else '?'}" + (" broadcast" if op.bcst else "")
     if isinstance(op, Imm): return f"imm {op.value}"
     return f"label {op}"
 
 
 def _shape(op: Operand) -> object:
     """What form matching sees of an operand apart from an immediate's value: one shape, one set of kinds."""
-    if isinstance(op, Reg): return op.name if op.name == "cl" else (op.cls, op.size)
-    if isinstance(op, Mem): return op.size, op.index.cls if op.index is not None else None
+    if isinstance(op, Reg):
+        if op.cls == "k": return "k", op.num == 0  # k0 is no write mask
+        return op.name if op.name == "cl" else (op.cls, op.size, op.hi)
+    if isinstance(op, Mem): return op.size, op.index.cls if op.index is not None else None, op.bcst
     return type(op)
 
 
@@ -108,7 +128,9 @@ def select_form(mnemonic: str, ops: tuple[Operand, ...]) -> Form:
     if (cands := _CANDIDATES.get(key)) is None:
         forms = FORMS.get(mnemonic)
         if forms is None: raise EncodeError(f"unknown instruction {mnemonic!r}")
-        cands = [f for f in forms if len(f.kinds) == len(ops) and all(map(_kind_matches, f.kinds, ops))]
+        evex_only = any(isinstance(o, Reg) and o.hi for o in ops)  # registers 16-31 exist in EVEX alone
+        cands = [f for f in forms if len(f.kinds) == len(ops) and all(map(_kind_matches, f.kinds, ops))
+                 and (f.evex is not None or not evex_only)]
         _CANDIDATES[key] = cands
     for f in cands:
         if all(_imm_fits(k, o, f.opsize) for k, o in zip(f.kinds, ops) if isinstance(o, Imm)): return f
@@ -116,13 +138,16 @@ def select_form(mnemonic: str, ops: tuple[Operand, ...]) -> Form:
     hint = ""
     if any(isinstance(o, Mem) and o.size == 0 for o in ops) and mnemonic != "lea":
         hint = " (memory operands need their size in bytes)"
+    elif any(isinstance(o, Reg) and o.hi for o in ops):
+        hint = " (registers 16-31 need an EVEX form)"
     allowed = "; ".join(", ".join(f.kinds) or "no operands" for f in forms)
     raise EncodeError(f"{mnemonic} does not take ({', '.join(map(_describe, ops))}){hint}; it takes: {allowed}")
 
 
 # ---------------------------------------------------------------------------------------------- encoding
-def _modrm(reg_field: int, rm: Reg | Mem) -> tuple[bytes, int, int, int | None]:
-    """ModRM [+SIB] [+disp] bytes, REX.X, REX.B, and the position of a rip-relative disp32 (else None)."""
+def _modrm(reg_field: int, rm: Reg | Mem, n: int = 1) -> tuple[bytes, int, int, int | None]:
+    """ModRM [+SIB] [+disp] bytes, REX.X, REX.B, and the position of a rip-relative disp32 (else None).
+    n > 1 (EVEX): an 8-bit displacement counts in units of n bytes (disp8*N), so only multiples of n take it."""
     r = (reg_field & 7) << 3
     if isinstance(rm, Reg): return bytes([0xC0 | r | rm.low]), 0, rm.ext, None
     b, i, disp = rm.base, rm.index, rm.disp
@@ -136,7 +161,7 @@ def _modrm(reg_field: int, rm: Reg | Mem) -> tuple[bytes, int, int, int | None]:
         return bytes([r | 4, ss | idx | 5]) + disp.to_bytes(4, "little", signed=True), x, 0, None
     # base rbp/r13 (low bits 101) has no mod-00 form: it takes a zero disp8
     if disp == 0 and b.low != 5: mod, tail = 0x00, b""
-    elif -128 <= disp < 128: mod, tail = 0x40, disp.to_bytes(1, "little", signed=True)
+    elif disp % n == 0 and -128 <= disp // n < 128: mod, tail = 0x40, (disp // n).to_bytes(1, "little", signed=True)
     else: mod, tail = 0x80, disp.to_bytes(4, "little", signed=True)
     if i is None and b.low != 4: return bytes([mod | r | b.low]) + tail, 0, b.ext, None
     # rsp/r12 as base (low bits 100) or an index need a SIB byte
@@ -145,6 +170,7 @@ def _modrm(reg_field: int, rm: Reg | Mem) -> tuple[bytes, int, int, int | None]:
 
 def encode_form(form: Form, ops: tuple[Operand, ...]) -> tuple[bytes, int | None]:
     """Bytes of one instruction and the offset of a rip-relative disp32 inside them (None when there is none)."""
+    if form.evex is not None: return _encode_evex(form, ops)
     reg_field, rm, vvvv, opreg, imm, is4 = form.digit or 0, None, 0, None, None, None
     reg_op: Reg | None = None
     for role, op in zip(form.roles, ops):
@@ -154,6 +180,8 @@ def encode_form(form: Form, ops: tuple[Operand, ...]) -> tuple[bytes, int | None
         elif role == "O": opreg = op
         elif role == "I": imm = op
         elif role == "L": is4 = op
+    if any(isinstance(o, Reg) and o.hi for o in ops) or any(isinstance(o, Mem) and o.bcst for o in ops):
+        raise EncodeError(f"{form}: registers 16-31 and broadcasts need an EVEX (AVX-512) form")
     regs = [o for o in ops if isinstance(o, Reg)]
     rex_r = reg_field >> 3 if reg_op is not None else 0
     body, rex_x, rex_b, disp_at = b"", 0, 0, None
@@ -173,6 +201,37 @@ def encode_form(form: Form, ops: tuple[Operand, ...]) -> tuple[bytes, int | None
     head += bytes([opcode])
     if imm is not None: body += (imm.value & ((1 << (8 * form.imm_size)) - 1)).to_bytes(form.imm_size, "little")
     if is4 is not None: body += bytes([is4.num << 4])
+    return head + body, None if disp_at is None else len(head) + disp_at
+
+
+def _encode_evex(form: Form, ops: tuple[Operand, ...]) -> tuple[bytes, int | None]:
+    """The 4-byte EVEX prefix (62, P0 = R X B R' 0 mm, P1 = W vvvv 1 pp, P2 = z L'L b V' aaa; R/X/B/R'/V'/vvvv
+    stored inverted), opcode, ModRM/SIB with the compressed displacement, immediate."""
+    assert form.evex is not None
+    ll, pp, mm, w = form.evex
+    reg_field, rm, vvvv, imm, aaa, z = form.digit or 0, None, 0, None, 0, 0
+    for role, op in zip(form.roles, ops):
+        if role == "R": reg_field = op.num
+        elif role == "M": rm = op
+        elif role == "V": vvvv = op.num
+        elif role == "I": imm = op
+        elif role in "KZ": aaa, z = op.num, int(role == "Z")
+    bcst = isinstance(rm, Mem) and rm.bcst
+    n = 1
+    if isinstance(rm, Mem):
+        n = TUPLE_TYPES[form.tuple_type](16 << ll, 8 if w else 4, bcst)
+        if bcst and rm.size != (8 if w else 4):
+            raise EncodeError(f"{form}: a broadcast element here is {8 if w else 4} bytes, got {rm.size}")
+    body, rex_x, rex_b, disp_at = _modrm(reg_field, rm, n) if rm is not None else (b"", 0, 0, None)
+    x_hi = 0  # EVEX.X: bit 4 of a vector register in ModRM.rm, else the index's bit 3
+    if isinstance(rm, Reg) and rm.cls != "gpr": x_hi = rm.hi
+    elif isinstance(rm, Mem) and rm.index is not None and rm.index.cls != "gpr": vvvv |= rm.index.hi << 4  # VSIB: V'
+    r_bit, r_hi = (reg_field >> 3) & 1, reg_field >> 4
+    p0 = ((r_bit ^ 1) << 7) | (((rex_x | x_hi) ^ 1) << 6) | ((rex_b ^ 1) << 5) | ((r_hi ^ 1) << 4) | mm
+    p1 = (w << 7) | ((~vvvv & 15) << 3) | 4 | pp
+    p2 = (z << 7) | (ll << 5) | (int(bcst) << 4) | (((vvvv >> 4) ^ 1) << 3) | aaa
+    head = bytes([0x62, p0, p1, p2, form.opcode])
+    if imm is not None: body += (imm.value & ((1 << (8 * form.imm_size)) - 1)).to_bytes(form.imm_size, "little")
     return head + body, None if disp_at is None else len(head) + disp_at
 
 
@@ -207,7 +266,7 @@ def _imm_text(form: Form, kind: str, imm: Imm) -> str:
     """Capstone prints an immediate as the unsigned operand-size value when it fills the operand or belongs to
     mov or a bitwise op, and as a signed number when the encoding sign-extends it to a wider operand."""
     bits = form.opsize * 8
-    if kind == "u8": return fmt_int(imm.value)
+    if kind in ("u8", "p5"): return fmt_int(imm.value)
     if form.text in _UNSIGNED_IMM or _IMM_WIDTH[kind] * 8 >= bits: return fmt_int(imm.value & ((1 << bits) - 1))
     return fmt_int(_sext(imm.value, _IMM_WIDTH[kind] * 8))
 
@@ -370,13 +429,16 @@ class Assembler:
             if pred.value < len(CMP_PREDICATES):
                 mnemonic, ops, kinds = f"vcmp{CMP_PREDICATES[pred.value]}{form.mnemonic[4:]}", ops[:-1], kinds[:-1]
         parts = []
-        for kind, op in zip(kinds, ops):
-            if isinstance(op, Reg): parts.append(op.name)
+        for kind, role, op in zip(kinds, form.roles, ops):
+            if role in "KZ":  # a write mask is printed after the operand it masks: "zmm1 {k1} {z}"
+                parts[-1] += f" {{{op}}}" + (" {z}" if role == "Z" else "")
+            elif isinstance(op, Reg): parts.append(op.name)
             elif isinstance(op, Imm): parts.append(_imm_text(form, kind, op))
             elif isinstance(op, Mem):
                 disp = op.disp
                 if isinstance(disp, Label): disp = self._target(disp) - (it.offset + len(it.code))
                 parts.append(_mem_text(op, disp, kind != "m"))
+                if op.bcst and form.evex is not None: parts[-1] += f"{{1to{(16 << form.evex[0]) // op.size}}}"
         return f"{mnemonic} {', '.join(parts)}".rstrip()
 
     def listing(self) -> list[tuple[int, bytes, str]]:

@@ -5,18 +5,29 @@ notation close to the Intel SDM's opcode column:
 
   legacy:  [66|F2|F3]... [W] [0F|0F38|0F3A] <opcode>[+r] [/r|/0../7] [ib|iw|id|io]     (W = REX.W)
   VEX:     V.<128|256>.<NP|66|F3|F2>.<0F|0F38|0F3A>.<W0|W1> <opcode> [/r|/digit] [ib|is4]
+  EVEX:    E.<128|256|512>.<pp>.<map>.<W0|W1> <opcode> [/r|/digit] [ib] <tuple>   (AVX-512; rows in evex.py)
 
-Operand kinds: r8 r16 r32 r64 (general registers), x y (xmm, ymm), m8..m256 (memory of that many bits),
-m (memory of any size: lea), rmN (register or memory of N bits), xmN / ymN (xmm / ymm or memory of N bits),
-vxN / vyN (gather addresses: memory with an xmm / ymm index, N bits read),
-cl (that register), i8 i16 i32 (immediate sign-extended to the operand size), i64, u8 (unsigned byte).
+An EVEX row's tuple type (Intel SDM vol. 2 2.7.5: FV full vector, FVM full vector memory, T1S one scalar, T2/T4/T8
+that many elements, HVM/QVM half/quarter vector memory) gives N, the unit its 8-bit displacement counts in
+(disp8*N compression: [rax + 0x40] of a zmm load is disp8 1).
 
-Roles, one letter per operand: R ModRM.reg, M ModRM.rm, V VEX.vvvv, O low opcode bits (+r), I immediate,
-L register in imm8[7:4] (is4), "-" implicit (not encoded).
+Operand kinds: r8 r16 r32 r64 (general registers), x y z (xmm, ymm, zmm), k (opmask), wk (a write mask:
+k1-k7), m8..m512 (memory of that many bits), m (memory of any size: lea), rmN (register or memory of N bits),
+xmN / ymN / zmN / kmN (xmm / ymm / zmm / opmask or memory of N bits), xmNbE / ymNbE / zmNbE (also an E-bit
+element broadcast to every lane: `dword ptr [rax]{1to16}`), vxN / vyN (gather addresses: memory with an
+xmm / ymm index, N bits read), cl (that register), i8 i16 i32 (immediate sign-extended to the operand size),
+i64, u8 (unsigned byte), p5 (a compare predicate 0..31 in a byte).
+
+Roles, one letter per operand: R ModRM.reg, M ModRM.rm, V VEX/EVEX.vvvv, O low opcode bits (+r), I immediate,
+L register in imm8[7:4] (is4), K EVEX.aaa merge masking (`zmm1 {k1}`), Z EVEX.aaa zero masking
+(`zmm1 {k1} {z}`), "-" implicit (not encoded).
 Rows are tried in order, so a shorter encoding is listed before a longer one that takes the same operands.
 """
 from __future__ import annotations
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from .evex import evex_rows
 
 # condition codes in opcode order (jcc/setcc/cmovcc low nibble), named as capstone prints them
 CONDITIONS: tuple[str, ...] = ("o", "no", "b", "ae", "e", "ne", "be", "a", "s", "ns", "p", "np", "l", "ge", "le", "g")
@@ -50,6 +61,8 @@ class Form:
     imm_size: int          # bytes of immediate (ib/iw/id/io), is4 counts as 1
     text: str              # the mnemonic as printed (movabs for mov r64, imm64)
     opsize: int            # bytes of the first general-purpose/memory operand: what an immediate extends to
+    evex: tuple[int, int, int, int] | None = None  # (L'L, pp, mm, W) of an EVEX (AVX-512) encoding
+    tuple_type: str = ""   # an EVEX row's tuple type: the unit of its compressed displacement
 
     def __str__(self) -> str:
         return f"{self.mnemonic} {', '.join(self.kinds)}"
@@ -60,7 +73,14 @@ def parse_form(mnemonic: str, kinds: str, encoding: str, roles: str, text: str |
     if len(ks) != len(roles): raise ValueError(f"form {mnemonic} {kinds}: {len(ks)} operands but roles {roles!r}")
     toks = encoding.split()
     prefixes, rex_w, escape, vex, digit, has_modrm, imm_size = b"", False, b"", None, None, False, 0
-    if toks[0].startswith("V."):
+    evex, tuple_type = None, ""
+    if toks[0].startswith("E."):
+        _, bits, pp, mp, w = toks.pop(0).split(".")
+        evex = ({"128": 0, "256": 1, "512": 2}[bits], _PP[pp], _MAPS[mp], {"W0": 0, "W1": 1}[w])
+        tuple_type = toks.pop()
+        if tuple_type not in TUPLE_TYPES:
+            raise ValueError(f"form {mnemonic} {kinds}: tuple type {tuple_type!r} is not one of {', '.join(TUPLE_TYPES)}")
+    elif toks[0].startswith("V."):
         _, l, pp, mp, w = toks.pop(0).split(".")
         vex = ({"128": 0, "256": 1}[l], _PP[pp], _MAPS[mp], {"W0": 0, "W1": 1}[w])
     else:
@@ -78,7 +98,15 @@ def parse_form(mnemonic: str, kinds: str, encoding: str, roles: str, text: str |
         raise ValueError(f"form {mnemonic} {kinds}: roles {roles!r} do not fit encoding {encoding!r}")
     opsize = next((int(k.lstrip("rm")) // 8 for k in ks if k[0] in "rm" and k[-1].isdigit()), 8)
     return Form(mnemonic, ks, roles, prefixes, rex_w, escape, vex, opcode, digit, has_modrm, imm_size, text or mnemonic,
-                opsize)
+                opsize, evex, tuple_type)
+
+
+# EVEX tuple types -> the displacement unit N as a function of (vector bytes, element bytes, broadcast)
+TUPLE_TYPES: dict[str, Callable[[int, int, bool], int]] = {
+    "FV": lambda vl, e, b: e if b else vl, "FVM": lambda vl, e, b: vl, "HV": lambda vl, e, b: e if b else vl // 2,
+    "HVM": lambda vl, e, b: vl // 2, "QVM": lambda vl, e, b: vl // 4, "T1S": lambda vl, e, b: e,
+    "T2": lambda vl, e, b: 2 * e, "T4": lambda vl, e, b: 4 * e, "T8": lambda vl, e, b: 8 * e,
+    "NONE": lambda vl, e, b: 1}
 
 
 def _sized(size: int) -> tuple[str, str]:
@@ -315,7 +343,7 @@ def _vex_rows() -> list[tuple[str, ...]]:
 
 def _build() -> dict[str, list[Form]]:
     table: dict[str, list[Form]] = {}
-    for row in _integer_rows() + _vex_rows():
+    for row in _integer_rows() + _vex_rows() + evex_rows():
         form = parse_form(*row)
         table.setdefault(form.mnemonic, []).append(form)
     return table
