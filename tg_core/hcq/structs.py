@@ -51,9 +51,8 @@ class Pointer:
 FieldType = Union[DType, Array, Pointer, "Struct"]
 Value = Union[int, float, bool, str, UOp, None, "PatchedStruct", bytes, Sequence, Mapping]
 
-_SCALARS = tuple(d for d in (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
-                             dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32,
-                             dtypes.float64))
+_SCALARS = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+            dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64)
 
 
 def _check_type(t: object, what: str) -> None:
