@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
@@ -122,7 +123,7 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...], src_dtypes:
         operands = (operands[0], min(operands[1], 8 * dtype.itemsize))
     if op is Ops.POW and dtypes.is_int(dtype) and all(type(x) is int for x in operands) and operands[1] >= 0:
         # exact: math.pow goes through float64 and is wrong past 2**53; a strong int only keeps its low bits
-        x, y = operands
+        x, y = cast("tuple[int, int]", operands)  # both checked to be ints above
         if dtype.scalar() is not dtypes.weakint:
             return as_const(pow(x, y, 1 << (8 * dtype.itemsize)), dtype)
         if abs(x) <= 1 or y * x.bit_length() <= 1 << 16:  # an unbounded result must still fit in memory

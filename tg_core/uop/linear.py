@@ -70,11 +70,11 @@ def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
     out: UOp | None = None
     kept: dict[UOp, int] = {}
     wrap = dtype.scalar() is not dtypes.weakint
-    if wrap:
-        const = as_const(const, dtype)
+    if wrap:  # an integer dtype: its constants are ints
+        const = int(as_const(const, dtype))
     for base, coeff in terms.items():
         if wrap:
-            coeff = as_const(coeff, dtype)
+            coeff = int(as_const(coeff, dtype))
         if coeff == 0:
             continue
         kept[base] = coeff
@@ -119,12 +119,13 @@ def _merge_divmod_pairs(terms: dict[UOp, int]) -> int | None:
 def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
     """The terms of `x` if it already is a canonical sum (checked by walking it, without building any
     node), else None."""
-    n, const = x, 0
-    if n.src[1].op is Ops.CONST:
-        const = n.src[1].arg
+    n: UOp | None = x
+    const = 0
+    if x.src[1].op is Ops.CONST:
+        const = x.src[1].arg
         if const == 0:
             return None
-        n = n.src[0]
+        n = x.src[0]
     found: list[tuple[UOp, int]] = []
     while n is not None:
         if n.op is Ops.ADD:

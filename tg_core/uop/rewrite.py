@@ -120,7 +120,7 @@ class PatternMatcher:
             except Exception as e:
                 if not getattr(e, "_tg_noted", False):
                     e.add_note(f"raised by {_describe(rule.fn, rule.pat)} on {u.op} node")
-                    e._tg_noted = True
+                    e._tg_noted = True  # type: ignore[attr-defined]  # a marker: outer rewrites do not note it again
                 raise
         return None
 
@@ -230,6 +230,7 @@ class _Rewriter:
                     continue
                 # every source is finished: stage 1 right away (what popping it next would do)
             elif stage == 2:
+                assert aux is not None  # stage 2 entries carry the node's rewrite
                 done[n] = done[aux]
                 busy.discard(n)
                 made_by.pop(aux, None)
@@ -271,6 +272,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
 
 _gc_lock = threading.Lock()
 _gc_depth = 0
+_gc_was_enabled = False  # whether the collector ran before the outermost pause
 
 
 @contextlib.contextmanager
@@ -280,10 +282,10 @@ def gc_paused() -> Iterator[None]:
     Reference counting still frees everything at once; nested and concurrent rewrites share one pause.
     Codegen holds one pause around a whole kernel (its passes and the renderer's work in between allocate
     as much as the rewrites do: collections were a fifth of a first MLP forward's compile time)."""
-    global _gc_depth
+    global _gc_depth, _gc_was_enabled
     with _gc_lock:
         if _gc_depth == 0:
-            gc_paused.was_enabled = gc.isenabled()
+            _gc_was_enabled = gc.isenabled()
             gc.disable()
         _gc_depth += 1
     try:
@@ -291,7 +293,7 @@ def gc_paused() -> Iterator[None]:
     finally:
         with _gc_lock:
             _gc_depth -= 1
-            if _gc_depth == 0 and gc_paused.was_enabled:
+            if _gc_depth == 0 and _gc_was_enabled:
                 gc.enable()
 
 

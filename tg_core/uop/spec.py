@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg_core.uop.ops import AxisType, GroupOp, Ops
-from tg_core.uop.rewrite import PatternMatcher
+from tg_core.uop.rewrite import PatternMatcher, RuleFn
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
 
@@ -40,7 +40,9 @@ class Spec(PatternMatcher):
     def __init__(self, rules: Iterable[tuple[UPat, Check, str]], name: str = "spec"):
         self.rules = list(rules)
         self.name = name
-        super().__init__([(pat, _Check(fn, expect)) for pat, fn, expect in self.rules])
+        # the matcher indexes the checks by op and matches their patterns; nothing rewrites with them (a
+        # check returns a verdict, not a node), so they pass as its rule functions
+        super().__init__([(pat, cast("RuleFn", _Check(fn, expect))) for pat, fn, expect in self.rules])
 
     def __add__(self, other: PatternMatcher) -> Spec:
         if not isinstance(other, Spec):
@@ -50,14 +52,15 @@ class Spec(PatternMatcher):
     def verdict(self, u: UOp) -> tuple[bool | None, str | None]:
         """(True/False, the deciding rule's expectation), or (None, None) when no rule has an opinion."""
         for rule in self.rules_by_op.get(u.op, ()):
+            check = cast(_Check, rule.fn)
             for store in rule.pat.match(u, {}):
-                ok = rule.fn(**store)
+                ok = check(**store)
                 if ok is not None:
-                    return bool(ok), rule.fn.expect
+                    return bool(ok), check.expect
         return None, None
 
     def expectations(self, op: Ops) -> list[str]:
-        return [rule.fn.expect for rule in self.rules_by_op.get(op, ())]
+        return [cast(_Check, rule.fn).expect for rule in self.rules_by_op.get(op, ())]
 
 
 def type_verify(uops_or_sink: UOp | Sequence[UOp], spec: Spec | None = None) -> None:
@@ -232,7 +235,7 @@ def _gep(x: UOp, a: UOp) -> bool:
     return lanes_ok and x.dtype == a.dtype.scalar().vec(len(x.arg))
 
 
-def _lit(op: Ops, **kw: Any) -> UPat:
+def _lit(op: Ops | Iterable[Ops], **kw: Any) -> UPat:
     return UPat(op, name="x", **kw)
 
 

@@ -17,10 +17,15 @@ ints; () for scalars). Kernel-level nodes (INDEX, LOAD, RANGE, ...) have no shap
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from tg_core.dtype import DType, dtypes
 from tg_core.helpers import prod
 from tg_core.uop.ops import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from tg_core.uop.uop import UOp
 
 Shape = tuple[int, ...]
 _unique_counter = itertools.count()
@@ -35,9 +40,21 @@ def _check_shape(shape: tuple, what: str) -> Shape:
 class TensorOps:
     """Mixed into UOp: constructors and the shape of tensor-level nodes."""
     __slots__ = ()
+    if TYPE_CHECKING:  # the primitives of UOp this mixin builds on (UOp's slots and methods)
+        op: Ops
+        dtype: DType
+        src: tuple[UOp, ...]
+        arg: Any
+        _shape: Shape | _NoShape | None
+
+        def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]: ...
+
+    def _node(self) -> UOp:
+        # TensorOps is only ever mixed into UOp: this is the node itself, typed as what it is
+        return cast("UOp", self)
 
     @staticmethod
-    def new_buffer(device: str, size: int, dtype: DType):
+    def new_buffer(device: str, size: int, dtype: DType) -> UOp:
         """A fresh buffer node: UNIQUE makes two buffers of equal size and dtype distinct."""
         from tg_core.uop.uop import UOp
         if dtypes.is_weak(dtype):
@@ -45,7 +62,7 @@ class TensorOps:
         return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)),
                                        UOp(Ops.DEVICE, dtypes.void, (), device)), size)
 
-    def fresh_buffer(self):
+    def fresh_buffer(self) -> UOp:
         """A new BUFFER node of this BUFFER's device, size and dtype (its DEVICE node reused)."""
         from tg_core.uop.uop import UOp
         return UOp(Ops.BUFFER, self.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)), self.src[1]),
@@ -56,15 +73,21 @@ class TensorOps:
         s = self._shape
         if s is None:
             s = _compute_shape_stack(self)
-        return None if s is _NO_SHAPE else s
+        return None if isinstance(s, _NoShape) else s
+
+    def _tensor_shape(self) -> Shape:
+        s = self.shape
+        if s is None:
+            raise TypeError(f"{self.op} is a kernel-level node: it has no shape (only tensor-level nodes do)")
+        return s
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self._tensor_shape())
 
     @property
     def numel(self) -> int:
-        return prod(self.shape)
+        return prod(self._tensor_shape())
 
     @property
     def device(self) -> str | None:
@@ -78,58 +101,58 @@ class TensorOps:
 
     # ---- movement ----------------------------------------------------------------------------------------
 
-    def reshape(self, shape: Shape):
+    def reshape(self, shape: Shape) -> UOp:
         from tg_core.uop.uop import UOp
         shape = _check_shape(tuple(shape), "reshape")
         if prod(shape) != self.numel:
             raise ValueError(f"cannot reshape {self.shape} ({self.numel} elements) to {shape} ({prod(shape)} elements)")
-        return self if shape == self.shape else UOp(Ops.RESHAPE, self.dtype, (self,), shape)
+        return self._node() if shape == self.shape else UOp(Ops.RESHAPE, self.dtype, (self._node(),), shape)
 
-    def permute(self, order: tuple[int, ...]):
+    def permute(self, order: tuple[int, ...]) -> UOp:
         from tg_core.uop.uop import UOp
         order = tuple(order)
         if sorted(order) != list(range(self.ndim)):
             raise ValueError(f"permute order {order} is not a permutation of the {self.ndim} axes of {self.shape}")
-        return self if order == tuple(range(self.ndim)) else UOp(Ops.PERMUTE, self.dtype, (self,), order)
+        return self._node() if order == tuple(range(self.ndim)) else UOp(Ops.PERMUTE, self.dtype, (self._node(),), order)
 
-    def expand(self, shape: Shape):
+    def expand(self, shape: Shape) -> UOp:
         from tg_core.uop.uop import UOp
         shape = _check_shape(tuple(shape), "expand")
-        if len(shape) != self.ndim or any(s != n and s != 1 for s, n in zip(self.shape, shape)):
+        if len(shape) != self.ndim or any(s != n and s != 1 for s, n in zip(self._tensor_shape(), shape)):
             raise ValueError(f"cannot expand {self.shape} to {shape}: only axes of size 1 can grow, and the rank must match")
-        return self if shape == self.shape else UOp(Ops.EXPAND, self.dtype, (self,), shape)
+        return self._node() if shape == self.shape else UOp(Ops.EXPAND, self.dtype, (self._node(),), shape)
 
-    def pad(self, padding: tuple[tuple[int, int], ...]):
+    def pad(self, padding: tuple[tuple[int, int], ...]) -> UOp:
         from tg_core.uop.uop import UOp
         padding = tuple((int(b), int(a)) for b, a in padding)
         if len(padding) != self.ndim or any(b < 0 or a < 0 for b, a in padding):
             raise ValueError(f"pad needs one non-negative (before, after) pair per axis of {self.shape}, got {padding}")
-        return self if all(p == (0, 0) for p in padding) else UOp(Ops.PAD, self.dtype, (self,), padding)
+        return self._node() if all(p == (0, 0) for p in padding) else UOp(Ops.PAD, self.dtype, (self._node(),), padding)
 
-    def shrink(self, bounds: tuple[tuple[int, int], ...]):
+    def shrink(self, bounds: tuple[tuple[int, int], ...]) -> UOp:
         from tg_core.uop.uop import UOp
         bounds = tuple((int(s), int(e)) for s, e in bounds)
-        if len(bounds) != self.ndim or any(not 0 <= s <= e <= n for (s, e), n in zip(bounds, self.shape)):
+        if len(bounds) != self.ndim or any(not 0 <= s <= e <= n for (s, e), n in zip(bounds, self._tensor_shape())):
             raise ValueError(f"shrink needs one (start, end) per axis with 0 <= start <= end <= size, got {bounds} for {self.shape}")
-        if all(b == (0, n) for b, n in zip(bounds, self.shape)):
-            return self
-        return UOp(Ops.SHRINK, self.dtype, (self,), bounds)
+        if all(b == (0, n) for b, n in zip(bounds, self._tensor_shape())):
+            return self._node()
+        return UOp(Ops.SHRINK, self.dtype, (self._node(),), bounds)
 
-    def flip(self, axes: tuple[bool, ...]):
+    def flip(self, axes: tuple[bool, ...]) -> UOp:
         from tg_core.uop.uop import UOp
         axes = tuple(bool(a) for a in axes)
         if len(axes) != self.ndim:
             raise ValueError(f"flip needs one flag per axis of {self.shape}, got {axes}")
-        return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), axes)
+        return self._node() if not any(axes) else UOp(Ops.FLIP, self.dtype, (self._node(),), axes)
 
-    def reduce_axis(self, op: Ops, axes: tuple[int, ...]):
+    def reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> UOp:
         from tg_core.uop.uop import UOp
         axes = tuple(sorted(set(axes)))
         if any(not 0 <= a < self.ndim for a in axes):
             raise ValueError(f"reduce axes {axes} out of range for shape {self.shape}")
         if op not in (Ops.ADD, Ops.MAX, Ops.MUL):
             raise ValueError(f"a reduction is ADD, MAX or MUL, not {op}")
-        return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
+        return UOp(Ops.REDUCE_AXIS, self.dtype, (self._node(),), (op, axes))
 
 
 class _NoShape:

@@ -16,11 +16,11 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from tg_core.dtype import ConstType, DType, PtrDType, as_const, dtypes, least_upper_dtype
 from tg_core.uop.ops import AxisType, GroupOp, Ops
-from tg_core.uop.tensor_ops import TensorOps
+from tg_core.uop.tensor_ops import Shape, TensorOps, _NoShape
 
 # The hash-consing cache: key -> weak reference to the node. Entries of dead nodes are swept when the
 # cache has doubled since the last sweep (amortized O(1) per node, and cheaper than a weakref callback
@@ -100,6 +100,11 @@ class UOp(TensorOps):
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
+    # None until computed (or, for _lin, until a builder records it)
+    _minmax: tuple[ConstType, ConstType] | None
+    _ranges: dict[UOp, None] | None
+    _lin: tuple[dict[UOp, int], int] | tuple[None, None] | None
+    _shape: Shape | _NoShape | None
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
         if type(src) is not tuple:
@@ -179,9 +184,8 @@ class UOp(TensorOps):
     @property
     def ranges(self) -> dict[UOp, None]:
         """The RANGEs this value is computed inside of: those its sources depend on and have not ended."""
-        if self._ranges is None:
-            _bottom_up(self, "_ranges", _compute_ranges)
-        return self._ranges
+        r = self._ranges
+        return r if r is not None else _bottom_up(self, "_ranges", _compute_ranges)
 
     # ---- constructors ---------------------------------------------------------------------------------
 
@@ -316,9 +320,11 @@ class UOp(TensorOps):
         return (self < other).where(self, other)
 
     def where(self, x: UOp | ConstType, y: UOp | ConstType) -> UOp:
-        if isinstance(x, UOp) or isinstance(y, UOp):
-            # a Python scalar branch is weak, as in arithmetic: where(c, int32, 2.5) is the default float
-            a, b = (x if isinstance(x, UOp) else y._operand(x)), (y if isinstance(y, UOp) else x._operand(y))
+        # a Python scalar branch is weak, as in arithmetic: where(c, int32, 2.5) is the default float
+        if isinstance(x, UOp):
+            a, b = x, (y if isinstance(y, UOp) else x._operand(y))
+        elif isinstance(y, UOp):
+            a, b = y._operand(x), y
         else:
             dt = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
             a, b = UOp.const(dt, x), UOp.const(dt, y)
@@ -446,9 +452,14 @@ def _promote(a: UOp, b: UOp, op: Ops) -> tuple[UOp, UOp]:
 
 # ---- lazily computed analyses ---------------------------------------------------------------------------
 
+def _src_ranges(s: UOp) -> dict[UOp, None]:
+    # the sources' ranges are filled before their user's (both callers walk sources first)
+    return cast("dict[UOp, None]", s._ranges)
+
+
 def _compute_ranges(u: UOp) -> dict[UOp, None]:
     if u.op is Ops.RANGE:
-        return {**u.src[0]._ranges, u: None}
+        return {**_src_ranges(u.src[0]), u: None}
     if u.op is Ops.CALL:
         srcs = u.src[1:]  # the callee's own loops are internal to it
     elif u.op in (Ops.END, Ops.REDUCE):
@@ -456,15 +467,15 @@ def _compute_ranges(u: UOp) -> dict[UOp, None]:
         out: dict[UOp, None] = {}
         for s in u.src:
             if s not in ended:
-                out.update((r, None) for r in s._ranges if r not in ended)
+                out.update((r, None) for r in _src_ranges(s) if r not in ended)
         return out
     else:
         srcs = u.src
     if len(srcs) == 1:
-        return srcs[0]._ranges
+        return _src_ranges(srcs[0])
     out = {}
     for s in srcs:
-        out.update(s._ranges)
+        out.update(_src_ranges(s))
     return out
 
 

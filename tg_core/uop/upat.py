@@ -40,6 +40,7 @@ class UPat:
         self.arg = arg
         self.name = name
         self.allow_any_len = allow_any_len
+        self.src: tuple[UPat, ...] | None
         if src is None:
             self.src, self.src_kind = None, _ORDERED
         elif isinstance(src, UPat):
@@ -201,8 +202,8 @@ class _UPatAny(UPat):
 
     def __init__(self, alternatives: tuple[UPat, ...]):
         super().__init__()
-        ops = [a.op for a in alternatives]
-        self.op = None if any(o is None for o in ops) else frozenset().union(*ops)
+        ops = [a.op for a in alternatives if a.op is not None]
+        self.op = None if len(ops) < len(alternatives) else frozenset().union(*ops)
         self.alternatives = alternatives
         self.trivial = False
         self.early_any, self.early_all, self.early_consts = (), None, ()

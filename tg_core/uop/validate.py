@@ -246,6 +246,7 @@ class _Z3Model:
         if op is Ops.LOAD or op is Ops.PARAM:
             return self.fresh(u, lane, u.vmin, u.vmax)
         srcs = [self.term(s, lane) for s in u.src]
+        out: _Int | _Bool | _Unmodeled | None
         if op is Ops.CAST or op is Ops.BITCAST:
             out = _convert(self, u, lane, srcs[0])
         elif op in GroupOp.Comparison:
@@ -255,8 +256,7 @@ class _Z3Model:
         else:
             kind, rules = (_Bool, _BOOL_RULES) if dtypes.is_bool(dt) else (_Int, _INT_RULES)
             rule = rules.get(op)
-            ok = rule is not None and all(isinstance(s, kind) for s in srcs)
-            out = rule(self, u, lane, *srcs) if ok else None
+            out = rule(self, u, lane, *srcs) if rule is not None and all(isinstance(s, kind) for s in srcs) else None
         # anything else is an unknown value of its dtype: sound, just not precise
         return out if out is not None else self.fresh(u, lane)
 

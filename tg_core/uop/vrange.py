@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tg_core.dtype import ConstType, DType, PtrDType, as_const, dtypes
 from tg_core.helpers import cdiv, cmod
 from tg_core.uop.ops import Ops
 
+if TYPE_CHECKING:
+    from tg_core.uop.uop import UOp
+
+    class _Bounded(Protocol):
+        """A source whose bounds are known: minmax runs after its sources' (vmin/vmax fill them first)."""
+        op: Ops
+        dtype: DType
+        arg: Any
+        _minmax: Bounds
+
 Bounds = tuple[ConstType, ConstType]
+IntBounds = tuple[int, int]  # the bounds of an int node (as_const gives its constants as ints)
 
 
 def dtype_bounds(dt: DType) -> Bounds:
@@ -95,14 +107,14 @@ def _cast(u_dtype: DType, src_dtype: DType, lo: ConstType, hi: ConstType) -> Bou
     return as_const(max(lo, dlo), dst), as_const(min(hi, dhi), dst)
 
 
-def _idiv(a: Bounds, b: Bounds) -> Bounds | None:
+def _idiv(a: IntBounds, b: IntBounds) -> IntBounds | None:
     if b[0] <= 0 <= b[1]:
         return None
     vals = [cdiv(x, y) for x in a for y in b]
     return min(vals), max(vals)
 
 
-def _mod(a: Bounds, b: Bounds) -> Bounds:
+def _mod(a: IntBounds, b: IntBounds) -> IntBounds:
     m = max(abs(b[0]), abs(b[1]), 1) - 1  # |x % y| < |y|; x % 0 is 0 (alu.py), so a divisor range [0, 0] gives 0
     if b[0] == b[1] and b[0] != 0 and (a[0] >= 0 or a[1] <= 0):
         c = abs(b[0])
@@ -130,16 +142,17 @@ def _bitwise(op: Ops, a: Bounds, b: Bounds, dt: DType) -> Bounds:
     return dtype_bounds(dt)
 
 
-def minmax(u: UOp) -> Bounds:  # noqa: F821 (UOp imported lazily to avoid a cycle)
+def minmax(u: UOp) -> Bounds:
     """Bounds of `u`, given that its sources' bounds are already known."""
     op, dt = u.op, u.dtype
+    src = cast("tuple[_Bounded, ...]", u.src)
     if dt is dtypes.weakint:
         # index math: exact Python ints, no overflow; the hot path of every symbolic rewrite
         if op is Ops.ADD:
-            (a0, a1), (b0, b1) = u.src[0]._minmax, u.src[1]._minmax
+            (a0, a1), (b0, b1) = src[0]._minmax, src[1]._minmax
             return a0 + b0, a1 + b1
-        if op is Ops.MUL and u.src[1].op is Ops.CONST:
-            (a0, a1), c = u.src[0]._minmax, u.src[1].arg
+        if op is Ops.MUL and src[1].op is Ops.CONST:
+            (a0, a1), c = src[0]._minmax, src[1].arg
             return (a0 * c, a1 * c) if c >= 0 else (a1 * c, a0 * c)
         if op is Ops.CONST:
             return u.arg, u.arg
@@ -153,28 +166,28 @@ def minmax(u: UOp) -> Bounds:  # noqa: F821 (UOp imported lazily to avoid a cycl
     if op is Ops.DEFINE_VAR:
         return u.arg[1], u.arg[2]
     if op in (Ops.RANGE, Ops.SPECIAL):
-        end = u.src[0]._minmax[1]
+        end = src[0]._minmax[1]
         return 0, max(0, end - 1)
     if op is Ops.BIND:
-        return u.src[0]._minmax
+        return src[0]._minmax
     if op is Ops.AFTER or op is Ops.REDUCE and u.arg is Ops.MAX:
-        return u.src[0]._minmax
-    if op is Ops.VECTORIZE and u.src:
-        return min(s._minmax[0] for s in u.src), max(s._minmax[1] for s in u.src)
+        return src[0]._minmax
+    if op is Ops.VECTORIZE and src:
+        return min(s._minmax[0] for s in src), max(s._minmax[1] for s in src)
     if op is Ops.GEP:
-        return u.src[0]._minmax
+        return src[0]._minmax
     if op is Ops.CAST:
-        s = u.src[0]
+        s = src[0]
         return _cast(dt, s.dtype.scalar(), *s._minmax)
     if op is Ops.BITCAST:
-        s = u.src[0]
+        s = src[0]
         if dtypes.is_int(dt) and dtypes.is_int(s.dtype):
             lo, hi = s._minmax
             dlo, dhi = dtype_bounds(dt)
             if dlo <= lo and hi <= dhi:
                 return lo, hi
         return dtype_bounds(dt)
-    srcs = u.src
+    srcs = src
     if not srcs or op not in _RULES:
         return dtype_bounds(dt)
     if op in _FLOAT_BLIND and dtypes.is_float(srcs[0].dtype):
