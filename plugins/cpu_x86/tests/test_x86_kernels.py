@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from x86_harness import compile_x86, run_x86
+from x86_harness import compile_x86, renderer_for, run_x86
 
 from tg_core import Tensor
 from tg_core.codegen.opts import Opt, OptOps
@@ -18,12 +18,12 @@ from tg_cpu_x86.x86.renderer import X86Renderer
 RNG = np.random.default_rng(3)
 
 
-def run_tensor(t: Tensor, opts_for=lambda ast: (), own_opts: bool = False) -> list:
-    """Every kernel of `t`'s schedule through X86 (see run_x86), on numpy copies of the input buffers; the result
-    and the compiled kernels."""
+def run_tensor(t: Tensor, opts_for=lambda ast: (), own_opts: bool = False, isa: str | None = None) -> list:
+    """Every kernel of `t`'s schedule through X86 for `isa` (see run_x86), on numpy copies of the input buffers;
+    the result and the compiled kernels."""
     kernels: list = []
     out = run_schedule(t, lambda ast, bufs: kernels.append(
-        run_x86(ast, bufs, opts=() if own_opts else opts_for(ast), own_opts=own_opts)))
+        run_x86(ast, bufs, opts=() if own_opts else opts_for(ast), own_opts=own_opts, isa=isa)))
     return out, kernels
 
 
@@ -65,7 +65,7 @@ def test_tensor_kernels_match_numpy(name, tuned):
     """As scheduled, and with the opts the renderer asks for (lanes, register tiles, peeled tails)."""
     Tensor.manual_seed(11)
     t = CASES[name]()
-    got, _ = run_tensor(t, X86Renderer().opts_for if tuned else lambda ast: ())
+    got, _ = run_tensor(t, renderer_for().opts_for if tuned else lambda ast: ())
     want = t.numpy()  # the default device, or the reference interpreter
     if want.dtype.kind == "f":
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

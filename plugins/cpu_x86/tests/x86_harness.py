@@ -33,8 +33,25 @@ def check_disassembly(k: X86Kernel) -> None:
     CHECKED["mnemonics"].update(t.split()[0] for _, _, t in rows)
 
 
-def compile_x86(ast: UOp, opts=()) -> tuple[Program, X86Kernel]:
-    renderer = X86Renderer()
+# the ISA these helpers compile for unless told: the tests that read instruction shapes (ymm tiles, panel
+# sizes) describe the AVX2 code; the AVX-512 tests (test_x86_avx512.py) pass isa="avx512"
+ISA = "avx2"
+
+
+def renderer_for(isa: str | None = None) -> X86Renderer:
+    """An X86 renderer for `isa` (default ISA) that only emits: whether this host runs the code is the
+    caller's question (`runnable`)."""
+    return X86Renderer(isa=isa or ISA, emit_only=True)
+
+
+def runnable(isa: str) -> bool:
+    """Whether this host's CPU runs `isa` code (tests that execute AVX-512 kernels skip on AVX2-only hosts)."""
+    from tg_cpu_x86.x86.isa import missing
+    return not missing(isa)
+
+
+def compile_x86(ast: UOp, opts=(), isa: str | None = None) -> tuple[Program, X86Kernel]:
+    renderer = renderer_for(isa)
     prog = linearize_kernel(ast, opts=opts, extra_matcher=renderer.extra_matcher)
     k = renderer.compile(prog)
     check_disassembly(k)
@@ -42,16 +59,18 @@ def compile_x86(ast: UOp, opts=()) -> tuple[Program, X86Kernel]:
 
 
 def run_x86(ast: UOp, arrays: list[np.ndarray], var_vals: dict[str, int] | None = None, opts=(),
-            own_opts: bool = False) -> X86Kernel:
-    """Compile `ast` (with `opts`, or as the renderer linearizes it by itself: vector lanes where they pack),
-    check its disassembly, and call it on `arrays` (by PARAM index) and `var_vals`."""
+            own_opts: bool = False, isa: str | None = None) -> X86Kernel:
+    """Compile `ast` for `isa` (with `opts`, or as the renderer linearizes it by itself: vector lanes where they
+    pack), check its disassembly, and call it on `arrays` (by PARAM index) and `var_vals`."""
+    if not runnable(isa or ISA):
+        pytest.skip(f"this host cannot run {isa or ISA} code")
     if own_opts:
-        renderer = X86Renderer()
+        renderer = renderer_for(isa)
         prog = renderer.program(ast)
         k = renderer.compile(prog)
         check_disassembly(k)
     else:
-        prog, k = compile_x86(ast, opts)
+        prog, k = compile_x86(ast, opts, isa)
     for a in arrays:
         assert a.flags.c_contiguous
     var_types = [ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32 for v in prog.variables]

@@ -17,6 +17,8 @@ from tg_core.plugin_api import MOVE, ArchContext, Frame, Imm, Mem, MInst, PReg, 
 _GPR_NAMES = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi") + tuple(f"r{n}" for n in range(8, 16))
 GPR = {name: PReg(name, "gpr", num) for num, name in enumerate(_GPR_NAMES)}
 VEC = tuple(PReg(f"xmm{n}", "vec", n) for n in range(16))
+# AVX-512 opmasks: k0 cannot be a write mask (its number means "no mask"), so k1-k7 are allocated
+MASK = tuple(PReg(f"k{n}", "mask", n) for n in range(1, 8))
 RSP, RBP = GPR["rsp"], GPR["rbp"]
 ARG_REGS = tuple(GPR[n] for n in ("rdi", "rsi", "rdx", "rcx", "r8", "r9"))
 CALLEE_SAVED = frozenset(GPR[n] for n in ("rbx", "rbp", "r12", "r13", "r14", "r15"))
@@ -33,7 +35,7 @@ def vec_move(dst: PReg | View, src: PReg | View) -> MInst:
     return MInst("vmovaps", (dst, src), writes=(0,), reads=(1,), kind=MOVE)
 
 
-_VEC_STORE = {4: "vmovss", 8: "vmovsd", 16: "vmovups", 32: "vmovups"}
+_VEC_STORE = {4: "vmovss", 8: "vmovsd", 16: "vmovups", 32: "vmovups", 64: "vmovups"}
 
 
 class X86Frame(Frame):
@@ -86,20 +88,28 @@ class X86Arch(ArchContext):
 
     def __init__(self, frame_pointer: bool = False):
         gpr = tuple(r for r in _GPR_ORDER if r is not RBP) if frame_pointer else _GPR_ORDER
-        self.reg_classes = {"gpr": gpr, "vec": VEC}
+        self.reg_classes = {"gpr": gpr, "vec": VEC, "mask": MASK}
 
     def slot_size(self, cls: str, width: int) -> int:
         return width
 
     def move(self, dst: PReg, src: PReg, width: int) -> MInst:
-        return gpr_move(dst, src) if dst.cls == "gpr" else vec_move(dst, src)
+        if dst.cls == "mask":
+            return MInst("kmovw", (dst, src), writes=(0,), reads=(1,), kind=MOVE)
+        if dst.cls == "gpr":
+            return gpr_move(dst, src)
+        return vec_move(View(dst, width), View(src, width)) if width > 16 else vec_move(dst, src)
 
     def spill(self, src: PReg, slot: Mem, width: int) -> MInst:
+        if src.cls == "mask":
+            return MInst("kmovw", (slot, src), reads=(1,))
         if src.cls == "gpr":
             return MInst("mov", (slot, View(src, width)), reads=(1,))
         return MInst(_VEC_STORE[width], (slot, View(src, max(width, 16))), reads=(1,))
 
     def fill(self, dst: PReg, slot: Mem, width: int) -> MInst:
+        if dst.cls == "mask":
+            return MInst("kmovw", (dst, slot), writes=(0,))
         if dst.cls == "gpr":
             return MInst("mov", (View(dst, width), slot), writes=(0,))
         return MInst(_VEC_STORE[width], (View(dst, max(width, 16)), slot), writes=(0,))

@@ -52,7 +52,7 @@ from tg_core.plugin_api import (
     label,
 )
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
-from tg_cpu_x86.x86.slp import Group, buffer_of, plan
+from tg_cpu_x86.x86.slp import Group, buffer_of, widest_plan
 
 DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -110,8 +110,9 @@ def _float_bits(value: float, dt: DType) -> bytes:
 class Selector:
     """The state of selecting one program: instructions per uop, the register of each value, constants."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, isa: str = "avx2"):
         self.prog = program
+        self.isa = isa  # "avx2": ymm vectors of 8 float32 lanes; "avx512": zmm vectors of 16 where they pack
         self.uops = program.uops
         self.pos = {u: i for i, u in enumerate(self.uops)}
         self.buckets: list[list[MInst]] = [[] for _ in range(len(self.uops) + 1)]  # the last is the preamble
@@ -148,9 +149,13 @@ class Selector:
         self._vector_plan()
 
     def _vector_plan(self) -> None:
-        """Which uops are computed as ymm vectors (slp.py), where each group is emitted (after its last
-        member), and which accumulator updates become one FMA into the accumulator."""
-        self.packer, self.groups = plan(self.uops, self.users)
+        """Which uops are computed as vectors (slp.py: zmm with AVX-512 where 16 lanes pack, else ymm), where each
+        group is emitted (after its last member), and which accumulator updates become one FMA into the
+        accumulator."""
+        widths = (16, 8) if self.isa == "avx512" else (8,)
+        lanes, self.packer, self.groups = widest_plan(self.uops, self.users, widths)
+        self.vbytes = 4 * lanes  # bytes of one vector of float32/int32 lanes
+        self.evex = lanes == 16  # zmm code: compares into opmasks, blends by them
         self.vskip: set[UOp] = set()
         self.emit_at: dict[UOp, list[Group]] = {}
         self.vvals: dict[Group, VReg] = {}
@@ -404,6 +409,13 @@ class Selector:
         if dt.itemsize < 4 and dt is not dtypes.bool:
             op = "movsx" if _signed(dt) else "movzx"
             self.ins(op, View(d, 4), View(d, dt.itemsize), w=(0,), r=(1,))
+
+    def vw(self, v: VReg) -> View:
+        """A vector register at the width of this program's vectors (ymm or zmm)."""
+        return View(v, self.vbytes)
+
+    def vnew(self) -> VReg:
+        return VReg("vec", self.vbytes)
 
     def half_bits(self, x: VReg) -> VReg:
         """A register whose low 16 bits are the float16 of x (x holds a float16 value exactly)."""
@@ -1188,59 +1200,81 @@ isel_rules = PatternMatcher([
 ])
 
 
-def _y(v: VReg) -> View:
-    return View(v, 32)
-
-
 def _vector(ctx: Selector, g: Group) -> VReg:
     if g.kind == "acc":
         if g.accs not in ctx.vaccs:
-            ctx.vaccs[g.accs] = VReg("vec", 32)
+            ctx.vaccs[g.accs] = ctx.vnew()
         return ctx.vaccs[g.accs]
     if g not in ctx.vvals and g in ctx.lazy:  # a deferred broadcast, emitted at its first reader
-        ctx.vvals[g] = d = VReg("vec", 32)
-        ctx.ins("vbroadcastss", _y(d), ctx.lazy[g], w=(0,))
+        ctx.vvals[g] = d = ctx.vnew()
+        ctx.ins("vbroadcastss", ctx.vw(d), ctx.lazy[g], w=(0,))
     return ctx.vvals[g]
 
 
 _VEC_BIN = {Ops.ADD: "vaddps", Ops.SUB: "vsubps", Ops.MUL: "vmulps", Ops.FDIV: "vdivps"}
 _VEC_INT = {Ops.ADD: "vpaddd", Ops.SUB: "vpsubd", Ops.MUL: "vpmulld", Ops.AND: "vpand", Ops.OR: "vpor",
             Ops.XOR: "vpxor"}
+# EVEX has the bitwise ops only per element size
+_VEC_INT_EVEX = _VEC_INT | {Ops.AND: "vpandd", Ops.OR: "vpord", Ops.XOR: "vpxord"}
+_UNORD = 3  # vcmp predicate: unordered (either side NaN)
+
+
+def _mask() -> VReg:
+    """An AVX-512 opmask (16 bits: one per float32 lane of a zmm)."""
+    return VReg("mask", 2)
+
+
+def _vblend(ctx: Selector, d: Operand, mask: VReg, y: Operand, x: Operand, size: int) -> None:
+    """d = mask ? x : y lane by lane: an opmask selects with vblendmps (zmm), a lane mask with vblendvps."""
+    if size == 64:
+        ctx.ins("vblendmps", d, mask, y, x, w=(0,), r=(1, 2, 3))
+    else:
+        ctx.ins("vblendvps", d, y, x, View(mask, size), w=(0,), r=(1, 2, 3))
+
+
+def _vcmp(ctx: Selector, a: Operand, b: Operand, pred: int, size: int) -> VReg:
+    """The lanes of a pred b: an opmask for zmm, else a vector of all-ones/zero lanes."""
+    m = _mask() if size == 64 else VReg("vec", size)
+    ctx.ins("vcmpps", m if size == 64 else View(m, size), a, b, Imm(pred), w=(0,), r=(1, 2))
+    return m
 
 
 def _vmax(ctx: Selector, d: Operand, a: Operand, b: Operand, size: int) -> None:
-    """d = max(a, b) lane by lane, NaN from either side (as the scalar MAX)."""
-    t, m = VReg("vec", size), VReg("vec", size)
+    """d = max(a, b) lane by lane, NaN from either side (as the scalar MAX): vmaxps gives b when either is
+    NaN, so the lanes where a is NaN take a."""
+    t = VReg("vec", size)
     ctx.ins("vmaxps", View(t, size), a, b, w=(0,), r=(1, 2))
-    ctx.ins("vcmpps", View(m, size), a, a, Imm(3), w=(0,), r=(1, 2))
-    ctx.ins("vblendvps", d, View(t, size), a, View(m, size), w=(0,), r=(1, 2, 3))
+    _vblend(ctx, d, _vcmp(ctx, a, a, _UNORD, size), View(t, size), a, size)
 
 
 def _hreduce(ctx: Selector, g: Group) -> None:
-    """The scalar ADD/MAX of an accumulator's 8 lanes: halves folded onto each other (reassociated, as
-    LLVM's reassoc reductions are), the result in lane 0 of an xmm register."""
+    """The scalar ADD/MAX of an accumulator's lanes: halves folded onto each other (reassociated, as LLVM's
+    reassoc reductions are), from 16 lanes (zmm) or 8 (ymm) to lane 0 of an xmm register."""
     v = _vector(ctx, g.srcs[0])
-    op = "vaddps" if g.lanes[-1].op is Ops.ADD else None
-    x = View(v, 16)
-    for step in ("vextractf128", "vmovhlps", "vpermilps"):
-        t, r = VReg("vec", 16), VReg("vec", 16)
-        if step == "vextractf128":
-            ctx.ins(step, View(t, 16), _y(v), Imm(1), w=(0,), r=(1,))
+    add = g.lanes[-1].op is Ops.ADD
+    x = ctx.vw(v)
+    steps = (["vextractf64x4"] if ctx.vbytes == 64 else []) + ["vextractf128", "vmovhlps", "vpermilps"]
+    for step in steps:
+        size = 32 if step == "vextractf64x4" else 16
+        t, r = VReg("vec", size), VReg("vec", size)
+        if step in ("vextractf64x4", "vextractf128"):  # the upper half
+            ctx.ins(step, View(t, size), x, Imm(1), w=(0,), r=(1,))
+            x = View(x.reg, size)  # the lower half
         elif step == "vmovhlps":
             ctx.ins(step, View(t, 16), x, x, w=(0,), r=(1, 2))
         else:
             ctx.ins(step, View(t, 16), x, Imm(1), w=(0,), r=(1,))
-        if op is not None:
-            ctx.ins(op, View(r, 16), x, View(t, 16), w=(0,), r=(1, 2))
+        if add:
+            ctx.ins("vaddps", View(r, size), x, View(t, size), w=(0,), r=(1, 2))
         else:
-            _vmax(ctx, View(r, 16), x, View(t, 16), 16)
-        x = View(r, 16)
+            _vmax(ctx, View(r, size), x, View(t, size), size)
+        x = View(r, size)
     ctx.vals[g.lanes[-1]] = x.reg
 
 
 def _const_blob(g: Group) -> bytes:
     v0 = g.lanes[0]
-    return struct.pack("<8f", *(float(u.arg) for u in g.lanes)) if v0.dtype is dtypes.float32 else \
+    return struct.pack(f"<{len(g.lanes)}f", *(float(u.arg) for u in g.lanes)) if v0.dtype is dtypes.float32 else \
         b"".join((int(u.arg) & 0xFFFFFFFF).to_bytes(4, "little") for u in g.lanes)
 
 
@@ -1252,13 +1286,13 @@ def _vsrc(ctx: Selector, g: Group, user: Group) -> Operand:
     """A vector source operand of `user`: a nonzero constant is read from the data section by the instruction
     itself (as scalar fsrc does: no register holds it across the loop, pressure cannot force reloads), and so
     is a vector load only `user` reads when no store comes between the load and here (its vmovups dies)."""
-    if _const_group(g) and (blob := _const_blob(g)) != bytes(32):
-        return Mem(data=ctx.const_data(blob), size=32)
+    if _const_group(g) and (blob := _const_blob(g)) != bytes(ctx.vbytes):
+        return Mem(data=ctx.const_data(blob), size=ctx.vbytes)
     if g.kind == "load" and g.lanes[0].src[0] in ctx.addrs and all(
             ctx.users.get(ld) == [x] for ld, x in zip(g.lanes, user.lanes)) and \
             bisect.bisect(ctx.store_pos, ctx.pos[g.lanes[0]]) == bisect.bisect_left(ctx.store_pos, ctx.at):
-        return dataclasses.replace(ctx.addrs[g.lanes[0].src[0]], size=32)
-    return _y(_vector(ctx, g))
+        return dataclasses.replace(ctx.addrs[g.lanes[0].src[0]], size=ctx.vbytes)
+    return ctx.vw(_vector(ctx, g))
 
 
 def _binary(ctx: Selector, user: Group, x: Group, y: Group, commutative: bool) -> tuple[Operand, Operand]:
@@ -1266,58 +1300,71 @@ def _binary(ctx: Selector, user: Group, x: Group, y: Group, commutative: bool) -
     that lets the op read a constant or a load from memory)."""
     if commutative and not isinstance(_vsrc(ctx, y, user), Mem) and isinstance(_vsrc(ctx, x, user), Mem):
         x, y = y, x
-    return _y(_vector(ctx, x)), _vsrc(ctx, y, user)
+    return ctx.vw(_vector(ctx, x)), _vsrc(ctx, y, user)
+
+
+def _to_int32(ctx: Selector, d: VReg, x: Operand) -> None:
+    """float32 lanes -> int32 lanes; lanes the int cannot hold (NaN, inf, out of range) are alu.py's 0, not
+    vcvttps2dq's MIN: the in-range lanes are those ordered-greater than the low bound and -less than the high."""
+    n = ctx.vbytes
+    lo, hi = (Mem(data=ctx.const_data(struct.pack("<f", b) * (n // 4)), size=n)
+              for b in float_to_int_range(dtypes.float32, dtypes.int32))
+    if n == 64:  # an opmask of the in-range lanes, the second compare under the first's mask; others zeroed
+        k = _vcmp(ctx, x, lo, _GT_OQ, n)
+        ctx.ins("vcmpps", k, k, x, hi, Imm(_LT_OQ), w=(0,), r=(1, 2, 3))
+        ctx.ins("vcvttps2dq{z}", ctx.vw(d), k, x, w=(0,), r=(1, 2))
+        return
+    inside, above = VReg("vec", n), VReg("vec", n)
+    ctx.ins("vcvttps2dq", ctx.vw(d), x, w=(0,), r=(1,))
+    ctx.ins("vcmpps", ctx.vw(above), x, lo, Imm(_GT_OQ), w=(0,), r=(1,))
+    ctx.ins("vcmpps", ctx.vw(inside), x, hi, Imm(_LT_OQ), w=(0,), r=(1,))
+    ctx.ins("vandps", ctx.vw(inside), ctx.vw(inside), ctx.vw(above), w=(0,), r=(1, 2))
+    ctx.ins("vandps", ctx.vw(d), ctx.vw(d), ctx.vw(inside), w=(0,), r=(1, 2))
 
 
 def emit_group(ctx: Selector, g: Group) -> None:
-    """The vector instructions of one group (float32 x 8 in a ymm register)."""
+    """The vector instructions of one group (float32/int32 lanes in a ymm or zmm register)."""
     if g in ctx.fused_away:
         return
+    n, vw = ctx.vbytes, ctx.vw
     v0 = g.lanes[0] if g.lanes else None
     if g.kind == "accstore":
         acc = _vector(ctx, ctx.packer.acc_groups[g.accs])
         if g in ctx.fused:
             m = ctx.fused[g]
-            a, b = (_y(_vector(ctx, s)) for s in m.srcs)
-            ctx.ins("vfmadd231ps", _y(acc), a, b, w=(0,), r=(0, 1, 2))
+            a, b = (vw(_vector(ctx, s)) for s in m.srcs)
+            ctx.ins("vfmadd231ps", vw(acc), a, b, w=(0,), r=(0, 1, 2))
         elif g in ctx.in_place:  # acc = acc op x, written into the accumulator after reading it
             v = ctx.in_place[g]
             a, b = _binary(ctx, v, *v.srcs, commutative=v.lanes[0].op is Ops.ADD)
             if v.lanes[0].op is Ops.ADD:
-                ctx.ins("vaddps", _y(acc), a, b, w=(0,), r=(1, 2))
+                ctx.ins("vaddps", vw(acc), a, b, w=(0,), r=(1, 2))
             else:
-                _vmax(ctx, _y(acc), a, b, 32)
+                _vmax(ctx, vw(acc), a, b, n)
         else:
-            ctx.ins("vmovaps", _y(acc), _y(_vector(ctx, g.srcs[0])), w=(0,), r=(1,), kind=MOVE)
+            ctx.ins("vmovaps", vw(acc), vw(_vector(ctx, g.srcs[0])), w=(0,), r=(1,), kind=MOVE)
         return
     if g.kind == "store":
         mem = ctx.addrs[v0.src[0]]
-        ctx.ins("vmovups", dataclasses.replace(mem, size=32), _y(_vector(ctx, g.srcs[0])), r=(1,))
+        ctx.ins("vmovups", dataclasses.replace(mem, size=n), vw(_vector(ctx, g.srcs[0])), r=(1,))
         return
-    d = ctx.vvals[g] = VReg("vec", 32)
-    if g.kind == "cmp":
+    if g.kind == "cmp":  # a mask: an opmask (zmm) or a vector of lanes
         a, b = (_vector(ctx, s) for s in g.srcs)
-        ctx.ins("vcmpps", _y(d), _y(a), _y(b), Imm(_VCMP[v0.op]), w=(0,), r=(1, 2))
-    elif g.kind == "where":
+        ctx.vvals[g] = _vcmp(ctx, vw(a), vw(b), _VCMP[v0.op], n)
+        return
+    d = ctx.vvals[g] = ctx.vnew()
+    if g.kind == "where":
         mask, x, y = (_vector(ctx, s) for s in g.srcs)
-        ctx.ins("vblendvps", _y(d), _y(y), _y(x), _y(mask), w=(0,), r=(1, 2, 3))
+        _vblend(ctx, vw(d), mask, vw(y), vw(x), n)
     elif g.kind == "hreduce":
         del ctx.vvals[g]
         _hreduce(ctx, g)
     elif g.kind == "bitcast":
         ctx.vvals[g] = _vector(ctx, g.srcs[0])
     elif g.kind == "cast" and v0.dtype is dtypes.int32:
-        # lanes the int cannot hold (NaN, inf, out of range) are alu.py's 0, not vcvttps2dq's MIN
-        x, inside, above = _y(_vector(ctx, g.srcs[0])), VReg("vec", 32), VReg("vec", 32)
-        lo, hi = (Mem(data=ctx.const_data(struct.pack("<f", b) * 8), size=32)
-                  for b in float_to_int_range(dtypes.float32, dtypes.int32))
-        ctx.ins("vcvttps2dq", _y(d), x, w=(0,), r=(1,))
-        ctx.ins("vcmpps", _y(above), x, lo, Imm(_GT_OQ), w=(0,), r=(1,))
-        ctx.ins("vcmpps", _y(inside), x, hi, Imm(_LT_OQ), w=(0,), r=(1,))
-        ctx.ins("vandps", _y(inside), _y(inside), _y(above), w=(0,), r=(1, 2))
-        ctx.ins("vandps", _y(d), _y(d), _y(inside), w=(0,), r=(1, 2))
+        _to_int32(ctx, d, vw(_vector(ctx, g.srcs[0])))
     elif g.kind == "cast":
-        ctx.ins("vcvtdq2ps", _y(d), _y(_vector(ctx, g.srcs[0])), w=(0,), r=(1,))
+        ctx.ins("vcvtdq2ps", vw(d), vw(_vector(ctx, g.srcs[0])), w=(0,), r=(1,))
     elif g.kind == "splat" and v0.op is Ops.LOAD and v0.src[0] in ctx.addrs and v0.src[0] not in ctx.gates:
         last = max(ctx.pos[x] for x in ctx.users[v0])
         if bisect.bisect(ctx.barriers, ctx.pos[v0]) == bisect.bisect_left(ctx.barriers, last):
@@ -1326,43 +1373,47 @@ def emit_group(ctx: Selector, g: Group) -> None:
             del ctx.vvals[g]
             ctx.lazy[g] = ctx.addrs[v0.src[0]]
         else:
-            ctx.ins("vbroadcastss", _y(d), ctx.addrs[v0.src[0]], w=(0,))  # from memory (the scalar load may die)
+            ctx.ins("vbroadcastss", vw(d), ctx.addrs[v0.src[0]], w=(0,))  # from memory (the scalar load may die)
     elif g.kind == "splat" and v0.op is not Ops.CONST:
-        if v0.dtype is dtypes.int32:
+        if v0.dtype is dtypes.int32 and n == 64:  # EVEX broadcasts from a general register
+            ctx.ins("vpbroadcastd", vw(d), View(ctx.reg(v0), 4), w=(0,), r=(1,))
+        elif v0.dtype is dtypes.int32:
             t = VReg("vec", 16)
             ctx.ins("vmovd", t, View(ctx.reg(v0), 4), w=(0,), r=(1,))
-            ctx.ins("vpbroadcastd", _y(d), t, w=(0,), r=(1,))
+            ctx.ins("vpbroadcastd", vw(d), t, w=(0,), r=(1,))
         else:
-            ctx.ins("vbroadcastss", _y(d), ctx.reg(v0), w=(0,), r=(1,))
+            ctx.ins("vbroadcastss", vw(d), ctx.reg(v0), w=(0,), r=(1,))
     elif g.kind in ("splat", "const"):
         blob = _const_blob(g)
-        if blob == bytes(32):
-            d.remat = ctx.ins("vxorps", _y(d), _y(d), _y(d), w=(0,))
+        if blob == bytes(n):
+            d.remat = ctx.ins("vxorps", vw(d), vw(d), vw(d), w=(0,))
         else:
-            d.remat = ctx.ins("vmovups", _y(d), Mem(data=ctx.const_data(blob), size=32), w=(0,))
+            d.remat = ctx.ins("vmovups", vw(d), Mem(data=ctx.const_data(blob), size=n), w=(0,))
     elif g.kind == "load":
         mem = ctx.addrs[v0.src[0]]
-        ctx.ins("vmovups", _y(d), dataclasses.replace(mem, size=32), w=(0,))
+        ctx.ins("vmovups", vw(d), dataclasses.replace(mem, size=n), w=(0,))
     elif g in ctx.contracted:  # d = a*b + c: d starts as a, then vfmadd213ps d, b, c (c may be in memory)
         m, c = ctx.contracted[g]
         a, b = m.srcs
-        ctx.ins("vmovaps", _y(d), _y(_vector(ctx, a)), w=(0,), r=(1,), kind=MOVE)
-        ctx.ins("vfmadd213ps", _y(d), _y(_vector(ctx, b)), _vsrc(ctx, c, g), w=(0,), r=(0, 1, 2))
+        ctx.ins("vmovaps", vw(d), vw(_vector(ctx, a)), w=(0,), r=(1,), kind=MOVE)
+        ctx.ins("vfmadd213ps", vw(d), vw(_vector(ctx, b)), _vsrc(ctx, c, g), w=(0,), r=(0, 1, 2))
     elif (op := v0.op) is Ops.SHL:  # int32 lanes by a constant (slp.py packs nothing else)
-        ctx.ins("vpslld", _y(d), _y(_vector(ctx, g.srcs[0])), Imm(int(v0.src[1].arg) & 31), w=(0,), r=(1,))
+        ctx.ins("vpslld", vw(d), vw(_vector(ctx, g.srcs[0])), Imm(int(v0.src[1].arg) & 31), w=(0,), r=(1,))
     elif op in _VEC_BIN or op is Ops.MAX:
         a, b = _binary(ctx, g, *g.srcs, commutative=op in (Ops.ADD, Ops.MUL))
         if op is Ops.MAX:
-            _vmax(ctx, _y(d), a, b, 32)
+            _vmax(ctx, vw(d), a, b, n)
         else:
-            ctx.ins((_VEC_INT if v0.dtype is dtypes.int32 else _VEC_BIN)[op], _y(d), a, b, w=(0,), r=(1, 2))
+            ints = _VEC_INT_EVEX if n == 64 else _VEC_INT
+            ctx.ins((ints if v0.dtype is dtypes.int32 else _VEC_BIN)[op], vw(d), a, b, w=(0,), r=(1, 2))
     else:
         srcs = [_vector(ctx, s) for s in g.srcs]
         if v0.dtype is dtypes.int32:
-            ctx.ins(_VEC_INT[op], _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(1, 2))
+            ints = _VEC_INT_EVEX if n == 64 else _VEC_INT
+            ctx.ins(ints[op], vw(d), vw(srcs[0]), vw(srcs[1]), w=(0,), r=(1, 2))
         else:  # MULACC
-            ctx.ins("vmovaps", _y(d), _y(srcs[2]), w=(0,), r=(1,), kind=MOVE)
-            ctx.ins("vfmadd231ps", _y(d), _y(srcs[0]), _y(srcs[1]), w=(0,), r=(0, 1, 2))
+            ctx.ins("vmovaps", vw(d), vw(srcs[2]), w=(0,), r=(1,), kind=MOVE)
+            ctx.ins("vfmadd231ps", vw(d), vw(srcs[0]), vw(srcs[1]), w=(0,), r=(0, 1, 2))
 
 
 _FLAG_WRITERS = frozenset({"cmp", "test", "vucomiss", "vucomisd"})
@@ -1414,10 +1465,10 @@ def eliminate_dead_code(insts: list[MInst]) -> list[MInst]:
     return [ins for i, ins in enumerate(insts) if alive[i]]
 
 
-def select(program: Program) -> tuple[MFunction, dict[bytes, str]]:
+def select(program: Program, isa: str = "avx2") -> tuple[MFunction, dict[bytes, str]]:
     """The program as machine instructions on virtual registers (ending in a return), and the constants
-    (bytes -> data label) they read."""
-    ctx = Selector(program)
+    (bytes -> data label) they read; vectors of the widest width `isa` has at which the program packs."""
+    ctx = Selector(program, isa)
     for i, u in enumerate(program.uops):
         ctx.cur, ctx.at = ctx.buckets[i], i
         if u in ctx.folded_adds:

@@ -37,11 +37,12 @@ from tg_core.plugin_api import (
     kernel_ranges,
     linearize_kernel,
 )
+from tg_cpu_x86.x86 import isa as _isa
 from tg_cpu_x86.x86 import operands as x86
 from tg_cpu_x86.x86.abi import X86Arch
 from tg_cpu_x86.x86.encode import Assembler
 from tg_cpu_x86.x86.isel import SUPPORTED, select
-from tg_cpu_x86.x86.slp import buffer_of, plan
+from tg_cpu_x86.x86.slp import buffer_of, widest_plan
 
 
 def _decompositions() -> PatternMatcher | None:
@@ -55,11 +56,13 @@ def _decompositions() -> PatternMatcher | None:
 
 def _operand(o: Operand) -> x86.Operand:
     if isinstance(o, PReg):
+        if o.cls == "mask":
+            return x86.kreg(o.num)
         return x86.gpr(o.num, 8) if o.cls == "gpr" else x86.vreg(o.num, 16)
     if isinstance(o, View):
         r = o.reg
         assert isinstance(r, PReg)
-        return x86.gpr(r.num, o.size) if r.cls == "gpr" else x86.vreg(r.num, 32 if o.size == 32 else 16)
+        return x86.gpr(r.num, o.size) if r.cls == "gpr" else x86.vreg(r.num, o.size if o.size in (32, 64) else 16)
     if isinstance(o, Mem):
         if o.data is not None:
             return x86.Mem(x86.reg("rip"), disp=x86.Label(o.data), size=o.size)
@@ -100,7 +103,7 @@ def assemble(insts: list[MInst], data: dict[bytes, str]) -> Assembler:
         else:
             asm.emit(ins.op, *(_operand(o) for o in ins.operands))
     for blob, name in data.items():
-        asm.data(name, blob, align=16)
+        asm.data(name, blob, align=64 if len(blob) >= 64 else 16)  # a zmm constant within one cache line
     return asm
 
 
@@ -111,9 +114,16 @@ _LANES = CPUTarget(vector_bytes=16, auto_vectorize=False, pack=False)
 _TILE = CPUTarget(vector_bytes=8, tile_rows=3, auto_vectorize=False, pack=False)
 _HEAVY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 # ymm lanes: 8 float32 lanes on the contiguous axis, matmul tiles of 4 rows x 16 columns (8 ymm accumulators)
-# reading B from packed panels (stack arrays)
+# reading B from packed panels (stack arrays); one-vector panels (_NARROW) where the columns are a multiple of
+# one vector but not of two
 _VECTOR = CPUTarget(vector_bytes=32, tile_rows=4, auto_vectorize=False, pack=True)
 _NARROW = CPUTarget(vector_bytes=16, tile_rows=8, auto_vectorize=False, pack=True)
+# zmm lanes (AVX-512): 16 float32 lanes, matmul tiles of 4 rows x 32 columns (8 zmm accumulators of 16 registers)
+_VECTOR512 = CPUTarget(vector_bytes=64, tile_rows=4, auto_vectorize=False, pack=True)
+_NARROW512 = CPUTarget(vector_bytes=32, tile_rows=8, auto_vectorize=False, pack=True)
+# per ISA, widest first: (lanes of a vector, tile target, one-vector-panel target); a kernel that does not pack
+# at 16 lanes (its columns a multiple of 8 only) is tried at 8
+_TARGETS = {"avx512": ((16, _VECTOR512, _NARROW512), (8, _VECTOR, _NARROW)), "avx2": ((8, _VECTOR, _NARROW),)}
 # what a kernel may contain to be tried with vector lanes (slp.py decides whether it really packs)
 _VECTOR_OPS = frozenset({Ops.SINK, Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.END, Ops.INDEX, Ops.LOAD,
                          Ops.STORE, Ops.REDUCE, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC, Ops.GROUP,
@@ -134,35 +144,54 @@ def _copy_lanes(ast: UOp, opts: list[Opt]) -> list[Opt]:
     return [Opt(OptOps.UPCAST, loops.index(cols[0]), width)] if len(cols) == 1 else []
 
 
+class _VectorISA:
+    """X86Renderer.vector_isa: the instance's ISA, or on the class (what tg bench reads from a device's renderer
+    class) the one a renderer built now would use (TG_X86_ISA against the host)."""
+
+    def __get__(self, obj: X86Renderer | None, cls: type | None = None) -> str:
+        return obj.isa if obj is not None else _isa.resolve()
+
+
 class X86Renderer(Renderer):
-    """Native x86-64 code for the CPU device (DEV=CPU:X86)."""
+    """Native x86-64 code for the CPU device (DEV=CPU:X86): AVX-512 (zmm, 16 float32 lanes) or AVX2 (ymm, 8)
+    vectors, chosen by `isa` (default: TG_X86_ISA, else auto: the widest the host runs; see isa.py). With
+    `emit_only` the code need not run here (tests check AVX-512 encodings on AVX2 hosts); otherwise an ISA the
+    host lacks is an isa.UnsupportedISAError."""
     name = "X86"
     device = "CPU"
     supported_dtypes = SUPPORTED
-    vector_isa = "avx2"  # ymm code only, whatever the host has
+    vector_isa = _VectorISA()
+
+    def __init__(self, isa: str | None = None, emit_only: bool = False):
+        self.isa = _isa.resolve(isa)
+        self.emit_only = emit_only
+        if not emit_only:
+            _isa.check_runnable(self.isa)
 
     def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> Program:
-        """With the renderer's own opts: vector lanes where the kernel packs into ymm vectors whole (slp.py),
-        else the scalar lanes of opts_for."""
-        if opts is None and (vector := self._vector_opts(ast)):
-            prog = linearize_kernel(ast, self.lower_reduce, vector, self.extra_matcher)
-            if plan(prog.uops, _users(prog.uops))[1]:
-                return prog
+        """With the renderer's own opts: vector lanes where the kernel packs into vectors whole (slp.py), the
+        widest of the ISA's first, else the scalar lanes of opts_for."""
+        if opts is None:
+            for lanes, tile, narrow in _TARGETS[self.isa]:
+                if vector := self._vector_opts(ast, lanes, tile, narrow):
+                    prog = linearize_kernel(ast, self.lower_reduce, vector, self.extra_matcher)
+                    if widest_plan(prog.uops, _users(prog.uops), (lanes, 8) if lanes > 8 else (8,))[2]:
+                        return prog
         return super().program(ast, opts)
 
     @staticmethod
-    def _vector_opts(ast: UOp) -> list[Opt]:
+    def _vector_opts(ast: UOp, lanes: int = 8, tile: CPUTarget = _VECTOR, narrow: CPUTarget = _NARROW) -> list[Opt]:
         nodes = ast.toposort()
         if any(u.op not in _VECTOR_OPS or u.op in (Ops.LOAD, Ops.STORE) and u.src[0].dtype.base is not dtypes.float32
                or u.op is Ops.INDEX and len(u.src) > 2 for u in nodes):
             return []
-        opts = cpu_opts(ast, _VECTOR)
+        opts = cpu_opts(ast, tile)
         if opts and opts[0].op is OptOps.PACK:
             cols = kernel_ranges(ast, AxisType.LOOP)[opts[0].axis].src[0]
-            if cols.op is Ops.CONST and cols.arg % opts[0].amt and not cols.arg % 8:
+            if cols.op is Ops.CONST and cols.arg % opts[0].amt and not cols.arg % lanes:
                 # a padded last panel gates the copy and the stores (no vector forms here): one-vector panels
                 # that divide the columns, twice the rows (1000 columns: 8 x 125 panels)
-                opts = cpu_opts(ast, _NARROW)
+                opts = cpu_opts(ast, narrow)
             return opts + _copy_lanes(ast, opts) if opts and opts[0].op is OptOps.PACK else opts
         return opts
 
@@ -186,7 +215,7 @@ class X86Renderer(Renderer):
 
     def compile(self, program: Program) -> X86Kernel:
         self.check_dtypes(program)
-        fn, data = select(program)
+        fn, data = select(program, self.isa)
         alloc = allocate(fn, X86Arch(frame_pointer=fn.local_bytes > 0))
         asm = assemble(alloc.insts, data)
         return X86Kernel(asm.assemble(), asm, alloc)

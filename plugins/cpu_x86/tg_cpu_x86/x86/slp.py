@@ -1,6 +1,7 @@
-"""Packing scalar lanes into ymm vectors (superword-level parallelism) for the X86 selector.
+"""Packing scalar lanes into vectors (superword-level parallelism) for the X86 selector: 8 float32 lanes
+(ymm, AVX2) or 16 (zmm, AVX-512).
 
-Codegen expands an UPCAST/UNROLL axis into straight-line scalar lanes. Here runs of LANES float32 stores to
+Codegen expands an UPCAST/UNROLL axis into straight-line scalar lanes. Here runs of `lanes` float32 stores to
 consecutive elements of one buffer are the seeds; their values are packed lane by lane, bottom-up: a lane
 tuple packs when its members are one value (broadcast), constants, loads of consecutive elements,
 accumulators (whose every store then packs too), or the same arithmetic op on packed operands. A kernel is
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from tg_core.plugin_api import Call, Ops, UOp, dtypes, trampoline
 
-LANES = 8  # float32 lanes of a ymm register
+LANES = 8  # float32 lanes of a ymm register (the default); a zmm register has 16
 _ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC})
 _INT_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL})
 _LANE_DTYPES = (dtypes.float32, dtypes.int32)
@@ -24,7 +25,7 @@ _CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 
 @dataclass(eq=False)
 class Group:
-    """LANES uops computed as one vector. kind: "splat" (one scalar, broadcast), "const", "load", "store",
+    """`lanes` uops computed as one vector. kind: "splat" (one scalar, broadcast), "const", "load", "store",
     "acc" (loads of accumulators), "accstore" (stores to them), "alu", "cmp" (a mask), "where" (a blend),
     "cast" (float32 <-> int32), "bitcast" (the same bits), and "hreduce": a scalar ADD/MAX tree over an
     accumulator's lanes (its lanes are the tree's nodes, the last the root), computed by shuffles."""
@@ -76,8 +77,8 @@ def _consecutive(idxs: tuple[UOp, ...]) -> bool:
 class Packer:
     """Finds the vector groups of a linear program (see the module docstring)."""
 
-    def __init__(self, uops: tuple[UOp, ...], users: dict[UOp, list[UOp]]):
-        self.uops, self.users = uops, users
+    def __init__(self, uops: tuple[UOp, ...], users: dict[UOp, list[UOp]], lanes: int = LANES):
+        self.uops, self.users, self.lanes = uops, users, lanes
         self.pos = {u: i for i, u in enumerate(uops)}
         self.memo: dict[tuple[UOp, ...], Group | None] = {}
         self.acc_groups: dict[tuple[UOp, ...], Group] = {}  # accumulators by lane -> their "acc" group
@@ -130,7 +131,7 @@ class Packer:
             g.lanes = ls
 
     def _seeds(self, exclusive: bool = True) -> list[tuple[UOp, ...]]:
-        """Runs of LANES stores to consecutive float32 elements of a buffer, in program order: disjoint runs
+        """Runs of `lanes` stores to consecutive float32 elements of a buffer, in program order: disjoint runs
         from the lowest element, or (not exclusive) every run, for taking the ones that pack."""
         by_base: dict[tuple[UOp, UOp], dict[int, UOp]] = {}
         for u in self.uops:
@@ -140,7 +141,7 @@ class Packer:
         seeds, taken = [], set()
         for stores in by_base.values():
             for c in sorted(stores):
-                run = tuple(stores.get(c + k) for k in range(LANES))
+                run = tuple(stores.get(c + k) for k in range(self.lanes))
                 if all(s is not None and (s not in taken or not exclusive) for s in run):
                     seeds.append(run)
                     taken.update(run)
@@ -207,7 +208,7 @@ class Packer:
         return None
 
     def _reduction_tree(self, root: UOp) -> Call[Group | None]:
-        """If `root` combines the final loads of LANES accumulators by a tree of one op (ADD or MAX) whose
+        """If `root` combines the final loads of `lanes` accumulators by a tree of one op (ADD or MAX) whose
         inner nodes have no other users: the accumulators become a vector and the tree a horizontal
         reduction ("hreduce", whose scalar is then broadcast)."""
         if root.op not in (Ops.ADD, Ops.MAX) or root.dtype is not dtypes.float32 or root in self.trees:
@@ -224,7 +225,7 @@ class Packer:
         return tree
 
     def _tree(self, root: UOp) -> tuple[list[UOp], list[UOp]] | None:
-        """The nodes and the LANES accumulator-load leaves of a reduction tree at `root` (see _reduction_tree),
+        """The nodes and the `lanes` accumulator-load leaves of a reduction tree at `root` (see _reduction_tree),
         found without changing anything."""
         nodes, leaves, stack = [], [], [root]
         while stack:
@@ -237,7 +238,7 @@ class Packer:
                 leaves.append(n)
             else:
                 return None
-        return (nodes, leaves) if len(leaves) == LANES else None
+        return (nodes, leaves) if len(leaves) == self.lanes else None
 
     def _select(self, vals: tuple[UOp, ...]) -> Call[Group | None]:
         """where(a cmp b, x, y) with float32 a, b: a compare mask and a blend (the compares are members)."""
@@ -254,7 +255,7 @@ class Packer:
         return self._add(Group("where", vals, (cmp, parts[2], parts[3])))
 
     def _acc(self, loads: tuple[UOp, ...], accs: tuple[UOp, ...]) -> Call[Group | None]:
-        """Loads of LANES distinct accumulators: the accumulators become one vector, so each of their stores
+        """Loads of `lanes` distinct accumulators: the accumulators become one vector, so each of their stores
         must pack with the same lanes."""
         if len(set(accs)) != len(accs) or any(a.dtype.base is not dtypes.float32 for a in accs):
             return None
@@ -279,12 +280,25 @@ class Packer:
 _recent = threading.local()
 
 
-def plan(uops: tuple[UOp, ...], users: dict[UOp, list[UOp]]) -> tuple[Packer, list[Group]]:
-    """A program's Packer and its groups (Packer.run), computed once per program and thread: the renderer
-    packs a program to choose vector lanes, then the selector emits the same groups (a second run was
-    ~4 ms per matmul kernel of a first MLP forward)."""
-    last = getattr(_recent, "plan", None)
-    if last is None or last[0].uops is not uops:
-        packer = Packer(uops, users)
-        last = _recent.plan = (packer, packer.run())
-    return last
+def plan(uops: tuple[UOp, ...], users: dict[UOp, list[UOp]], lanes: int = LANES) -> tuple[Packer, list[Group]]:
+    """A program's Packer and its groups (Packer.run) for vectors of `lanes`, computed once per program, width
+    and thread: the renderer packs a program to choose vector lanes, then the selector emits the same groups
+    (a second run was ~4 ms per matmul kernel of a first MLP forward)."""
+    cache = getattr(_recent, "plans", None)
+    if cache is None or cache[0] is not uops:
+        cache = _recent.plans = (uops, {})
+    if lanes not in cache[1]:
+        packer = Packer(uops, users, lanes)
+        cache[1][lanes] = (packer, packer.run())
+    return cache[1][lanes]
+
+
+def widest_plan(uops: tuple[UOp, ...], users: dict[UOp, list[UOp]], widths: tuple[int, ...]) \
+        -> tuple[int, Packer, list[Group]]:
+    """The plan of the first of `widths` (lane counts, widest first) at which the program packs, with its width;
+    the last width's (empty) plan when none does."""
+    for lanes in widths:
+        packer, groups = plan(uops, users, lanes)
+        if groups:
+            break
+    return lanes, packer, groups
