@@ -31,3 +31,27 @@ def disassemble_every_kernel():
 
 class TestX86Conformance(DeviceConformance):
     device = "CPU:X86"
+
+
+def _rebuild_renderer(dev) -> None:
+    """A new X86 renderer instance (reading TG_X86_ISA again) through the public API: the device keeps its
+    instance while the renderer class stays the same."""
+    dev.select_renderer("LLVM")
+    _ = dev.render_with
+    dev.select_renderer("X86")
+
+
+class TestX86ConformanceAVX2(DeviceConformance):
+    """The same suite with TG_X86_ISA=avx2: the ymm code, which an AVX-512 host would otherwise not run (the
+    class above runs the host's widest ISA)."""
+    device = "CPU:X86"
+
+    @pytest.fixture(autouse=True, scope="class")
+    def avx2_code(self):
+        dev, patch = Device["CPU:X86"], pytest.MonkeyPatch()
+        patch.setenv("TG_X86_ISA", "avx2")
+        _rebuild_renderer(dev)
+        assert dev.render_with.vector_isa == "avx2"
+        yield
+        patch.undo()
+        _rebuild_renderer(dev)
