@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tg_core.codegen.lib.gpudims import add_gpudims, parallel_ranges
+from tg_core.devices.python.interpreter import run_kernel
 from tg_core.dtype import dtypes
-from tg_core.interpreter import run_kernel
 from tg_core.uop import AxisType, KernelInfo, Ops, UOp
 from tg_core.uop.rewrite import substitute
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tg_core.devices.python.interpreter import _plan, run_kernel
 from tg_core.dtype import dtypes
-from tg_core.interpreter import _plan, run_kernel
 from tg_core.uop import KernelInfo, Ops, UOp
 
 F32, I32 = dtypes.float32, dtypes.int32

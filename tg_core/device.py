@@ -1,12 +1,15 @@
-"""Devices and their memory: Buffer, Allocator, LRUAllocator, Compiled, and the `Device` registry.
+"""Devices and their memory: Buffer, Allocator, LRUAllocator, and Compiled with its pipeline to running code.
 
 A device is a `Compiled` subclass that a plugin provides (`tg_devices` hook). Core opens it on first use as
 `cls(device, options)`, where `device` is the canonical name ("AMD", "AMD:1") and `options` the validated
-per-device options of the config. The simplest device needs only an allocator; the compile/run part
-(renderer, compiler, program runtime) is used by codegen and the engine, which arrive with the Tensor API.
+per-device options of the config. The simplest device needs only an allocator; to run kernels it takes the
+pipeline of `Compiled.get_runner` (prepare -> lower -> render -> compile -> load -> runner), overriding only the
+stages it does differently. The registry of opened devices, `Device`, lives in tg_core/plugins/device_registry.py
+and is re-exported here.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -14,17 +17,20 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tg_core.dtype import DType, from_numpy_dtype, to_dtype, to_numpy_dtype
 from tg_core.helpers import ContextVar
-from tg_core.plugins.config import parse_device_string
-from tg_core.plugins.errors import (DeviceClashError, DeviceNotFoundError, DeviceUnavailable, PluginBlockedError,
-                                    PluginBrokenError, PluginError, PluginRefusedError, suggest)
+
+if TYPE_CHECKING:
+    from tg_core.codegen.lib.gpudims import LaunchDims
+    from tg_core.codegen.program import Program
+    from tg_core.renderer import Renderer
+    from tg_core.uop.uop import UOp
 
 log = logging.getLogger("tg.device")
 
@@ -322,13 +328,73 @@ class Compiler:
         return src.encode()
 
 
+# what `get_runner(ast)` returns and the engine calls per launch: the kernel's buffers (PARAM i is bufs[i]) and the
+# values of its variables by name
+RunnerFn = Callable[[list[Buffer], dict[str, int]], None]
+
+
+@dataclass(frozen=True)
+class PreparedKernel:
+    """One kernel AST ready for codegen, and (for a GPU kernel whose parallel ranges became ids) its launch dims."""
+    ast: UOp
+    launch: LaunchDims | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What `Compiled.prepare` makes of a kernel AST: the kernels to run in this order, and the temporaries they
+    share beyond the caller's buffers, as (elements, dtype): temporary i is PARAM `len(bufs) + i` of every kernel."""
+    kernels: tuple[PreparedKernel, ...]
+    temps: tuple[tuple[int, DType], ...] = ()
+
+
+class KernelSequence:
+    """The runner of a kernel prepared into several: each call allocates the temporaries (through the device's
+    allocator, whose cache makes that cheap), runs the kernels in order on the buffers then the temporaries, and
+    gives the temporaries back."""
+    __slots__ = ("device", "allocator", "runners", "temps")
+
+    def __init__(self, device: str, allocator: Allocator, runners: Sequence[RunnerFn],
+                 temps: Sequence[tuple[int, DType]]):
+        self.device, self.allocator, self.runners = device, allocator, tuple(runners)
+        self.temps = tuple((max(n, 1), dt) for n, dt in temps)
+
+    def _temporary(self, size: int, dtype: DType) -> Buffer:
+        buf = Buffer(self.device, size, dtype)
+        buf._allocator = self.allocator  # the device's own, also for one made directly rather than by the registry
+        return buf.allocate()
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict[str, int]) -> None:
+        held = [self._temporary(n, dt) for n, dt in self.temps]
+        try:
+            for run in self.runners:
+                run(bufs + held if held else bufs, var_vals)
+        finally:
+            for t in held:
+                t.deallocate()
+
+    def __repr__(self) -> str:
+        return f"<KernelSequence of {len(self.runners)} kernels on {self.device}>"
+
+
 class Compiled:
-    """Base of every device: an allocator, renderers, a compiler and a program runtime.
+    """Base of every device: an allocator, renderers, a compiler and a program runtime, and the pipeline that turns
+    a kernel AST into a runner with them.
 
     Core sets `renderers` (classes from the `tg_renderers` hooks, preferred first) and `renderer` (the one this
-    device renders with) right after construction. `runtime(name, lib)` returns a callable program; codegen and
-    the engine (with the Tensor API) define its calling convention. A device without a runtime can hold buffers
-    but not run programs."""
+    device renders with) right after construction. `get_runner(ast)` runs the stages below once per AST and caches
+    the runner; a device overrides only the stages it does differently (docs/architecture.md, "From Tensor.realize
+    to the device call"):
+
+      prepare(ast) -> Prepared          device-specific rewrites of the AST (default: none)
+      lower(kernel) -> Program          codegen with the renderer's opts and rules (`renderer.program`)
+      render(program) -> source         the renderer's text or machine code
+      compile(source) -> lib            the compiler's output, once per source
+      load(program, lib) -> runner      the runtime object: a callable(bufs, var_vals) running that program
+      make_runner(prepared, programs, loaded) -> runner   one kernel: its runner; several: a KernelSequence
+
+    `runtime(name, lib)`, when given, is the default `load`. A device without a renderer or runtime can hold
+    buffers but not run kernels."""
 
     def __init__(self, device: str, allocator: Allocator, compiler: Compiler | None = None,
                  runtime: Callable[[str, bytes], Any] | None = None):
@@ -338,23 +404,87 @@ class Compiled:
         self.renderers: list[type] = []
         self.renderer: type | None = None
         self.renderer_reason = ""
-        self._compiled: dict[str, bytes] = {}
+        self._compiled: dict[Any, Any] = {}
+        self._renderer_instance: Renderer | None = None
+        self._runners: dict[UOp, RunnerFn] = {}
+        # one build at a time: two threads asking for the same new kernel build it once; a cache hit takes no lock
+        self._build_lock = threading.RLock()
 
-    def compile(self, src: str) -> bytes:
-        """The compiler's output for `src`, compiled once per device."""
+    # ---- the pipeline ----
+
+    def get_runner(self, ast: UOp) -> RunnerFn:
+        """A callable running the kernel AST `ast` on buffers (PARAM i is bufs[i]) with variable values, built by
+        the stages once per AST. Thread-safe; a cached runner is one dict lookup away."""
+        runner = self._runners.get(ast)
+        if runner is None:
+            with self._build_lock:
+                runner = self._runners.get(ast)
+                if runner is None:
+                    runner = self._runners[ast] = self.build_runner(ast)
+        return runner
+
+    def build_runner(self, ast: UOp) -> RunnerFn:
+        """Every stage for `ast`, uncached (get_runner caches what this returns)."""
+        from tg_core.uop.rewrite import gc_paused
+        with gc_paused():  # codegen allocates many acyclic objects: collections would only slow it down
+            prepared = self.prepare(ast)
+            programs = [self.lower(k) for k in prepared.kernels]
+            loaded = [self.load(p, self.compile(self.render(p))) for p in programs]
+        return self.make_runner(prepared, programs, loaded)
+
+    def forget_runners(self) -> None:
+        """Drop the cached runners (after a change of renderer or of what `prepare` does); compiled code stays."""
+        with self._build_lock:
+            self._runners.clear()
+
+    def prepare(self, ast: UOp) -> Prepared:
+        """Stage 1: the device's own rewrites of the kernel AST before codegen (splitting it across cores, into
+        several kernels, parallel ranges into GPU ids). The default changes nothing."""
+        return Prepared((PreparedKernel(ast),))
+
+    def lower(self, kernel: PreparedKernel) -> Program:
+        """Stage 2: the kernel's linear program for this device's renderer (codegen/pipeline.py with the
+        renderer's opts and rules), carrying the launch dims `prepare` chose."""
+        program = self.render_with.program(kernel.ast)
+        return program if kernel.launch is None else dataclasses.replace(program, launch=kernel.launch)
+
+    def render(self, program: Program) -> Any:
+        """Stage 3: the renderer's output for `program` (source text, or machine code bytes)."""
+        return self.render_with.render(program)
+
+    def compile(self, src: Any) -> Any:
+        """Stage 4: the compiler's output for `src`, compiled once per device."""
         if src not in self._compiled:
             self._compiled[src] = self.compiler.compile(src)
         return self._compiled[src]
 
+    def load(self, program: Program, lib: Any) -> Any:
+        """Stage 5: the runtime object of a compiled program, a callable(bufs, var_vals) that runs it. The default
+        is the `runtime` the device was made with, given the program's name and the compiled bytes."""
+        return self.program(program.name, lib)
+
+    def make_runner(self, prepared: Prepared, programs: Sequence[Program], loaded: Sequence[Any]) -> RunnerFn:
+        """Stage 6: what `get_runner` returns: a single kernel's loaded program itself, or several run in order
+        with their temporaries (KernelSequence)."""
+        if len(loaded) == 1 and not prepared.temps:
+            return loaded[0]
+        return KernelSequence(self.device, self.allocator, loaded, prepared.temps)
+
+    @property
+    def render_with(self) -> Renderer:
+        """An instance of the device's renderer class (`renderer`, chosen by the registry right after opening),
+        made again when the class changes."""
+        if self._renderer_instance is None or type(self._renderer_instance) is not self.renderer:
+            if self.renderer is None:
+                raise RuntimeError(f"{self.device} has no renderer: no plugin offered one")
+            self._renderer_instance = self.renderer()
+        return self._renderer_instance
+
     def program(self, name: str, lib: bytes) -> Any:
+        """The `runtime` the device was made with, applied to a compiled program."""
         if self.runtime is None:
             raise NotImplementedError(f"device {self.device} has no program runtime")
         return self.runtime(name, lib)
-
-    def get_runner(self, ast: Any) -> Callable[[list[Buffer], dict[str, int]], None]:
-        """A callable running the kernel AST `ast` on buffers (PARAM i is bufs[i]) with variable values.
-        Devices with a renderer and runtime get this from codegen; a device may override it."""
-        raise NotImplementedError(f"device {self.device} cannot run kernels: it has no renderer/runtime for them yet")
 
     def synchronize(self) -> None:
         """Wait for all work queued on this device. Devices that run synchronously need not override it."""
@@ -368,154 +498,5 @@ class Compiled:
         return f"<{type(self).__name__} {self.device}>"
 
 
-_canonical_names: dict[str, str] = {}
-_UNUSABLE = (PluginBrokenError, PluginRefusedError, PluginBlockedError, DeviceClashError)
-
-
-class _Devices:
-    """The registry of opened devices: `Device["AMD:1"]`, `Device.DEFAULT`. Plugins load on first use."""
-
-    def __init__(self) -> None:
-        self._opened: dict[str, Compiled] = {}
-        self._lock = threading.RLock()
-        self._default: tuple[str, str] | None = None
-
-    @property
-    def registry(self) -> Any:
-        from tg_core.plugins.manager import get_registry
-        return get_registry()
-
-    @staticmethod
-    def canonicalize(name: str) -> str:
-        """'amd' -> 'AMD', 'AMD:0' -> 'AMD', 'AMD:1' -> 'AMD:1', 'cpu:llvm' -> 'CPU:LLVM'. A named renderer is part
-        of the device: CPU:LLVM is the CPU rendering with LLVM, whatever renderer plain CPU uses."""
-        got = _canonical_names.get(name) if isinstance(name, str) else None
-        if got is None:
-            base, renderer, idx = parse_device_string(name)
-            got = ":".join([base] + ([renderer] if renderer else []) + ([str(idx)] if idx else []))
-            if len(_canonical_names) < 1024:  # every tensor op passes its device through here
-                _canonical_names[name] = got
-        return got
-
-    def __getitem__(self, name: str) -> Compiled:
-        """The device named `name`, opened on first use. Errors name what to install or how to fix the config."""
-        dev = self._opened.get(name)  # a canonical name of an open device: the engine asks this per kernel
-        if dev is not None:
-            return dev
-        with self._lock:
-            return self._open(name)
-
-    def _open(self, name: str) -> Compiled:
-        base, renderer, _ = parse_device_string(name)
-        canonical = self.canonicalize(name)
-        if canonical in self._opened:
-            return self._opened[canonical]
-        reg = self.registry
-        rec, spec = reg.device_spec(base)
-        options = reg.config.device_options(base, spec.options)
-        renderers = self._renderers(canonical, renderer)  # checked before the device touches anything
-        try:
-            dev = spec.cls(canonical, options)
-        except DeviceUnavailable:
-            raise
-        except Exception as e:
-            raise PluginBrokenError(f"{rec.label}: opening device {canonical} failed: {type(e).__name__}: {e}\n"
-                                    f"{reg.disable_hint(rec)}") from e
-        if not isinstance(dev, Compiled):
-            raise PluginBrokenError(f"{rec.label}: {spec.cls.__name__} is not a tg_core.device.Compiled")
-        dev.renderers, why = renderers
-        dev.renderer, dev.renderer_reason = (dev.renderers[0] if dev.renderers else None), why
-        self._opened[canonical] = dev
-        log.debug("opened %s from %s", canonical, rec.label)
-        return dev
-
-    def _renderers(self, device: str, wanted: str | None) -> tuple[list[type], str]:
-        """The renderers of `device`, the one it renders with first, and why; `wanted` is the renderer named in
-        the device string, which must be one of those offered."""
-        ordered, why = self.registry.choose_renderer(device)
-        if wanted is None:
-            return ordered, why
-        by_name = {c.name.upper(): c for c in ordered}
-        if wanted not in by_name:
-            hint = suggest(wanted, list(by_name))
-            raise DeviceNotFoundError(f"no renderer {wanted!r} for {parse_device_string(device)[0]}; offered: "
-                                      f"{', '.join(by_name) or 'none'}" + (f"; did you mean {hint}?" if hint else ""))
-        ordered = [by_name[wanted]] + [c for c in ordered if c is not by_name[wanted]]
-        return ordered, f"{wanted}: named in the device string"
-
-    @property
-    def DEFAULT(self) -> str:  # noqa: N802 -- the registry's public name
-        """The default device's name: the config's `device` (or DEV), else the highest-priority working device."""
-        return self.default_with_reason()[0]
-
-    @DEFAULT.setter
-    def DEFAULT(self, name: str) -> None:  # noqa: N802
-        self[name]  # the device named, with its index and renderer ("AMD:1", "CPU:LLVM"), as Tensor(device=) has it
-        self._default = (self.canonicalize(name), f"set by Device.DEFAULT = {name!r}")
-
-    def default_with_reason(self) -> tuple[str, str]:
-        """(default device, why it was chosen)."""
-        with self._lock:
-            if self._default is None:
-                self._default = self._choose_default()
-            return self._default
-
-    def _choose_default(self) -> tuple[str, str]:
-        reg = self.registry
-        if reg.config.device is not None:
-            # selected: every failure is the user's error to see. The renderer part is a config preference for
-            # every instance of the device (see Config.renderer_order), so the default is the device without it.
-            base, _, idx = parse_device_string(reg.config.device)
-            name = self.canonicalize(f"{base}:{idx}" if idx else base)
-            self[name]
-            return name, f"device: {reg.config.device} from {reg.config.source('device')}"
-        skipped = []
-        for name, prio in reg.candidates():
-            try:
-                self._open(name)
-            except DeviceUnavailable as e:
-                log.info("default device: %s is unavailable: %s", name, e)
-                skipped.append(f"{name} (unavailable: {e})")
-                continue
-            except _UNUSABLE as e:
-                provs = reg.providers(name)
-                if isinstance(e, DeviceClashError):
-                    reg.warn_once(f"device:{name}", f"tg: skipping device {name} for the default device: "
-                                                    f"{str(e).splitlines()[0]}")
-                elif not any(r.status.value == "loaded" for r in provs):
-                    for r in provs:  # its plugin could not be loaded: it provides no device to fall back from
-                        reg.report(r)
-                else:
-                    # a loaded plugin whose device fails to open: the device exists, so using another one instead
-                    # would hide the failure behind a different (often much slower) device
-                    raise PluginBrokenError(
-                        f"default device: {name} (priority {prio}) is the highest-priority device and fails to open, "
-                        f"and tg does not fall back to another device; fix the cause below, or choose a device with "
-                        f"DEV=NAME or `device:` in ./tg.yaml ({', '.join(d for d, _ in reg.candidates())})\n{e}"
-                    ) from e
-                skipped.append(f"{name} ({str(e).splitlines()[0]})")
-                continue
-            why = f"highest-priority working device (priority {prio})"
-            return name, why + (f"; skipped: {'; '.join(skipped)}" if skipped else "")
-        raise PluginError("no working device: " + "; ".join(skipped))
-
-    def opened(self) -> list[str]:
-        return list(self._opened)
-
-    def reset(self, registry: Any = None) -> None:
-        """Close every opened device and forget the default; use `registry` (None: rebuild from config on next use)."""
-        from tg_core.plugins.manager import set_registry
-        with self._lock:
-            for dev in self._opened.values():
-                dev.close()
-            self._opened.clear()
-            self._default = None
-            set_registry(registry)
-
-    def configure(self, **explicit: Any) -> None:
-        """Rebuild the registry with explicit settings, the last config layer: `Device.configure(device="CPU")`."""
-        from tg_core.plugins.manager import PluginRegistry
-        self.reset(PluginRegistry.create(explicit))
-
-
-Device = _Devices()
+# last: the registry's module imports Compiled from this one (`from tg_core.device import Device` keeps working)
+from tg_core.plugins.device_registry import Device  # noqa: E402

@@ -13,7 +13,7 @@ from tg_core.codegen.expander import expand_lanes
 from tg_core.codegen.linearize import linearize
 from tg_core.codegen.lower_index import lower_index_dtype
 from tg_core.codegen.opts import Opt, apply_opts
-from tg_core.codegen.program import Program, _param_index
+from tg_core.codegen.program import Program, param_index
 from tg_core.codegen.reduce import lower_reduce as lower_reduce_pass
 from tg_core.codegen.shifts import define_shifts
 from tg_core.uop.ops import KernelInfo, Ops
@@ -53,8 +53,21 @@ def linearize_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = 
     with gc_paused():
         sink = lower_kernel(ast, lower_reduce, opts, extra_matcher)
         uops = linearize(sink) if lower_reduce else [u for u in sink.toposort() if u is not sink]
+    return Program(kernel_name(ast), tuple(uops), *_arguments(ast))
+
+
+def ast_program(ast: UOp) -> Program:
+    """The kernel AST as its own program, untouched by the stages: every node in dependency order, the SINK last.
+    For devices that interpret kernel ASTs themselves (the PYTHON device), so they take the same path to a runner."""
+    if ast.op is not Ops.SINK:
+        raise TypeError(f"a kernel AST is a SINK, got {ast.op}")
+    return Program(kernel_name(ast), tuple(ast.toposort()), *_arguments(ast))
+
+
+def _arguments(ast: UOp) -> tuple[tuple[UOp, ...], tuple[UOp, ...]]:
+    """(PARAMs by index, DEFINE_VARs by name) of `ast`."""
     # the arguments are the AST's, even those simplification removed: the caller passes every buffer and variable
     nodes = ast.toposort()
-    params = sorted((u for u in nodes if u.op is Ops.PARAM), key=_param_index)
+    params = sorted((u for u in nodes if u.op is Ops.PARAM), key=param_index)
     variables = sorted((lower_index_dtype(u) for u in nodes if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])
-    return Program(kernel_name(ast), tuple(uops), tuple(params), tuple(variables))
+    return tuple(params), tuple(variables)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tg_core.dtype import dtypes
 from tg_core.uop import AxisType, KernelInfo, Ops, UOp
 from tg_amd.compiler import AMDCompiler
+from tg_amd.device import prepare_kernel
 from tg_amd.renderer import AMDRenderer
 
 
@@ -129,9 +130,9 @@ declare i32 @llvm.amdgcn.workitem.id.x()
 
 
 def compile_ast(ast: UOp) -> tuple[bytes, str]:
-    """(ELF object, kernel name) of an AST through the AMD renderer."""
+    """(ELF object, kernel name) of an AST through the AMD device's prepare stage and renderer."""
     r = AMDRenderer()
-    prog = r.program(ast)
+    prog = r.program(prepare_kernel(ast).ast)
     return AMDCompiler().compile(r.render(prog)), r.function_name(prog)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tg_core.testing.kernels import capture_kernels, op_matrix_programs
 from tg_amd.compiler import AMDCompiler
+from tg_amd.device import prepare_kernel
 from tg_amd.elf import load_code_object
 from tg_amd.renderer import AMDRenderer
 
@@ -14,7 +15,7 @@ def test_op_matrix_kernels_compile_and_load():
     assert len(asts) >= 30
     r, comp = AMDRenderer(), AMDCompiler()
     for ast in asts:
-        prog = r.program(ast)
+        prog = r.program(prepare_kernel(ast).ast)
         code = load_code_object(comp.compile(r.render(prog)))
         k = code.kernel(r.function_name(prog))
         assert k.descriptor.wavefront32 and k.descriptor.user_sgprs == {"kernarg_segment_ptr": 0}, prog.name

@@ -8,6 +8,7 @@ from tg_core.codegen import linearize_kernel
 from tg_core.dtype import AddrSpace, dtypes
 from tg_core.uop import Ops, UOp
 from tg_amd.compiler import AMDCompiler
+from tg_amd.device import prepare_kernel
 from tg_amd.elf import load_code_object
 from tg_amd.interface import KernelDescriptor, KernelSymbol
 from tg_amd.kernargs import pack_kernargs
@@ -18,7 +19,7 @@ from amd_kernels import compile_ast, kernel, rowmax, saxpy, scaled
 
 def render(ast: UOp) -> str:
     r = AMDRenderer()
-    return r.render(r.program(ast))
+    return r.render(r.program(prepare_kernel(ast).ast))
 
 
 def test_kernel_signature_and_ids():
@@ -46,7 +47,7 @@ def test_o2_pipeline_keeps_only_the_kernarg_pointer():
 @pytest.mark.parametrize("ast", [saxpy(), rowmax(), scaled()], ids=["saxpy", "rowmax", "scaled"])
 def test_kernarg_layout_matches_llvm_metadata(ast):
     r = AMDRenderer()
-    prog = r.program(ast)
+    prog = r.program(prepare_kernel(ast).ast)
     k = load_code_object(AMDCompiler().compile(r.render(prog))).kernel(r.function_name(prog))
     layout, end = kernarg_layout(prog)
     assert layout == [(a[".offset"], a[".size"]) for a in k.metadata[".args"]]

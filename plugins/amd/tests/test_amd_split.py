@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tg_core.devices.python.interpreter import run_kernel
 from tg_core.dtype import dtypes
-from tg_core.interpreter import run_kernel
 from tg_core.uop import AxisType, Ops, UOp
 from tg_amd.split import split_nested
 

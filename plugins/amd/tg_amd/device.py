@@ -1,19 +1,25 @@
-"""The AMD device: GPU memory through the chosen interface; kernels rendered to LLVM IR (tg_amd/renderer.py),
-compiled for the interface's gfx target (tg_amd/compiler.py), read by tg-amd's ELF reader (tg_amd/elf.py) and
-dispatched synchronously through the interface with their kernargs (tg_amd/kernargs.py)."""
+"""The AMD device: GPU memory through the chosen interface, and core's pipeline (tg_core/device.py, `Compiled`)
+with two stages of its own. `prepare` moves reductions nested in reductions into kernels of their own
+(tg_amd/split.py) and turns each kernel's parallel ranges into workgroup and workitem ids with its launch dims
+(tg_core/codegen/lib/gpudims.py); the kernels are rendered to LLVM IR (tg_amd/renderer.py) and compiled for the
+interface's gfx target (tg_amd/compiler.py) by the core stages; `load` reads the code object with tg-amd's ELF
+reader (tg_amd/elf.py) and returns a runner dispatching it synchronously through the interface with its kernargs
+(tg_amd/kernargs.py). Core runs the parts of a split kernel in order with their temporaries."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator
+from tg_core.codegen.lib.gpudims import add_gpudims
+from tg_core.codegen.program import Program
+from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator, Prepared, PreparedKernel, RunnerFn
 from tg_core.uop.uop import UOp
 from tg_amd.compiler import AMDCompiler
 from tg_amd.elf import load_code_object
 from tg_amd.interface import CodeObject, GPUBuffer
 from tg_amd.kernargs import pack_kernargs
-from tg_amd.renderer import AMDRenderer, kernarg_layout
+from tg_amd.renderer import MAX_LOCAL, AMDRenderer, kernarg_layout
 from tg_amd.select import open_interface
 from tg_amd.split import split_nested
 
@@ -42,65 +48,62 @@ class AMDAllocator(LRUAllocator):
         self.iface.copyout(dest, src)
 
 
+def prepare_kernel(ast: UOp) -> PreparedKernel:
+    """One kernel AST for the GPU: its parallel ranges as workgroup/workitem ids, with the launch dims."""
+    gpu_ast, launch = add_gpudims(ast, MAX_LOCAL)
+    return PreparedKernel(gpu_ast, launch)
+
+
 class AMDDevice(Compiled):
     def __init__(self, device: str, options: Mapping[str, Any]):
         self.interface, self.interface_reason = open_interface(device, options["interface"])
         super().__init__(device, AMDAllocator(self.interface), AMDCompiler(self.interface.arch))
-        self._runners: dict[UOp, Callable[[list[Buffer], dict[str, int]], None]] = {}
         self._objects: dict[bytes, CodeObject] = {}
-        self._lock = threading.Lock()
+        self._objects_lock = threading.Lock()
 
     def code_object(self, lib: bytes) -> CodeObject:
         """The code object of a compiled ELF, read once."""
-        if lib not in self._objects:
-            self._objects[lib] = load_code_object(lib)
-        return self._objects[lib]
+        with self._objects_lock:
+            if lib not in self._objects:
+                self._objects[lib] = load_code_object(lib)
+            return self._objects[lib]
 
-    def get_runner(self, ast: UOp) -> Callable[[list[Buffer], dict[str, int]], None]:
-        with self._lock:
-            if ast not in self._runners:
-                self._runners[ast] = self._build(ast)
-            return self._runners[ast]
+    # ---- the pipeline's AMD stages ----
 
-    def _build(self, ast: UOp) -> Callable[[list[Buffer], dict[str, int]], None]:
-        renderer = self.renderer() if self.renderer is not None else AMDRenderer()
-        if not isinstance(renderer, AMDRenderer):
-            raise TypeError(f"{self.device} renders with {type(renderer).__name__}; its runtime needs an AMDRenderer "
-                            "(kernel ids, launch dims and kernarg layout)")
+    def prepare(self, ast: UOp) -> Prepared:
+        """Nested reductions split into kernels of their own (run in order, sharing temporaries), each with its
+        parallel ranges as GPU ids."""
         asts, temps = split_nested(ast)
-        launches = [self._launcher(renderer, part) for part in asts]
-        sizes = [max(n * dt.itemsize, 1) for n, dt in temps]
-        alloc = self.allocator
+        return Prepared(tuple(prepare_kernel(a) for a in asts), tuple(temps))
 
-        def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
-            held = [alloc.alloc(n) for n in sizes]
-            try:
-                vas = [b.opaque.va for b in bufs] + [t.va for t in held]
-                for launch in launches:
-                    launch(vas, var_vals)
-            finally:
-                for t, n in zip(held, sizes):
-                    alloc.free(t, n)
-        return run
+    def lower(self, kernel: PreparedKernel) -> Program:
+        if not isinstance(self.render_with, AMDRenderer):
+            raise TypeError(f"{self.device} renders with {type(self.render_with).__name__}; its runtime needs an "
+                            "AMDRenderer (kernel ids, launch dims and kernarg layout)")
+        return super().lower(kernel)
 
-    def _launcher(self, renderer: AMDRenderer, ast: UOp) -> Callable[[list[int], dict[str, int]], None]:
-        """Compile one kernel AST; the callable dispatches it given every buffer's GPU address and the variables."""
-        prog = renderer.program(ast)
-        code = self.code_object(self.compile(renderer.render(prog)))
-        kernel = code.kernel(renderer.function_name(prog))
-        layout, _ = kernarg_layout(prog)
+    def load(self, program: Program, lib: bytes) -> RunnerFn:
+        """A runner dispatching the compiled program through the interface, given every buffer (the caller's, then
+        the temporaries of a split kernel) and the variables."""
+        if program.launch is None:
+            raise ValueError(f"kernel {program.name} has no launch dims: AMD kernels come from prepare_kernel")
+        renderer = self.render_with
+        assert isinstance(renderer, AMDRenderer)  # lower checked it
+        code = self.code_object(lib)
+        kernel = code.kernel(renderer.function_name(program))
+        layout, _ = kernarg_layout(program)
         sizes = [size for _, size in layout]
-        names = [v.arg[0] for v in prog.variables]
+        names = [v.name for v in program.layout.variables]
         nbufs = len(sizes) - len(names)
-        iface, launch = self.interface, prog.launch
+        iface, launch = self.interface, program.launch
 
-        def dispatch(vas: list[int], var_vals: dict[str, int]) -> None:
-            if len(vas) < nbufs:
-                raise ValueError(f"kernel {kernel.name} takes {nbufs} buffers, got {len(vas)}")
+        def dispatch(bufs: list[Buffer], var_vals: Mapping[str, int]) -> None:
+            if len(bufs) < nbufs:
+                raise ValueError(f"kernel {kernel.name} takes {nbufs} buffers, got {len(bufs)}")
             grid, local = launch.evaluate(var_vals)
             if 0 in grid:
                 return  # an empty range: nothing to run
-            vals = vas[:nbufs] + [var_vals[n] for n in names]
+            vals = [b.opaque.va for b in bufs[:nbufs]] + [var_vals[n] for n in names]
             iface.dispatch(code, kernel.name, grid, local, pack_kernargs(kernel, list(zip(vals, sizes)), grid, local,
                                                                            layout))
         return dispatch

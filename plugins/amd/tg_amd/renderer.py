@@ -8,7 +8,8 @@ What changes against the host renderer:
   kernarg segment, laid out by LLVM at their natural alignment (`kernarg_layout` computes the same offsets);
 - buffers live in the global address space (1), LDS (DEFINE_LOCAL) in the local one (3), accumulators in
   private memory (5, registers after mem2reg);
-- the parallel ranges become workgroup and workitem ids (tg_core/codegen/lib/gpudims.py), read with
+- the parallel ranges become workgroup and workitem ids (tg_core/codegen/lib/gpudims.py, run by the device's
+  prepare stage: tg_amd/device.py `prepare_kernel`), read with
   `llvm.amdgcn.workgroup.id.*` / `llvm.amdgcn.workitem.id.x`; the kernel declares its workgroup size
   (`amdgpu-flat-work-group-size`), which lets LLVM drop barriers of single-wave workgroups;
 - float32 math uses the hardware's transcendental instructions (v_exp_f32, v_log_f32, v_sqrt_f32, v_rcp_f32,
@@ -23,14 +24,9 @@ What changes against the host renderer:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 from tg_core.codegen.lib.decomp import decomp
-from tg_core.codegen.lib.gpudims import LaunchDims, add_gpudims
 from tg_core.codegen.lib.intpow import pm_int_pow
-from tg_core.codegen.opts import Opt
-from tg_core.codegen.pipeline import linearize_kernel
 from tg_core.codegen.program import Program
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg_core.renderer.llvmir import LLVMFunction, LLVMRenderer, ltype, render_const
@@ -41,7 +37,7 @@ from tg_core.uop.uop import UOp
 
 
 ARCH = "gfx1100"
-MAX_LOCAL = 256  # work-items per workgroup the renderer asks for (8 waves of 32)
+MAX_LOCAL = 256  # work-items per workgroup at most (8 waves of 32): the device's prepare stage asks gpudims for it
 _SPECIALS = {"gidx0": "llvm.amdgcn.workgroup.id.x", "gidx1": "llvm.amdgcn.workgroup.id.y",
              "gidx2": "llvm.amdgcn.workgroup.id.z", "lidx0": "llvm.amdgcn.workitem.id.x"}
 # f32 op -> LLVM's form of it that runs the hardware instruction (v_exp/v_log/v_sqrt/v_rcp_f32, about 1 ulp)
@@ -68,19 +64,14 @@ _TWO_PI_HI = 6.28125
 _TWO_PI_LO = 2 * math.pi - 6.28125
 
 
-@dataclass(frozen=True)
-class AMDProgram(Program):
-    """A program for the AMD device, with how to launch it."""
-    launch: LaunchDims
-
-
 def kernarg_layout(program: Program) -> tuple[list[tuple[int, int]], int]:
     """(offset, size) of each kernel argument in the kernarg segment, and the explicit arguments' end: buffers
     (8-byte pointers, by PARAM index) then variables, each at its natural alignment, as LLVM lays them out."""
-    by_index = {(p.arg[0] if isinstance(p.arg, tuple) else p.arg): p for p in program.params}
-    sizes = [8 if isinstance(by_index.get(i, UOp.const(dtypes.int64, 0)).dtype, PtrDType) or i not in by_index
-             else by_index[i].dtype.itemsize for i in range(max(by_index, default=-1) + 1)]
-    sizes += [v.dtype.itemsize for v in program.variables]
+    layout = program.layout
+    by_index = {b.index: b.dtype for b in layout.buffers}
+    sizes = [8 if i not in by_index or isinstance(by_index[i], PtrDType) else by_index[i].itemsize
+             for i in range(layout.nbuffers)]
+    sizes += [v.dtype.itemsize for v in layout.variables]
     out, at = [], 0
     for size in sizes:
         at = (at + size - 1) // size * size
@@ -157,12 +148,6 @@ class AMDRenderer(LLVMRenderer):
     def __init__(self) -> None:
         from tg_amd.compiler import data_layout  # llvmlite knows the target's layout
         self.data_layout = data_layout(self.arch)
-
-    def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> AMDProgram:
-        ast, launch = add_gpudims(ast, MAX_LOCAL)
-        chosen = self.opts_for(ast) if opts is None else opts
-        p = linearize_kernel(ast, self.lower_reduce, chosen, self.extra_matcher)
-        return AMDProgram(p.name, p.uops, p.params, p.variables, launch)
 
     def attributes(self, program: Program) -> str:
         """The kernel's workgroup size bounds the ids and lets LLVM drop barriers of single-wave workgroups."""

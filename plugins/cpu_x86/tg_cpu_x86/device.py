@@ -1,11 +1,13 @@
 """The CPU device: host memory, kernels compiled for this machine, run on all its cores.
 
-`get_runner(ast)` splits the kernel across cores (tg_core.codegen.lib.threads), linearizes and renders it
-with the device's renderer, loads the result and returns a runner; everything up to the runner is cached
-per AST (and the loaded code per rendered source). A renderer's output says how it is loaded: LLVM IR text
-(str) is JIT-compiled by llvmlite, machine code (bytes, entry at offset 0) is placed in executable memory.
-Both are a C function `void kernel(void *buf0, ..., int/long var0, ...)` called through ctypes, which
-releases the GIL, so the cores of a split kernel run it at once from a persistent thread pool.
+`get_runner(ast)` is core's pipeline (tg_core/device.py, `Compiled`); the CPU overrides three of its stages:
+`prepare` splits the kernel across cores (tg_core.codegen.lib.threads), `load` turns the renderer's output into
+a ctypes function (loaded once per rendered source), and `make_runner` wraps it in a `CPURunner` that runs it
+on every core of the split. A renderer's output says how it is loaded: LLVM IR text (str) is JIT-compiled by
+llvmlite (MCJIT compiles and loads in one step, so the compile stage passes the source through), machine code
+(bytes, entry at offset 0) is placed in executable memory. Both are a C function
+`void kernel(void *buf0, ..., int/long var0, ...)` called through ctypes, which releases the GIL, so the cores
+of a split kernel run it at once from a persistent thread pool.
 """
 from __future__ import annotations
 
@@ -14,17 +16,17 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tg_core.codegen.lib.threads import CORE_ID, MIN_WORK, core_count, partial_reduction, split_cores
-from tg_core.device import Buffer, Compiled
+from tg_core.codegen.program import Program
+from tg_core.device import Buffer, Compiled, Prepared, PreparedKernel
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.helpers import DEBUG
 from tg_core.renderer import Renderer
-from tg_core.uop.rewrite import gc_paused
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 from tg_cpu_x86.execmem import ExecMemory
@@ -124,6 +126,12 @@ class CorePool:
                     t.join()
 
 
+class CPUKernel(NamedTuple):
+    """A loaded program: the ctypes function, and the loaded code it runs (kept alive with the runner)."""
+    fn: Any
+    keep: Any
+
+
 class CPURunner:
     """Calls a loaded kernel: buffer addresses, then the int variables in program order; for a split
     kernel once per core with its `core_id`. Everything per kernel is prepared here, not per call."""
@@ -167,9 +175,7 @@ class CPUDevice(Compiled):
     def __init__(self, device: str, options: Mapping[str, Any]):
         super().__init__(device, CPUAllocator())
         self._lock = threading.Lock()
-        self._runners: dict[UOp, CPURunner] = {}
         self._loaded: dict[str | bytes, Any] = {}
-        self._renderer: Renderer | None = None
         self._llvm: Any = None
         self._pools: dict[int, CorePool] = {}
         self.pool: CorePool | None = None
@@ -188,7 +194,7 @@ class CPUDevice(Compiled):
             if self.threads not in self._pools:
                 self._pools[self.threads] = CorePool(self.threads)
             self.pool = self._pools[self.threads]
-            self._runners.clear()
+        self.forget_runners()
 
     def select_renderer(self, name: str) -> None:
         """Render with the offered renderer called `name` from now on (benchmarks and tests compare them);
@@ -196,47 +202,48 @@ class CPUDevice(Compiled):
         by_name = {c.name.upper(): c for c in self.renderers}
         if name.upper() not in by_name:
             raise ValueError(f"no renderer {name!r} for {self.device}; offered: {', '.join(by_name) or 'none'}")
-        with self._lock:
+        with self._build_lock:
             self.renderer = by_name[name.upper()]
             self.renderer_reason = f"{name.upper()}: chosen by select_renderer"
-            self._runners.clear()
+            self.forget_runners()
 
-    @property
-    def render_with(self) -> Renderer:
-        """An instance of the device's renderer class (chosen by the registry right after opening)."""
-        if self._renderer is None or type(self._renderer) is not self.renderer:
-            if self.renderer is None:
-                raise RuntimeError(f"{self.device} has no renderer: no plugin offered one")
-            self._renderer = self.renderer()
-        return self._renderer
+    # ---- the pipeline's CPU stages ----
 
-    def get_runner(self, ast: UOp) -> CPURunner:
-        runner = self._runners.get(ast)
-        if runner is None:
-            runner = self._runners[ast] = self._build(ast)
-        return runner
+    def prepare(self, ast: UOp) -> Prepared:
+        """The kernel split across the device's cores when it has the work for it (threads.split_cores)."""
+        split = split_cores(ast, self.threads, self.thread_min_work)
+        partial = partial_reduction(split)
+        if partial is not None and partial[2] not in _COMBINABLE:
+            split = ast  # the runner combines partials with numpy: this dtype stays on one core
+        return Prepared((PreparedKernel(split),))
 
-    def _build(self, ast: UOp) -> CPURunner:
+    def compile(self, src: str | bytes) -> str | bytes:
+        """Nothing: MCJIT compiles LLVM IR and loads it in one step (`load`), and X86 machine code is ready to run."""
+        return src
+
+    def load(self, program: Program, lib: str | bytes) -> CPUKernel:
+        """The program as a ctypes function taking its layout's buffers (addresses) then variables."""
         renderer = self.render_with
-        with gc_paused():  # codegen allocates many acyclic objects: collections would only slow it down
-            split = split_cores(ast, self.threads, self.thread_min_work)
-            partial = partial_reduction(split)
-            if partial is not None and partial[2] not in _COMBINABLE:
-                split, partial = ast, None  # the runner combines partials with numpy: this dtype stays on one core
-            program = renderer.program(split)
-            src = renderer.render(program)
-        fn_name = renderer.function_name(program) if hasattr(renderer, "function_name") else program.name
-        argtypes = [ctypes.c_void_p] * (max((_param_index(p) for p in program.params), default=-1) + 1)
-        for v in program.variables:
+        argtypes: list[Any] = [ctypes.c_void_p] * program.layout.nbuffers
+        for v in program.layout.variables:
             if v.dtype not in _CTYPE:
-                raise TypeError(f"kernel {program.name}: variable {v.arg[0]} has dtype {v.dtype!r}; the CPU device "
+                raise TypeError(f"kernel {program.name}: variable {v.name} has dtype {v.dtype!r}; the CPU device "
                                 f"passes {', '.join(repr(d) for d in _CTYPE)}")
             argtypes.append(_CTYPE[v.dtype])
-        fn = ctypes.CFUNCTYPE(None, *argtypes)(self._load(src, fn_name))
+        fn_name = renderer.function_name(program) if hasattr(renderer, "function_name") else program.name
+        loaded = self._load(lib, fn_name)
+        fn = ctypes.CFUNCTYPE(None, *argtypes)(loaded.address)
         if DEBUG >= 3:
-            self._show(renderer, program, src, core_count(split))
-        return CPURunner(fn, program.name, [v.arg[0] for v in program.variables], core_count(split), self.pool,
-                         self._loaded[src], partial)
+            self._show(renderer, program, lib, next((int(v.arg[2]) + 1 for v in program.variables
+                                                     if v.arg[0] == CORE_ID), 1))
+        return CPUKernel(fn, loaded)
+
+    def make_runner(self, prepared: Prepared, programs: Sequence[Program], loaded: Sequence[CPUKernel]) -> CPURunner:
+        """The CPURunner of the one kernel `prepare` made: on as many cores as it was split across."""
+        (kernel,), (program,), (code,) = prepared.kernels, programs, loaded
+        assert self.pool is not None  # configure_threads, in __init__, made it
+        return CPURunner(code.fn, program.name, [v.name for v in program.layout.variables], core_count(kernel.ast),
+                         self.pool, code.keep, partial_reduction(kernel.ast))
 
     def _show(self, renderer: Renderer, program: Any, src: str | bytes, cores: int) -> None:
         """DEBUG=3: the rendered kernel (LLVM IR, or the X86 renderer's assembly); DEBUG=4 adds LLVM's assembly."""
@@ -246,8 +253,8 @@ class CPUDevice(Compiled):
             text = renderer.asm_str(program) if hasattr(renderer, "asm_str") else f"({len(src)} bytes of machine code)"
         print(f"tg: CPU {renderer.name} kernel {program.name} on {cores} core(s):\n{text}", file=sys.stderr)
 
-    def _load(self, src: str | bytes, fn_name: str) -> int:
-        """The address of the kernel in `src`, compiled and loaded once per source."""
+    def _load(self, src: str | bytes, fn_name: str) -> Any:
+        """The loaded code of `src` (its `address` is the kernel's), compiled and loaded once per source."""
         if not isinstance(src, (str, bytes)):
             raise TypeError(f"the {self.render_with.name} renderer returned {type(src).__name__}; the CPU device "
                             "loads LLVM IR (str) or x86-64 machine code (bytes)")
@@ -262,7 +269,7 @@ class CPUDevice(Compiled):
                 else:
                     loaded = ExecMemory(src)
                 self._loaded[src] = loaded
-            return loaded.address
+            return loaded
 
     def synchronize(self) -> None:
         """Kernels run to completion before their runner returns: nothing is ever pending."""
@@ -271,7 +278,3 @@ class CPUDevice(Compiled):
         super().close()
         for pool in self._pools.values():
             pool.close()
-
-
-def _param_index(p: UOp) -> int:
-    return p.arg[0] if isinstance(p.arg, tuple) else p.arg

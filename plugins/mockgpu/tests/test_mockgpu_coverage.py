@@ -9,6 +9,7 @@ import pytest
 from tg_core.testing import conformance as C
 from tg_core.testing.kernels import capture_kernels
 from tg_amd.compiler import AMDCompiler
+from tg_amd.device import prepare_kernel
 from tg_amd.elf import load_code_object
 from tg_amd.renderer import AMDRenderer
 from tg_mockgpu.emu.machine import EmulatorError
@@ -54,7 +55,7 @@ def test_every_emitted_instruction_is_implemented():
     r, comp = AMDRenderer(), AMDCompiler()
     missing: dict[str, set[str]] = {}
     for ast in asts:
-        prog = r.program(ast)
+        prog = r.program(prepare_kernel(ast).ast)
         code = load_code_object(comp.compile(r.render(prog)))
         k = code.kernel(r.function_name(prog))
         for inst in decode_all(code.image[k.code_offset:k.code_offset + k.code_size], 0, k.name):

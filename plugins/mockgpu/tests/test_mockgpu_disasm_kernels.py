@@ -15,6 +15,7 @@ import pytest
 
 from tg_core.testing.kernels import capture_kernels, op_matrix_programs
 from tg_amd.compiler import AMDCompiler
+from tg_amd.device import prepare_kernel
 from tg_amd.elf import read_elf
 from tg_mockgpu.rdna3.decode import decode_all
 from tg_mockgpu.rdna3.disasm import disasm
@@ -307,7 +308,7 @@ def test_tg_kernels_disassembly_matches_objdump(tmp_path) -> None:
     asts = capture_kernels(_tensor_programs)
     assert len(asts) >= 4
     r = AMDRenderer()
-    lines = sum(compare(r.render(r.program(ast)), tmp_path)[0] for ast in asts)
+    lines = sum(compare(r.render(r.program(prepare_kernel(ast).ast)), tmp_path)[0] for ast in asts)
     assert lines > 100
 
 
@@ -317,5 +318,5 @@ def test_op_matrix_kernels_disassembly_matches_objdump(tmp_path) -> None:
     asts = capture_kernels(op_matrix_programs)
     assert len(asts) >= 30
     r = AMDRenderer()
-    results = [compare(r.render(r.program(ast)), tmp_path) for ast in asts]
+    results = [compare(r.render(r.program(prepare_kernel(ast).ast)), tmp_path) for ast in asts]
     assert sum(n for n, _ in results) > 1000 and sum(t for _, t in results) > 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from tg_core.codegen.reduce import reduce_identity
@@ -46,7 +46,7 @@ class LaunchDims:
     global_size: tuple[UOp, UOp, UOp]
     local_size: tuple[int, int, int]
 
-    def evaluate(self, var_vals: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    def evaluate(self, var_vals: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """(workgroups, local size) for the variable values of one call."""
         out = []
         for e in self.global_size:
