@@ -106,9 +106,20 @@ def test_kernels_match_numpy(name):
 
 
 @needs_avx512
-def test_matmul_columns_of_eight_fall_back_to_ymm():
-    """40 columns: no 16-lane vector packs, the 8-lane (ymm) plan does."""
+def test_matmul_columns_past_whole_vectors_are_a_masked_vector():
+    """40 columns: per row two whole zmm vectors and one of 8 lanes, whose panel loads are zero-masked and
+    whose stores are masked (no scalar columns)."""
     a, b = f32(32, 40), f32(40, 40)
+    got, kernels = run_tensor(Tensor(a) @ Tensor(b), own_opts=True, isa="avx512")
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    text = kernels[-1].asm_str()
+    assert "vfmadd231ps zmm" in text and "] {k" in text and "vfmadd231ss" not in text
+
+
+@needs_avx512
+def test_narrow_tiles_fall_back_to_ymm():
+    """A 10-column product: the heuristic has no 16-lane tile for it, the 8-lane (ymm) one packs 8 columns."""
+    a, b = f32(16, 64), f32(64, 10)
     got, kernels = run_tensor(Tensor(a) @ Tensor(b), own_opts=True, isa="avx512")
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
     text = kernels[-1].asm_str()
@@ -144,3 +155,25 @@ def test_more_live_zmm_values_than_registers_spill():
     k = run_x86(ast, [out, a, b], opts=opts, isa="avx512")
     assert k.allocation.spilled and "zmmword ptr [rsp" in k.asm_str()
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+# ---- partial vectors -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", range(1, 16))
+def test_rows_shorter_than_a_vector(n):
+    """Rows of n < 16 elements: where codegen leaves a straight-line run of them (n >= 8 here) it is one zmm
+    vector whose loads are zero-masked (vmovups zmm {k} {z}) and whose store is merge-masked, so nothing past
+    the row is read or written; the elements after each row (the next row's) keep their values."""
+    x, y = f32(8, n), f32(n)
+    t = lambda dev: Tensor(x, device=dev) * Tensor(y, device=dev) + 1  # noqa: E731
+    r = renderer_for("avx512")
+    texts = []
+    for ast in _asts(t):
+        k = r.compile(r.program(ast))
+        check_disassembly(k)
+        texts.append(k.asm_str())
+    if n >= 8:
+        assert any("{z}, zmmword ptr [" in s and "] {k" in s for s in texts), texts
+    if runnable("avx512"):
+        got, _ = run_tensor(t(None), own_opts=True, isa="avx512")
+        np.testing.assert_allclose(got, x * y + 1, rtol=1e-5, atol=1e-6)

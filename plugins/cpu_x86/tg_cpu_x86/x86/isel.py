@@ -154,8 +154,8 @@ class Selector:
         accumulator."""
         widths = (16, 8) if self.isa == "avx512" else (8,)
         lanes, self.packer, self.groups = widest_plan(self.uops, self.users, widths)
-        self.vbytes = 4 * lanes  # bytes of one vector of float32/int32 lanes
-        self.evex = lanes == 16  # zmm code: compares into opmasks, blends by them
+        self.lanes, self.vbytes = lanes, 4 * lanes  # lanes and bytes of one vector of float32/int32 lanes
+        self.lane_masks: dict[int, VReg] = {}  # opmasks of the first n lanes (partial zmm vectors)
         self.vskip: set[UOp] = set()
         self.emit_at: dict[UOp, list[Group]] = {}
         self.vvals: dict[Group, VReg] = {}
@@ -416,6 +416,20 @@ class Selector:
 
     def vnew(self) -> VReg:
         return VReg("vec", self.vbytes)
+
+    def lane_mask(self, n: int) -> VReg:
+        """An opmask of lanes 0..n-1 (a partial vector's loads and stores), loaded once at entry from the data
+        section (so the allocator may reload it instead of spilling it)."""
+        if n not in self.lane_masks:
+            self.lane_masks[n] = k = VReg("mask", 2)
+            mem = Mem(data=self.const_data(((1 << n) - 1).to_bytes(2, "little")), size=2)
+            k.remat = MInst("kmovw", (k, mem), writes=(0,))
+            self.buckets[-1].append(k.remat)
+        return self.lane_masks[n]
+
+    def partial(self, g: Group) -> bool:
+        """Whether g's loads, stores or constants fill fewer lanes than a vector (then masked)."""
+        return g.kind in ("load", "store", "const") and len(g.lanes) < self.lanes
 
     def half_bits(self, x: VReg) -> VReg:
         """A register whose low 16 bits are the float16 of x (x holds a float16 value exactly)."""
@@ -1272,10 +1286,12 @@ def _hreduce(ctx: Selector, g: Group) -> None:
     ctx.vals[g.lanes[-1]] = x.reg
 
 
-def _const_blob(g: Group) -> bytes:
+def _const_blob(g: Group, lanes: int) -> bytes:
+    """The lanes' values as `lanes` 32-bit elements (a partial vector's others 0)."""
     v0 = g.lanes[0]
-    return struct.pack(f"<{len(g.lanes)}f", *(float(u.arg) for u in g.lanes)) if v0.dtype is dtypes.float32 else \
+    blob = struct.pack(f"<{len(g.lanes)}f", *(float(u.arg) for u in g.lanes)) if v0.dtype is dtypes.float32 else \
         b"".join((int(u.arg) & 0xFFFFFFFF).to_bytes(4, "little") for u in g.lanes)
+    return blob + bytes(4 * lanes - len(blob))
 
 
 def _const_group(g: Group) -> bool:
@@ -1286,9 +1302,9 @@ def _vsrc(ctx: Selector, g: Group, user: Group) -> Operand:
     """A vector source operand of `user`: a nonzero constant is read from the data section by the instruction
     itself (as scalar fsrc does: no register holds it across the loop, pressure cannot force reloads), and so
     is a vector load only `user` reads when no store comes between the load and here (its vmovups dies)."""
-    if _const_group(g) and (blob := _const_blob(g)) != bytes(ctx.vbytes):
+    if _const_group(g) and (blob := _const_blob(g, ctx.lanes)) != bytes(ctx.vbytes):
         return Mem(data=ctx.const_data(blob), size=ctx.vbytes)
-    if g.kind == "load" and g.lanes[0].src[0] in ctx.addrs and all(
+    if g.kind == "load" and not ctx.partial(g) and g.lanes[0].src[0] in ctx.addrs and all(
             ctx.users.get(ld) == [x] for ld, x in zip(g.lanes, user.lanes)) and \
             bisect.bisect(ctx.store_pos, ctx.pos[g.lanes[0]]) == bisect.bisect_left(ctx.store_pos, ctx.at):
         return dataclasses.replace(ctx.addrs[g.lanes[0].src[0]], size=ctx.vbytes)
@@ -1345,8 +1361,11 @@ def emit_group(ctx: Selector, g: Group) -> None:
             ctx.ins("vmovaps", vw(acc), vw(_vector(ctx, g.srcs[0])), w=(0,), r=(1,), kind=MOVE)
         return
     if g.kind == "store":
-        mem = ctx.addrs[v0.src[0]]
-        ctx.ins("vmovups", dataclasses.replace(mem, size=n), vw(_vector(ctx, g.srcs[0])), r=(1,))
+        mem = dataclasses.replace(ctx.addrs[v0.src[0]], size=n)
+        if ctx.partial(g):  # the masked-off lanes' memory is not touched (nor can it fault)
+            ctx.ins("vmovups", mem, ctx.lane_mask(len(g.lanes)), vw(_vector(ctx, g.srcs[0])), r=(1, 2))
+        else:
+            ctx.ins("vmovups", mem, vw(_vector(ctx, g.srcs[0])), r=(1,))
         return
     if g.kind == "cmp":  # a mask: an opmask (zmm) or a vector of lanes
         a, b = (_vector(ctx, s) for s in g.srcs)
@@ -1384,14 +1403,17 @@ def emit_group(ctx: Selector, g: Group) -> None:
         else:
             ctx.ins("vbroadcastss", vw(d), ctx.reg(v0), w=(0,), r=(1,))
     elif g.kind in ("splat", "const"):
-        blob = _const_blob(g)
+        blob = _const_blob(g, ctx.lanes)
         if blob == bytes(n):
             d.remat = ctx.ins("vxorps", vw(d), vw(d), vw(d), w=(0,))
         else:
             d.remat = ctx.ins("vmovups", vw(d), Mem(data=ctx.const_data(blob), size=n), w=(0,))
     elif g.kind == "load":
-        mem = ctx.addrs[v0.src[0]]
-        ctx.ins("vmovups", vw(d), dataclasses.replace(mem, size=n), w=(0,))
+        mem = dataclasses.replace(ctx.addrs[v0.src[0]], size=n)
+        if ctx.partial(g):  # lanes past the run are zero and read nothing
+            ctx.ins("vmovups{z}", vw(d), ctx.lane_mask(len(g.lanes)), mem, w=(0,), r=(1,))
+        else:
+            ctx.ins("vmovups", vw(d), mem, w=(0,))
     elif g in ctx.contracted:  # d = a*b + c: d starts as a, then vfmadd213ps d, b, c (c may be in memory)
         m, c = ctx.contracted[g]
         a, b = m.srcs

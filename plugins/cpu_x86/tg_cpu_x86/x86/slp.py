@@ -79,6 +79,9 @@ class Packer:
 
     def __init__(self, uops: tuple[UOp, ...], users: dict[UOp, list[UOp]], lanes: int = LANES):
         self.uops, self.users, self.lanes = uops, users, lanes
+        # AVX-512 vectors may be partial: a run of 2..lanes-1 stores left after the whole vectors (a 10-column
+        # tile, a straight-line tail) packs too, its loads and stores masked by an opmask of its lanes
+        self.masked = lanes == 16
         self.pos = {u: i for i, u in enumerate(uops)}
         self.memo: dict[tuple[UOp, ...], Group | None] = {}
         self.acc_groups: dict[tuple[UOp, ...], Group] = {}  # accumulators by lane -> their "acc" group
@@ -145,6 +148,20 @@ class Packer:
                 if all(s is not None and (s not in taken or not exclusive) for s in run):
                     seeds.append(run)
                     taken.update(run)
+        if self.masked:  # what whole vectors leave, as partial vectors: maximal runs of at least 2 stores
+            whole = {s for seed in seeds for s in seed} if exclusive else \
+                {s for seed in self._seeds() if len(seed) == self.lanes for s in seed}
+            for stores in by_base.values():
+                run: list[UOp] = []
+                for c in sorted(stores):
+                    if stores[c] not in whole and (not run or offset(run[-1].src[0])[1] == c - 1):
+                        run.append(stores[c])
+                        continue
+                    if len(run) >= 2:
+                        seeds.append(tuple(run))
+                    run = [stores[c]] if stores[c] not in whole else []
+                if len(run) >= 2:
+                    seeds.append(tuple(run))
         return seeds
 
     def _closed(self) -> bool:
