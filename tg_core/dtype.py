@@ -10,12 +10,13 @@ reaches a realized buffer.
 """
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 import struct
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final
+from typing import Final, cast
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class DType:
     _scalar: DType | None = None
 
     def __repr__(self) -> str:
-        return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self._scalar.name}.vec({self.count})"
+        return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
 
     def __lt__(self, other: DType) -> bool:
         return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize, other.name, other.count)
@@ -101,10 +102,10 @@ class PtrDType(DType):
 
     @property
     def base(self) -> DType:
-        return self._base
+        return cast(DType, self._base)  # always set by _ptr, the one constructor (None is the field default)
 
     def scalar(self) -> DType:
-        return self._base.scalar()
+        return self.base.scalar()
 
     def vec(self, count: int) -> DType:
         raise ValueError(f"cannot vectorize the pointer {self!r}")
@@ -151,27 +152,27 @@ class dtypes:
     default_float: DType = float32
 
     @staticmethod
-    def is_weak(dt: DType) -> bool:
+    def is_weak(dt: DType) -> builtins.bool:
         return dt.scalar() in (dtypes.weakint, dtypes.weakfloat)
 
     @staticmethod
-    def is_float(dt: DType) -> bool:
+    def is_float(dt: DType) -> builtins.bool:
         return dt.scalar() in _FLOATS
 
     @staticmethod
-    def is_int(dt: DType) -> bool:
+    def is_int(dt: DType) -> builtins.bool:
         return dt.scalar() in _INTS
 
     @staticmethod
-    def is_unsigned(dt: DType) -> bool:
+    def is_unsigned(dt: DType) -> builtins.bool:
         return dt.scalar() in _UNSIGNED
 
     @staticmethod
-    def is_bool(dt: DType) -> bool:
+    def is_bool(dt: DType) -> builtins.bool:
         return dt.scalar() is dtypes.bool
 
     @staticmethod
-    def is_fp8(dt: DType) -> bool:
+    def is_fp8(dt: DType) -> builtins.bool:
         return dt.scalar() in (dtypes.fp8e4m3, dtypes.fp8e5m2)
 
     @staticmethod
@@ -185,7 +186,7 @@ class dtypes:
         return _bounds(dt.scalar())[1]
 
     @staticmethod
-    def finfo(dt: DType) -> tuple[int, int]:
+    def finfo(dt: DType) -> tuple[builtins.int, builtins.int]:
         """(exponent bits, mantissa bits) of a float dtype."""
         if dt.scalar() not in _FINFO:
             raise ValueError(f"finfo needs a float dtype, got {dt!r}")

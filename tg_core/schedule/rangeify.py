@@ -148,7 +148,7 @@ class Scheduler:
         out = UOp.new_buffer(device, u.numel, u.dtype)
         k = Kernel(name=f"k{next(self.names)}_{_kernel_name(u)}")
         k.param(out)
-        shape = u.shape
+        shape = u.tensor_shape
         idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in shape)
         k.output_ranges = tuple(i for i in idxs if i.op is Ops.RANGE)
         src = u.src[0] if u.op is Ops.CONTIGUOUS else u
@@ -172,7 +172,7 @@ class Scheduler:
         dest, value = u.src[0], self.staged.get(u, u.src[1])
         k = Kernel(name=f"k{next(self.names)}_assign_{_kernel_name(value)}")
         k.param(_view_base(dest))
-        idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in dest.shape)
+        idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in dest.tensor_shape)
         k.output_ranges = tuple(i for i in idxs if i.op is Ops.RANGE)
         target = yield self._lower(k, dest, idxs, None, ())
         if target.op is not Ops.LOAD:
@@ -190,7 +190,8 @@ class Scheduler:
                         and not (k.params[n.src[0].arg] is own and n is store_at):
                     # a copy even when the value is a buffer itself: that buffer may be written first
                     value = w.src[1]
-                    self.staged[w] = self.realize(UOp(Ops.CONTIGUOUS, value.dtype, (value,))).reshape(value.shape)
+                    staged = self.realize(UOp(Ops.CONTIGUOUS, value.dtype, (value,)))
+                    self.staged[w] = staged.reshape(value.tensor_shape)
                     break
 
     def _realize_assign(self, u: UOp) -> Call[UOp]:
@@ -242,36 +243,39 @@ class Scheduler:
             for s in u.src:
                 srcs.append((yield self._lower(k, s, idxs, valid, reducing)))
             return UOp(op, u.dtype, tuple(srcs), u.arg)
-        src = u.src[0] if u.src else None
+        unsupported = f"the scheduler cannot lower {op} yet ({u.render()[:80]})"
+        if not u.src:  # every op below has a source
+            raise NotImplementedError(unsupported)
+        src = u.src[0]
         if op is Ops.RESHAPE:
             # simplified right away: `(r0*2+r1)//2` with r1 < 2 is just r0, and decisions below look at the
             # ranges an index really depends on
-            new = tuple(simplify(i) for i in unflatten(flat_index(idxs, u.shape), src.shape))
+            new = tuple(simplify(i) for i in unflatten(flat_index(idxs, u.tensor_shape), src.tensor_shape))
             return (yield self._lower(k, src, new, valid, reducing))
         if op is Ops.EXPAND:
-            new = tuple(_ZERO if s == 1 and n != 1 else i for i, s, n in zip(idxs, src.shape, u.shape))
+            new = tuple(_ZERO if s == 1 and n != 1 else i for i, s, n in zip(idxs, src.tensor_shape, u.tensor_shape))
             return (yield self._lower(k, src, new, valid, reducing))
         if op is Ops.PERMUTE:
-            new = [None] * len(idxs)
+            moved = list(idxs)  # every position is overwritten: the arg is a permutation
             for i, axis in enumerate(u.arg):
-                new[axis] = idxs[i]
-            return (yield self._lower(k, src, tuple(new), valid, reducing))
+                moved[axis] = idxs[i]
+            return (yield self._lower(k, src, tuple(moved), valid, reducing))
         if op is Ops.SHRINK:
             return (yield self._lower(k, src, tuple(i + s if s else i for i, (s, _) in zip(idxs, u.arg)), valid, reducing))
         if op is Ops.FLIP:
-            return (yield self._lower(k, src, tuple((n - 1) - i if f else i for i, f, n in zip(idxs, u.arg, u.shape)),
-                                      valid, reducing))
+            flipped = tuple((n - 1) - i if f else i for i, f, n in zip(idxs, u.arg, u.tensor_shape))
+            return (yield self._lower(k, src, flipped, valid, reducing))
         if op is Ops.PAD:
             return (yield self._lower_pad(k, u, idxs, valid, reducing))
         if op is Ops.REDUCE_AXIS:
             return (yield self._lower_reduce(k, u, idxs, valid, reducing))
-        raise NotImplementedError(f"the scheduler cannot lower {op} yet ({u.render()[:80]})")
+        raise NotImplementedError(unsupported)
 
     def _load_realized(self, k: Kernel, u: UOp, idxs, valid, reducing) -> Call[UOp]:
         """`u` realized into its own buffer (scheduled now if it is not yet), loaded at `idxs`. A value that
         reads no buffer (a reduction of constants) is computed on the device of the kernel that loads it."""
         buf = yield self._realize(u, k.params[0].device)
-        return (yield self._lower(k, buf, (flat_index(idxs, u.shape),), valid, reducing))
+        return (yield self._lower(k, buf, (flat_index(idxs, u.tensor_shape),), valid, reducing))
 
     def _worth_realizing(self, u: UOp, idxs: tuple[UOp, ...], reducing: tuple[Reduction, ...]) -> bool:
         """Whether elementwise `u`, lowered at `idxs` inside `reducing`, is better computed once into a buffer.
@@ -307,7 +311,7 @@ class Scheduler:
     def _lower_pad(self, k: Kernel, u: UOp, idxs, valid, reducing) -> Call[UOp]:
         src = u.src[0]
         conds, new = [], []
-        for i, (b, a), n in zip(idxs, u.arg, src.shape):
+        for i, (b, a), n in zip(idxs, u.arg, src.tensor_shape):
             new.append(i - b if b else i)
             if b:
                 conds.append(i >= b)
@@ -324,7 +328,8 @@ class Scheduler:
     def _lower_reduce(self, k: Kernel, u: UOp, idxs, valid, reducing) -> Call[UOp]:
         src = u.src[0]
         op, axes = u.arg
-        if any(src.shape[a] == 0 for a in axes):  # a reduction of nothing is its identity (a sum of nothing is 0)
+        # a reduction of nothing is its identity (a sum of nothing is 0)
+        if any(src.tensor_shape[a] == 0 for a in axes):
             return UOp.const(u.dtype, _IDENTITY[op](u.dtype))
         if any(r in red.ranges for red in reducing for i in idxs for r in i.ranges) and \
                 any(r not in _ranges_of(idxs) for r in k.output_ranges):
@@ -333,7 +338,7 @@ class Scheduler:
         new_ranges = []
         src_idxs = list(idxs)
         for a in axes:
-            n = src.shape[a]
+            n = src.tensor_shape[a]
             if n > 1:
                 r = k.new_range(n, AxisType.REDUCE)
                 new_ranges.append(r)
@@ -371,10 +376,11 @@ def _fold_one_hot(inner: UOp, ranges: list[UOp]) -> UOp | None:
     if len(binding) != len(ranges):
         return None
     sub = {r: v.cast(dtypes.weakint) for r, v in binding.items()}
-    valid: UOp | None = None
-    for r, vi in sub.items():
-        c = (vi >= 0) & (vi < r.src[0])
-        valid = c if valid is None else valid & c
+    # in range: one condition per bound range (there is at least one: `ranges` is not empty)
+    conds = [(vi >= 0) & (vi < r.src[0]) for r, vi in sub.items()]
+    valid = conds[0]
+    for c in conds[1:]:
+        valid = valid & c
     x = w.src[1].substitute(sub)
     gated = {n: UOp(Ops.INDEX, n.dtype, (n.src[0], n.src[1], valid if len(n.src) < 3 else n.src[2] & valid))
              for n in x.toposort() if n.op is Ops.INDEX and any(vi in n.toposort() for vi in sub.values())}

@@ -75,7 +75,10 @@ class TensorOps:
             s = _compute_shape_stack(self)
         return None if isinstance(s, _NoShape) else s
 
-    def _tensor_shape(self) -> Shape:
+    @property
+    def tensor_shape(self) -> Shape:
+        """`shape` where the node must be tensor-level (the scheduler's, the Tensor layer's): a kernel-level
+        node, which has none, is a TypeError naming its op."""
         s = self.shape
         if s is None:
             raise TypeError(f"{self.op} is a kernel-level node: it has no shape (only tensor-level nodes do)")
@@ -83,11 +86,11 @@ class TensorOps:
 
     @property
     def ndim(self) -> int:
-        return len(self._tensor_shape())
+        return len(self.tensor_shape)
 
     @property
     def numel(self) -> int:
-        return prod(self._tensor_shape())
+        return prod(self.tensor_shape)
 
     @property
     def device(self) -> str | None:
@@ -118,7 +121,7 @@ class TensorOps:
     def expand(self, shape: Shape) -> UOp:
         from tg_core.uop.uop import UOp
         shape = _check_shape(tuple(shape), "expand")
-        if len(shape) != self.ndim or any(s != n and s != 1 for s, n in zip(self._tensor_shape(), shape)):
+        if len(shape) != self.ndim or any(s != n and s != 1 for s, n in zip(self.tensor_shape, shape)):
             raise ValueError(f"cannot expand {self.shape} to {shape}: only axes of size 1 can grow, and the rank must match")
         return self._node() if shape == self.shape else UOp(Ops.EXPAND, self.dtype, (self._node(),), shape)
 
@@ -132,9 +135,9 @@ class TensorOps:
     def shrink(self, bounds: tuple[tuple[int, int], ...]) -> UOp:
         from tg_core.uop.uop import UOp
         bounds = tuple((int(s), int(e)) for s, e in bounds)
-        if len(bounds) != self.ndim or any(not 0 <= s <= e <= n for (s, e), n in zip(bounds, self._tensor_shape())):
+        if len(bounds) != self.ndim or any(not 0 <= s <= e <= n for (s, e), n in zip(bounds, self.tensor_shape)):
             raise ValueError(f"shrink needs one (start, end) per axis with 0 <= start <= end <= size, got {bounds} for {self.shape}")
-        if all(b == (0, n) for b, n in zip(bounds, self._tensor_shape())):
+        if all(b == (0, n) for b, n in zip(bounds, self.tensor_shape)):
             return self._node()
         return UOp(Ops.SHRINK, self.dtype, (self._node(),), bounds)
 
