@@ -147,10 +147,36 @@ def _prepare(targets: list[UOp], devices: list[str] | None) -> Callable[[], dict
     return lambda: _run(items, runners, out, var_vals)
 
 
+def _enqueueable(ast: UOp, bufs: list[Buffer]) -> bool:
+    """hcq: an exec item whose buffers are all on command-queue devices (tg_core/hcq) joins a batch."""
+    return all(getattr(Device[b.device], "hcq", False) for b in (bufs if ast.op is Ops.COPY else bufs[:1]))
+
+
+def _flush(pending: list[tuple[Callable, list[Buffer], UOp]], var_vals: dict[str, int]) -> None:
+    """hcq: submit the consecutive HCQ items collected so far as one batch (tg_core/hcq/engine.py)."""
+    if not pending:
+        return
+    from tg_core.hcq.engine import submit_items
+    submit_items(pending, var_vals)
+    for runner, bufs, ast in pending:
+        stats["copies" if ast.op is Ops.COPY else "kernels"] += 1
+        if DEBUG >= 1 and ast.op is not Ops.COPY:
+            print(f"tg: {bufs[0].device} kernel {ast.arg.name} (queued): "
+                  f"{', '.join(f'{b.size}x{b.dtype.name}' for b in bufs)}", file=sys.stderr)
+        if capture.active is not None:
+            capture.items.append((runner, bufs, ast))
+    pending.clear()
+
+
 def _run(items: list[tuple[UOp, list[UOp]]], runners: list[Callable | None], out: dict[UOp, UOp],
          var_vals: dict[str, int]) -> dict[UOp, UOp]:
+    pending: list[tuple[Callable, list[Buffer], UOp]] = []  # hcq: the batch being collected
     for (ast, nodes), runner in zip(items, runners):
         bufs = [buffer_of(n) for n in nodes]
+        if _enqueueable(ast, bufs):
+            pending.append((copy_runner if runner is None else runner, bufs, ast))
+            continue
+        _flush(pending, var_vals)
         if ast.op is Ops.COPY:
             copy_runner(bufs, var_vals)
             stats["copies"] += 1
@@ -168,4 +194,5 @@ def _run(items: list[tuple[UOp, list[UOp]]], runners: list[Callable | None], out
         stats["kernels"] += 1
         if capture.active is not None:
             capture.items.append((runner, bufs, ast))
+    _flush(pending, var_vals)
     return out
