@@ -17,6 +17,7 @@ buffer and how), since cores do not wait for each other inside a kernel.
 """
 from __future__ import annotations
 
+from tg_core.codegen.program import param_index
 from tg_core.dtype import DType
 from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.uop import UOp
@@ -125,7 +126,7 @@ def partial_reduction(ast: UOp) -> tuple[int, Ops, DType] | None:
     target, value = ast.src[0].src[:2]
     if target.op is Ops.INDEX and target.src[1].op is Ops.DEFINE_VAR and target.src[1].arg[0] == CORE_ID:
         buf = target.src[0]
-        return (buf.arg[0] if isinstance(buf.arg, tuple) else buf.arg), value.arg, value.dtype
+        return param_index(buf), value.arg, value.dtype
     return None
 
 
