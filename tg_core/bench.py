@@ -116,7 +116,10 @@ class _Bench:
             res.error = f"result differs from numpy (max abs error {res.max_error:.3g})"
             return res
         res.verified = True
-        res.tg_s, res.tg_cpu_s = _best(lambda: (tg_fn(), self.dev.synchronize()), self.repeat)
+        def run() -> None:
+            tg_fn()
+            self.dev.synchronize()
+        res.tg_s, res.tg_cpu_s = _best(run, self.repeat)
         res.numpy_s, res.numpy_cpu_s = _best(np_fn, self.repeat)
         res.ratio = res.numpy_s / res.tg_s
         res.throughput, res.unit = work / res.tg_s / 1e9, unit
@@ -139,13 +142,13 @@ class _Bench:
                              1e-4, 0.0, 4 * n, "GB/s")]
 
     def matmul(self) -> list[Result]:
-        out = []
-        for n in self.sizes.matmul:
-            a_np, b_np = self.randn(n, n), self.randn(n, n)
-            a, b = self.tensor(a_np), self.tensor(b_np)
-            out.append(self.measure("matmul", f"{n}x{n} float32", lambda a=a, b=b: (a @ b).realize(),
-                                    lambda a_np=a_np, b_np=b_np: a_np @ b_np, 1e-4, 1e-4 * n, 2 * n ** 3, "GFLOP/s"))
-        return out
+        return [self._matmul(n) for n in self.sizes.matmul]
+
+    def _matmul(self, n: int) -> Result:
+        a_np, b_np = self.randn(n, n), self.randn(n, n)
+        a, b = self.tensor(a_np), self.tensor(b_np)
+        return self.measure("matmul", f"{n}x{n} float32", lambda: (a @ b).realize(), lambda: a_np @ b_np, 1e-4,
+                            1e-4 * n, 2 * n ** 3, "GFLOP/s")
 
     def softmax(self) -> list[Result]:
         r, c = self.sizes.softmax

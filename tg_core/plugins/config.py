@@ -270,6 +270,10 @@ class Config:
     def source(self, *key: str) -> str | None:
         return self._values[key][1] if key in self._values else None
 
+    def _source_of_set(self, *key: str) -> str:
+        # where a key that holds a value was set (the checks below only name keys they read a value from)
+        return self._values[key][1]
+
     @property
     def device(self) -> str | None:
         return self.get("device")
@@ -332,7 +336,7 @@ class Config:
         if self.device is not None:
             name = parse_device_string(self.device)[0]
             if name not in known:
-                raise ConfigError(self.source("device"), "device", self.device, f"devices {allowed_devices}",
+                raise ConfigError(self._source_of_set("device"), "device", self.device, f"devices {allowed_devices}",
                                   suggest(name, known), problem="unknown device")
         for name, source in self.mentioned_devices.items():
             if name not in known:
@@ -344,10 +348,10 @@ class Config:
         for key in ("allow", "deny", "order"):
             for p in self.get("plugins", key) or []:
                 if _norm(p) not in provides:
-                    raise ConfigError(self.source("plugins", key), f"plugins.{key}", p, "plugins " + ", ".join(names),
+                    raise ConfigError(self._source_of_set("plugins", key), f"plugins.{key}", p, "plugins " + ", ".join(names),
                                       suggest(p, names), problem="unknown plugin")
                 if key == "deny" and _norm(p) in builtin:
-                    raise ConfigError(self.source("plugins", key), f"plugins.{key}", p,
+                    raise ConfigError(self._source_of_set("plugins", key), f"plugins.{key}", p,
                                       "installed plugins other than core (core is tg itself: it provides the "
                                       "reference device PYTHON, the last resort, and cannot be denied)",
                                       problem="cannot deny core")

@@ -81,7 +81,7 @@ def entry_points(path: list[str] | None = None) -> list[tuple[md.Distribution, m
     """(distribution, entry point) of the group, first distribution of each name in path order."""
     seen: set[str] = set()
     out = []
-    for dist in md.distributions(**({"path": path} if path is not None else {})):
+    for dist in (md.distributions(path=path) if path is not None else md.distributions()):
         name = dist.metadata["Name"]
         if name is None or norm(name) in seen:
             continue

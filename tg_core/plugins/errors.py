@@ -14,6 +14,7 @@ class ConfigError(PluginError, ValueError):
 
     The message names where the value came from, the key, the bad value, what is allowed and, when a
     close match exists, a suggestion."""
+    key: str | None  # None for a file that could not be read (`unreadable`): there is no key to name
 
     def __init__(self, source: str, key: str, value: object, allowed: str, suggestion: str | None = None,
                  problem: str = "bad value"):

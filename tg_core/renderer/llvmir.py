@@ -36,7 +36,7 @@ import re
 import struct
 
 from tg_core.codegen.program import Program
-from tg_core.dtype import AddrSpace, DType, PtrDType, as_const, dtypes
+from tg_core.dtype import AddrSpace, ConstType, DType, PtrDType, as_const, dtypes
 from tg_core.renderer import Renderer
 from tg_core.uop.alu import bitcast_const, float_to_int_range
 from tg_core.uop.ops import GroupOp, Ops
@@ -71,12 +71,12 @@ def _signed(dt: DType) -> bool:
     return dtypes.is_int(dt) and not dtypes.is_unsigned(dt)
 
 
-def render_const(value: object, dt: DType) -> str:
+def render_const(value: ConstType, dt: DType) -> str:
     """A constant as an LLVM literal: floats in hex, so every value (inf, NaN, -0.0) is exact."""
     if dt is dtypes.bool:
         return "true" if value else "false"
     if dt is dtypes.bfloat16:
-        return str(_as_signed(bitcast_const(value, dt, dtypes.uint16), 16))
+        return str(_as_signed(int(bitcast_const(value, dt, dtypes.uint16)), 16))
     if dtypes.is_int(dt):
         return str(_as_signed(int(value), 8 * dt.itemsize))
     value = as_const(value, dt)  # on the dtype's grid, or LLVM rejects the literal
@@ -206,7 +206,9 @@ class LLVMFunction:
         name = f"%acc{u.arg}" if isinstance(u.arg, int) else self.tmp("acc")
         space = self.r.addrspaces[AddrSpace.REG]
         where = f", addrspace({space})" if space else ""
-        self.allocas.append(f"  {name} = alloca [{u.dtype.size} x {_memtype(u.dtype.base)}]{where}")
+        dt = u.dtype
+        assert isinstance(dt, PtrDType), f"a DEFINE_REG is a pointer to its registers, got {dt!r}"
+        self.allocas.append(f"  {name} = alloca [{dt.size} x {_memtype(dt.base)}]{where}")
         self.names[u] = name
 
     def index(self, u: UOp) -> None:
@@ -383,8 +385,8 @@ class LLVMFunction:
         if src is dst:
             return v
         if src is dtypes.bfloat16:
-            wide = self.ins(f"zext i16 {v} to i32")
-            v = self.ins(f"bitcast i32 {self.ins(f'shl i32 {wide}, 16')} to float")
+            bits = self.ins(f"zext i16 {v} to i32")
+            v = self.ins(f"bitcast i32 {self.ins(f'shl i32 {bits}, 16')} to float")
             return self.cast(dtypes.float32, dst, v)
         if dst in (dtypes.float16, dtypes.bfloat16) and src not in (dtypes.float16, dtypes.float32):
             # a double (or an int, exact in a double up to 2**53, and beyond that past the 16-bit formats'

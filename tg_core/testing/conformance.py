@@ -62,7 +62,7 @@ class BufferConformance:
     def test_copyout_into_given_memory(self, dev: Compiled) -> None:
         data = np.arange(10, dtype=np.int32)
         dest = np.empty(10, np.int32)
-        Buffer.from_numpy(data, dev.device).copyout(memoryview(dest))
+        Buffer.from_numpy(data, dev.device).copyout(dest.data)
         np.testing.assert_array_equal(dest, data)
 
     def test_copyin_size_mismatch_raises(self, dev: Compiled) -> None:

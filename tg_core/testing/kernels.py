@@ -62,7 +62,7 @@ def same(got, want, dt: DType) -> bool:
 
 def int_pairs(dt: DType) -> tuple[list[int], list[int]]:
     """Operands for integer binary ops: signs, zero, the extremes; the divisors are never 0 for unsigned."""
-    lo, hi = dtypes.min(dt), dtypes.max(dt)
+    lo, hi = int(dtypes.min(dt)), int(dtypes.max(dt))  # an int dtype's bounds are ints
     a = [7, -7, 7, -7, 0, hi, lo, 100, lo + 1, 13]
     b = [2, 2, -2, -2, 3, 7, 3, -1, -1, 5]
     if dtypes.is_unsigned(dt):
@@ -155,11 +155,12 @@ def capture_kernels(build: Callable[[], Any]) -> list[UOp]:
     asts: dict = {}
     cls = type(Device["PYTHON"])
     orig = cls.get_runner
-    cls.get_runner = lambda self, ast: (asts.setdefault(ast, None), orig(self, ast))[1]
+    # patched on the class for the duration of build() (every PYTHON device instance), restored after
+    cls.get_runner = lambda self, ast: (asts.setdefault(ast, None), orig(self, ast))[1]  # type: ignore[method-assign]
     try:
         build()
     finally:
-        cls.get_runner = orig
+        cls.get_runner = orig  # type: ignore[method-assign]
     return list(asts)
 
 
@@ -175,8 +176,8 @@ def op_matrix_programs() -> None:
     for _, op, _, dts in C._UNARY:
         for dt in dts:
             op(t((4, 6), dt)).numpy()
-    for _, op, _, dts in C._BINARY:
+    for _, bop, _, dts in C._BINARY:
         for dt in dts:
-            op(t((4, 6), dt), t((6,), dt)).numpy()
+            bop(t((4, 6), dt), t((6,), dt)).numpy()
     (t((5, 7), np.float32) @ t((7, 3), np.float32)).numpy()
     t((1, 2, 5, 5), np.float32).conv2d(t((3, 2, 3, 3), np.float32)).numpy()
