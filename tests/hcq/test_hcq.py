@@ -191,3 +191,20 @@ def test_queue_descriptor_is_a_nested_patched_struct(hcq):
     assert info.tolist() == [1, 0, 1024]  # COPY, index 0, ring dwords
     # the queue's thread found its ring through the descriptor: it is the ring the pushes write
     assert eng.ring_words.ctypes.data == dev.address(eng.ring)
+
+
+def test_threads_submit_to_one_device_at_once(hcq):
+    from tg_core.testing.devices import run_in_threads
+    results: dict[int, np.ndarray] = {}
+
+    def work(k: int) -> None:
+        x = Tensor(np.arange(8, dtype=np.float32) + k, device="HCQREF")
+        for _ in range(5):
+            x = (x * 2 + 1).contiguous()
+        results[k] = x.numpy()
+    run_in_threads(work, threads=4)
+    for k, got in results.items():
+        want = np.arange(8, dtype=np.float32) + k
+        for _ in range(5):
+            want = want * 2 + 1
+        np.testing.assert_array_equal(got, want)

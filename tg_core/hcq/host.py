@@ -30,16 +30,14 @@ class HCQTimeout(RuntimeError):
     """A wait that was not satisfied within TG_HCQ_TIMEOUT_MS."""
 
 
-def _mask(dt: DType) -> int:
-    return (1 << (8 * dt.itemsize)) - 1
-
-
-def _wrap(v: int, dt: DType) -> int:
-    if dtypes.is_int(dt) and dt.itemsize <= 8:
-        v &= _mask(dt)
-        if not dtypes.is_unsigned(dt) and v >> (8 * dt.itemsize - 1):
-            v -= 1 << (8 * dt.itemsize)
-    return v
+def _wrapper(dt: DType) -> Callable[[int], int]:
+    """Integer results wrap to `dt` (as the device's words do); the function is chosen once per node."""
+    if not dtypes.is_int(dt) or dt.itemsize > 8:
+        return lambda v: v
+    mask, bits = (1 << (8 * dt.itemsize)) - 1, 8 * dt.itemsize
+    if dtypes.is_unsigned(dt):
+        return lambda v: v & mask
+    return lambda v: (v & mask) - ((v & mask) >> (bits - 1) << bits)
 
 
 _INT_ALU: dict[Ops, Callable[[int, int], int]] = {
@@ -134,11 +132,11 @@ class HostProgram:
             size = dt.itemsize
             return lambda vals, vv: int(view[vals[off]:vals[off] + size].view(ndt)[0])
         if u.op is Ops.CAST:
-            a = self._value(u.src[0])
-            return lambda vals, vv: _wrap(vals[a], dt)
+            a, wrap = self._value(u.src[0]), _wrapper(dt)
+            return lambda vals, vv: wrap(vals[a])
         if u.op in _INT_ALU:
-            a, b, f = self._value(u.src[0]), self._value(u.src[1]), _INT_ALU[u.op]
-            return lambda vals, vv: _wrap(f(vals[a], vals[b]), dt)
+            a, b, f, wrap = self._value(u.src[0]), self._value(u.src[1]), _INT_ALU[u.op], _wrapper(dt)
+            return lambda vals, vv: wrap(f(vals[a], vals[b]))
         raise NotImplementedError(f"the host program cannot compute {u.op} ({u.render()[:80]})")
 
     def _take_pending(self) -> list[tuple[int, Callable]]:
@@ -174,7 +172,8 @@ class HostProgram:
             label = " ".join(str(w) for w in what) or "a signal"
 
             def effect(vals: list, vv: dict[str, int]) -> None:
-                wait_until(lambda: int(cell[0]), vals[v], label, describe, check)
+                if cell[0] < vals[v]:  # the common case, satisfied already, costs one compare
+                    wait_until(lambda: int(cell[0]), vals[v], label, describe, check)
         elif s.op is Ops.INS and s.arg[0] == "doorbell":
             queue = s.arg[1]
             cell, v, ring = self._typed(s.src[0], 0, dtypes.uint64), self._value(s.src[1]), self.ring
