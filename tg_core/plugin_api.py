@@ -9,12 +9,14 @@ templates); its tests may use anything. The names are grouped by the job they do
   (what `tg_devices` returns), `collect_named` (results of a hook a plugin defines), the contracts of
   plugin-defined objects (`DeviceFactory`, `Runner`, `Profiler`, `Named`), errors (`DeviceUnavailable` for
   absent hardware, `PluginError`, `PluginBrokenError`), and `API_VERSION`;
-- devices and memory: `Compiled`, `Compiler`, `Allocator`, `LRUAllocator`, `Buffer`, `BufferSpec`,
+- devices and memory: `Compiled` with the types of its pipeline's stages (`Prepared`, `PreparedKernel`,
+  `RunnerFn`, `KernelSequence`), `Compiler`, `Allocator`, `LRUAllocator`, `Buffer`, `BufferSpec`,
   `host_memory`, and `Device` (the registry, for a plugin's tests and tools);
 - the IR: `UOp`, `Ops`, `GroupOp`, `AxisType`, `KernelInfo`, `UPat`, `PatternMatcher`, `graph_rewrite`,
   `substitute`, `gc_paused`, `RewriteError`, dtypes, `float_to_int_range`, and `trampoline`/`Call` for
   algorithms that must not recurse on deep graphs;
-- codegen: `Program`, `linearize_kernel`, `Opt`/`OptOps`/`apply_opts`/`kernel_ranges`, and the libraries
+- codegen: `Program` and its parameter layout (`ParamLayout`, `BufferParam`, `VarParam`, `param_index`),
+  `linearize_kernel`, `ast_program`, `Opt`/`OptOps`/`apply_opts`/`kernel_ranges`, and the libraries
   only some backends use (codegen/lib: threads, gpudims, heuristic, decomp, intpow, regalloc);
 - renderers: `Renderer` and `UnsupportedDTypeError`, core's LLVM IR renderer (`LLVMRenderer`, its
   extension point `LLVMFunction`, `ltype`, `render_const`), and the ISA-neutral machine layer of native
@@ -42,10 +44,25 @@ from tg_core.codegen.lib.intpow import pm_int_pow
 from tg_core.codegen.lib.regalloc import Allocation, RegallocError, allocate
 from tg_core.codegen.lib.threads import CORE_ID, MIN_WORK, core_count, partial_reduction, split_cores
 from tg_core.codegen.opts import kernel_ranges
-from tg_core.device import Allocator, Buffer, BufferSpec, Compiled, Compiler, Device, LRUAllocator, host_memory
+from tg_core.codegen.pipeline import ast_program
+from tg_core.codegen.program import BufferParam, ParamLayout, VarParam, param_index
+from tg_core.device import (
+    Allocator,
+    Buffer,
+    BufferSpec,
+    Compiled,
+    Compiler,
+    Device,
+    KernelSequence,
+    LRUAllocator,
+    Prepared,
+    PreparedKernel,
+    RunnerFn,
+    host_memory,
+)
+from tg_core.devices.python.interpreter import run_kernel
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes, from_numpy_dtype, to_numpy_dtype
 from tg_core.helpers import DEBUG, Context
-from tg_core.interpreter import run_kernel
 from tg_core.plugins.contracts import DeviceFactory, Named, Profiler, Runner
 from tg_core.plugins.errors import DeviceUnavailable, PluginBrokenError, PluginError
 from tg_core.plugins.hookspecs import hookimpl, hookspec
@@ -112,15 +129,16 @@ __all__ = [
     # plugin machinery
     "API_VERSION", "API_VERSION_STR", "DeviceFactory", "DeviceSpec", "DeviceUnavailable", "Named", "Option",
     "PluginBrokenError", "PluginError", "Profiler", "Runner", "collect_named", "hookimpl", "hookspec",
-    # devices and memory
-    "Allocator", "Buffer", "BufferSpec", "Compiled", "Compiler", "Device", "LRUAllocator", "host_memory",
+    # devices, memory, and the stages of the pipeline from kernel AST to runner
+    "Allocator", "Buffer", "BufferSpec", "Compiled", "Compiler", "Device", "KernelSequence", "LRUAllocator", "Prepared",
+    "PreparedKernel", "RunnerFn", "host_memory",
     # the IR
     "AddrSpace", "AxisType", "Call", "DType", "GroupOp", "KernelInfo", "Ops", "PatternMatcher", "PtrDType",
     "RewriteError", "UOp", "UPat", "dtypes", "float_to_int_range", "from_numpy_dtype", "gc_paused", "graph_rewrite",
     "substitute", "to_numpy_dtype", "trampoline", "DEBUG", "Context",
     # codegen and its libraries
-    "Allocation", "CORE_ID", "CPUTarget", "LaunchDims", "MIN_WORK", "Opt", "OptOps", "Program", "RegallocError",
-    "add_gpudims", "allocate", "apply_opts", "core_count", "cpu_opts", "decomp", "kernel_ranges", "linearize_kernel",
+    "Allocation", "BufferParam", "CORE_ID", "CPUTarget", "LaunchDims", "MIN_WORK", "Opt", "OptOps", "ParamLayout",
+    "Program", "RegallocError", "VarParam", "add_gpudims", "ast_program", "param_index", "allocate", "apply_opts", "core_count", "cpu_opts", "decomp", "kernel_ranges", "linearize_kernel",
     "partial_reduction", "pm_int_pow", "split_cores",
     # renderers
     "ArchContext", "CJUMP", "Frame", "FrameRef", "Imm", "JUMP", "LABEL", "LLVMFunction", "LLVMRenderer", "Label",

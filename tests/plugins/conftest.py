@@ -1,8 +1,9 @@
 """Real plugin distributions for the plugin tests, built and installed once per session.
 
 The distributions under dists/ and examples/plugin_template are built into wheels by their own build
-backend and installed with `pip install --no-deps --target SITE`. In-process tests put SITE on sys.path
-for one test and give the registry `path=[SITE]`; subprocess tests put it on PYTHONPATH.
+backend and installed with `pip install --no-deps --target SITE` (the compiling template, examples/llvm_template,
+into a site of its own, so the registry tests see exactly the test plugins). In-process tests put SITE on
+sys.path for one test and give the registry `path=[SITE]`; subprocess tests put it on PYTHONPATH.
 """
 from __future__ import annotations
 
@@ -23,23 +24,24 @@ from tg_core.plugins.manager import PluginRegistry
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 SOURCES = sorted((HERE / "dists").iterdir()) + [REPO / "examples" / "plugin_template"]
-TEST_MODULES = ("tg_template", "tg_test_")
+LLVM_TEMPLATE = REPO / "examples" / "llvm_template"
+TEST_MODULES = ("tg_template", "tg_test_", "tg_llvm_template")
 # variables the config reads; a test's environment starts without them
 CONFIG_VARS = ("DEV", "TG_CONFIG", "TG_PLUGINS_ALLOW", "TG_PLUGINS_DENY", "TG_PLUGINS_ORDER", "LRU")
 
 
-def _digest() -> str:
+def _digest(sources: list[Path]) -> str:
     h = hashlib.sha256(sys.version.encode())
-    for src in SOURCES:
+    for src in sources:
         for f in sorted(src.rglob("*")):
             if f.is_file() and "__pycache__" not in f.parts and ".egg-info" not in str(f) and "build" not in f.parts:
                 h.update(str(f.relative_to(src.parent)).encode() + f.read_bytes())
     return h.hexdigest()[:16]
 
 
-def _install(site: Path, work: Path) -> None:
+def _install(site: Path, work: Path, sources: list[Path]) -> None:
     srcs = []
-    for src in SOURCES:
+    for src in sources:
         # build from a copy: in-tree builds leave build/ and *.egg-info behind
         dst = work / "src" / src.name
         shutil.copytree(src, dst, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests"))
@@ -52,23 +54,34 @@ def _install(site: Path, work: Path) -> None:
                     str(site), *map(str, sorted(wheels.glob("*.whl")))], check=True, capture_output=True, text=True)
 
 
-@pytest.fixture(scope="session")
-def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The directory the test distributions are installed into: built once, shared by xdist workers and by later
-    sessions while the sources are unchanged (pytest's own temp root holds it)."""
+def _built_site(tmp_path_factory: pytest.TempPathFactory, name: str, sources: list[Path]) -> Path:
+    """A directory with `sources` installed: built once, shared by xdist workers and by later sessions while the
+    sources are unchanged (pytest's own temp root holds it)."""
     root = tmp_path_factory.getbasetemp().parent
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # a worker's basetemp is <root>/pytest-N/popen-gwK
-    site = root / f"tg-plugin-site-{_digest()}"
-    with open(root / "tg-plugin-site.lock", "w") as lock:
+    site = root / f"{name}-{_digest(sources)}"
+    with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (site / ".complete").exists():
-            for stale in root.glob("tg-plugin-site-*"):  # builds of earlier versions of the sources
+            for stale in root.glob(f"{name}-*"):  # builds of earlier versions of the sources
                 shutil.rmtree(stale, ignore_errors=True)
             work = Path(tmp_path_factory.mktemp("build"))
-            _install(site, work)
+            _install(site, work, sources)
             (site / ".complete").touch()
     return site
+
+
+@pytest.fixture(scope="session")
+def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory the test distributions are installed into."""
+    return _built_site(tmp_path_factory, "tg-plugin-site", SOURCES)
+
+
+@pytest.fixture(scope="session")
+def llvm_template_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory the compiling template is installed into, alone."""
+    return _built_site(tmp_path_factory, "tg-llvm-template-site", [LLVM_TEMPLATE])
 
 
 def clean_env(**extra: str) -> dict[str, str]:

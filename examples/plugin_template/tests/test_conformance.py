@@ -1,8 +1,7 @@
 """The template passes core's conformance suite: run `python -m pytest tests` after installing the plugin."""
 import pytest
 
-from tg_core.device import Buffer, Device
-from tg_core.testing import DeviceConformance
+from tg_core.plugin_api import Buffer, Device, DeviceConformance
 
 
 class TestTemplate(DeviceConformance):

@@ -2,7 +2,7 @@
 
 Replace the allocator's numpy calls with your device's API (allocate, free, copy in, copy out, sub-buffer)
 and the device is usable by tg. Kernels run on core's reference interpreter until you give the device a
-renderer and a runtime of its own (`get_runner`): see README.md.
+renderer, a compiler and a loader of its own: examples/llvm_template is this device compiling with LLVM.
 """
 from __future__ import annotations
 
@@ -11,9 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator
-from tg_core.dtype import to_numpy_dtype
-from tg_core.plugins import DeviceSpec, Option, hookimpl
+from tg_core.plugin_api import (
+    Buffer,
+    BufferSpec,
+    Compiled,
+    DeviceSpec,
+    LRUAllocator,
+    Option,
+    hookimpl,
+    run_kernel,
+    to_numpy_dtype,
+)
 
 
 class TemplateAllocator(LRUAllocator):
@@ -51,8 +59,6 @@ class TemplateDevice(Compiled):
 
     def get_runner(self, ast: Any) -> Callable[[list[Buffer], dict[str, int]], None]:
         """Run a kernel AST: here on core's reference interpreter, over this device's own memory."""
-        from tg_core.interpreter import run_kernel
-
         def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
             run_kernel(ast, [b.opaque.view(to_numpy_dtype(b.dtype)) for b in bufs], var_vals)
         return run

@@ -11,10 +11,18 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from tg_core.codegen.lib.gpudims import add_gpudims
-from tg_core.codegen.program import Program
-from tg_core.device import Buffer, BufferSpec, Compiled, LRUAllocator, Prepared, PreparedKernel, RunnerFn
-from tg_core.uop.uop import UOp
+from tg_core.plugin_api import (
+    Buffer,
+    BufferSpec,
+    Compiled,
+    LRUAllocator,
+    Prepared,
+    PreparedKernel,
+    Program,
+    RunnerFn,
+    UOp,
+    add_gpudims,
+)
 from tg_amd.compiler import AMDCompiler
 from tg_amd.elf import load_code_object
 from tg_amd.interface import CodeObject, GPUBuffer

@@ -25,16 +25,23 @@ from __future__ import annotations
 
 import math
 
-from tg_core.codegen.lib.decomp import decomp
-from tg_core.codegen.lib.intpow import pm_int_pow
-from tg_core.codegen.program import Program
-from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes
-from tg_core.renderer.llvmir import LLVMFunction, LLVMRenderer, ltype, render_const
-from tg_core.uop.ops import Ops
-from tg_core.uop.rewrite import PatternMatcher
-from tg_core.uop.upat import UPat
-from tg_core.uop.uop import UOp
-
+from tg_core.plugin_api import (
+    AddrSpace,
+    DType,
+    LLVMFunction,
+    LLVMRenderer,
+    Ops,
+    PatternMatcher,
+    Program,
+    PtrDType,
+    UOp,
+    UPat,
+    decomp,
+    dtypes,
+    ltype,
+    pm_int_pow,
+    render_const,
+)
 
 ARCH = "gfx1100"
 MAX_LOCAL = 256  # work-items per workgroup at most (8 waves of 32): the device's prepare stage asks gpudims for it

@@ -21,14 +21,25 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tg_core.codegen.lib.threads import CORE_ID, MIN_WORK, core_count, partial_reduction, split_cores
-from tg_core.codegen.program import Program
-from tg_core.device import Buffer, Compiled, Prepared, PreparedKernel
-from tg_core.dtype import DType, dtypes, to_numpy_dtype
-from tg_core.helpers import DEBUG
-from tg_core.renderer import Renderer
-from tg_core.uop.ops import Ops
-from tg_core.uop.uop import UOp
+from tg_core.plugin_api import (
+    CORE_ID,
+    DEBUG,
+    MIN_WORK,
+    Buffer,
+    Compiled,
+    DType,
+    Ops,
+    Prepared,
+    PreparedKernel,
+    Program,
+    Renderer,
+    UOp,
+    core_count,
+    dtypes,
+    partial_reduction,
+    split_cores,
+    to_numpy_dtype,
+)
 from tg_cpu_x86.execmem import ExecMemory
 from tg_cpu_x86.memory import CPUAllocator
 
