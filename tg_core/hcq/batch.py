@@ -20,6 +20,7 @@ run is done, bump the device's host timeline value, re-arm the queue signals (va
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 
 from tg_core.dtype import dtypes
@@ -30,6 +31,7 @@ from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
 SLOT = 16  # bytes per signal slot: [u64 value][u64 timestamp]
+_variables: weakref.WeakKeyDictionary[UOp, tuple[UOp, ...]] = weakref.WeakKeyDictionary()
 _batch_ids = itertools.count()
 
 
@@ -136,7 +138,10 @@ def _item_op(item: Item, queue: Queue) -> UOp:
     if item.is_copy:
         dst, src = item.refs
         return q.ins("copy", queue, dst, src, extra=(min(q.nbytes_of(dst), q.nbytes_of(src)),))
-    variables = tuple(sorted((u for u in item.ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
+    variables = _variables.get(item.ast)
+    if variables is None:  # once per kernel: a batch repeats kernels, and walking an AST is most of an item's cost
+        variables = _variables[item.ast] = tuple(sorted((u for u in item.ast.toposort() if u.op is Ops.DEFINE_VAR),
+                                                        key=lambda v: v.arg[0]))
     return q.ins("exec", queue, *item.refs, *variables, extra=(item.ast, len(item.refs)))
 
 

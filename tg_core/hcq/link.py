@@ -95,6 +95,7 @@ def _addr(ctx: _LinkCtx, a: UOp) -> UOp | None:
 pm_link = PatternMatcher([
     (UPat(Ops.INS, name="a"), lambda ctx, a: _addr(ctx, a) if a.arg[0] == "addr" else None),
     (UPat(tuple(GroupOp.ALU) + (Ops.CAST,), name="x"), _fold),
+    (UPat(Ops.PARAM, name="p"), lambda ctx, p: ctx.mapping.get(p)),
 ])
 
 
@@ -107,6 +108,7 @@ class _LinkCtx:
     table_ref: UOp | None
     refs: list[Buffer]
     address: Callable[[Buffer], int] = _device_address
+    mapping: dict[UOp, UOp] = field(default_factory=dict)  # placeholder -> mem(buffer)
 
 
 def flatten(u: UOp) -> list[UOp]:
@@ -122,14 +124,16 @@ def flatten(u: UOp) -> list[UOp]:
     return out
 
 
-def bufferize(stmts: list[UOp], owned: list[Buffer]) -> dict[UOp, UOp]:
+def _is_placeholder(u: UOp) -> bool:
+    return u.op is Ops.PARAM and isinstance(u.arg, tuple) and u.arg[0] == "hcq"
+
+
+def bufferize(body: UOp, owned: list[Buffer]) -> dict[UOp, UOp]:
     """placeholder -> mem(buffer), by the devices' pm_bufferize rules, else a fresh zeroed host buffer."""
     mapping: dict[UOp, UOp] = {}
     matchers: dict[str, Any] = {}
-    for s in stmts:
-        for u in s.toposort():
-            if u.op is not Ops.PARAM or not isinstance(u.arg, tuple) or u.arg[0] != "hcq" or u in mapping:
-                continue
+    for u in body.toposort():
+        if _is_placeholder(u):
             dev_name = u.arg[1]
             dev = _dev(dev_name)
             if dev_name not in matchers:
@@ -160,21 +164,18 @@ def link(lowered: UOp, devices: list[str], inputs: list[tuple[str, int]] | None 
     """Link the encoded and lowered batch `lowered`; `inputs` are the (device, nbytes) of its input slots."""
     stats["links"] += 1
     inputs = inputs or []
-    stmts = flatten(lowered)
+    body = q.linear(*flatten(lowered))
     owned: list[Buffer] = []
-    mapping = bufferize(stmts, owned)
+    mapping = bufferize(body, owned)
     table_ref, table = None, None
     if inputs:
         tbuf = Buffer(devices[0], 8 * len(inputs), dtypes.uint8, BufferSpec(host=True)).ensure_allocated()
         owned.append(tbuf)
         table_ref = q.mem(tbuf)
         table = _dev(devices[0]).host_view(tbuf).view(np.uint64)
-    ctx = _LinkCtx(table_ref, [])
-    body = graph_rewrite(q.linear(*stmts).substitute(mapping), pm_link, ctx)
+    ctx = _LinkCtx(table_ref, [], mapping=mapping)
+    body = graph_rewrite(body, pm_link, ctx)  # placeholders -> their buffers, addresses, folding: one pass
     stmts = flatten(body)
-    left = [u for s in stmts for u in s.toposort() if u.op is Ops.PARAM and isinstance(u.arg, tuple) and u.arg[0] == "hcq"]
-    if left:
-        raise HCQError(f"placeholder {left[0].tag!r} of {left[0].arg[1]} was not bufferized")
     once = [s for s in stmts if _is_const_stmt(s)]
     per_run = [s for s in stmts if not _is_const_stmt(s)]
     view_of = _view_of
