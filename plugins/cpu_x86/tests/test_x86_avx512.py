@@ -3,6 +3,8 @@ opmask compares and blends. Kernels run against numpy where the host has AVX-512
 are still compiled and every instruction decoded by capstone (emit only), and the running tests skip."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -95,6 +97,8 @@ def test_kernels_emit_zmm_code_capstone_reads(name):
         check_disassembly(k)
         texts.append(k.asm_str())
     assert any("zmm" in t for t in texts), texts
+    # zmm values live in zmm16-31 (class zvec), beside the xmm0-15 of scalar and VEX code: 32 registers in all
+    assert all(int(n) >= 16 for t in texts for n in re.findall(r"\bzmm(\d+)", t)), texts
 
 
 @needs_avx512

@@ -19,6 +19,9 @@ GPR = {name: PReg(name, "gpr", num) for num, name in enumerate(_GPR_NAMES)}
 VEC = tuple(PReg(f"xmm{n}", "vec", n) for n in range(16))
 # AVX-512 opmasks: k0 cannot be a write mask (its number means "no mask"), so k1-k7 are allocated
 MASK = tuple(PReg(f"k{n}", "mask", n) for n in range(1, 8))
+# zmm vectors (AVX-512 code): registers 16-31, which only EVEX encodes, apart from the xmm0-15 of scalar and VEX
+# code, so a zmm kernel has 32 vector registers in all without a VEX instruction ever meeting 16-31
+ZVEC = tuple(PReg(f"xmm{n}", "zvec", n) for n in range(16, 32))
 RSP, RBP = GPR["rsp"], GPR["rbp"]
 ARG_REGS = tuple(GPR[n] for n in ("rdi", "rsi", "rdx", "rcx", "r8", "r9"))
 CALLEE_SAVED = frozenset(GPR[n] for n in ("rbx", "rbp", "r12", "r13", "r14", "r15"))
@@ -88,7 +91,7 @@ class X86Arch(ArchContext):
 
     def __init__(self, frame_pointer: bool = False):
         gpr = tuple(r for r in _GPR_ORDER if r is not RBP) if frame_pointer else _GPR_ORDER
-        self.reg_classes = {"gpr": gpr, "vec": VEC, "mask": MASK}
+        self.reg_classes = {"gpr": gpr, "vec": VEC, "zvec": ZVEC, "mask": MASK}
 
     def slot_size(self, cls: str, width: int) -> int:
         return width

@@ -415,7 +415,9 @@ class Selector:
         return View(v, self.vbytes)
 
     def vnew(self) -> VReg:
-        return VReg("vec", self.vbytes)
+        """A register for one vector of this program: zmm values are class "zvec" (zmm16-31, which only EVEX
+        reaches), so they do not compete with the scalar and VEX code's xmm0-15."""
+        return VReg(_vclass(self.vbytes), self.vbytes)
 
     def lane_mask(self, n: int) -> VReg:
         """An opmask of lanes 0..n-1 (a partial vector's loads and stores), loaded once at entry from the data
@@ -1233,6 +1235,10 @@ _VEC_INT_EVEX = _VEC_INT | {Ops.AND: "vpandd", Ops.OR: "vpord", Ops.XOR: "vpxord
 _UNORD = 3  # vcmp predicate: unordered (either side NaN)
 
 
+def _vclass(size: int) -> str:
+    return "zvec" if size == 64 else "vec"
+
+
 def _mask() -> VReg:
     """An AVX-512 opmask (16 bits: one per float32 lane of a zmm)."""
     return VReg("mask", 2)
@@ -1256,7 +1262,7 @@ def _vcmp(ctx: Selector, a: Operand, b: Operand, pred: int, size: int) -> VReg:
 def _vmax(ctx: Selector, d: Operand, a: Operand, b: Operand, size: int) -> None:
     """d = max(a, b) lane by lane, NaN from either side (as the scalar MAX): vmaxps gives b when either is
     NaN, so the lanes where a is NaN take a."""
-    t = VReg("vec", size)
+    t = VReg(_vclass(size), size)
     ctx.ins("vmaxps", View(t, size), a, b, w=(0,), r=(1, 2))
     _vblend(ctx, d, _vcmp(ctx, a, a, _UNORD, size), View(t, size), a, size)
 
@@ -1271,7 +1277,12 @@ def _hreduce(ctx: Selector, g: Group) -> None:
     for step in steps:
         size = 32 if step == "vextractf64x4" else 16
         t, r = VReg("vec", size), VReg("vec", size)
-        if step in ("vextractf64x4", "vextractf128"):  # the upper half
+        if step == "vextractf64x4":  # the upper half; the lower half into ymm0-15, where VEX code reads it
+            ctx.ins(step, View(t, size), x, Imm(1), w=(0,), r=(1,))
+            lo = VReg("vec", 32)
+            ctx.ins("vmovaps", View(lo, 32), View(x.reg, 32), w=(0,), r=(1,))
+            x = View(lo, 32)
+        elif step == "vextractf128":  # the upper half
             ctx.ins(step, View(t, size), x, Imm(1), w=(0,), r=(1,))
             x = View(x.reg, size)  # the lower half
         elif step == "vmovhlps":
