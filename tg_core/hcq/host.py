@@ -10,6 +10,7 @@ per run). Compiling it with the CPU device is not done yet: it is rendered by no
 """
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -128,9 +129,9 @@ class HostProgram:
             if idx.src[1].op is Ops.CONST:
                 cell = self._typed(idx.src[0], int(idx.src[1].arg), dt)
                 return lambda vals, vv: int(cell[0])
-            view, off, ndt = self.view_of(idx.src[0]), self._value(idx.src[1]), to_numpy_dtype(dt)
-            size = dt.itemsize
-            return lambda vals, vv: int(view[vals[off]:vals[off] + size].view(ndt)[0])
+            view, off, fmt = self.view_of(idx.src[0]), self._value(idx.src[1]), "<" + str(dt.fmt)
+            unpack = struct.Struct(fmt).unpack_from
+            return lambda vals, vv: unpack(view, vals[off])[0]
         if u.op is Ops.CAST:
             a, wrap = self._value(u.src[0]), _wrapper(dt)
             return lambda vals, vv: wrap(vals[a])
@@ -152,11 +153,15 @@ class HostProgram:
                 cell = self._typed(ref, int(idx.src[1].arg), dt)
                 effect = _store_cell(cell, v)
             else:
-                view, off, ndt, size = self.view_of(ref), self._value(idx.src[1]), to_numpy_dtype(dt), dt.itemsize
+                # a computed offset (a ring position): struct packs at any byte, aligned or not
+                view, off, pack = self.view_of(ref), self._value(idx.src[1]), struct.Struct("<" + str(dt.fmt)).pack_into
+                limit = view.nbytes - dt.itemsize
 
                 def effect(vals: list, vv: dict[str, int]) -> None:
                     o = vals[off]
-                    view[o:o + size].view(ndt)[0] = vals[v]
+                    if not 0 <= o <= limit:
+                        raise IndexError(f"host store of {dt.name} at offset {o} outside a buffer of {limit + dt.itemsize} bytes")
+                    pack(view, o, vals[v])
         elif s.op is Ops.INS and s.arg[0] == "blob":
             _, offset, data = s.arg
             view, src = self.view_of(s.src[0]), np.frombuffer(data, np.uint8)

@@ -51,8 +51,9 @@ class LinkedBatch:
             got = inputs or []
             if len(got) != len(self.inputs):
                 raise ValueError(f"a linked batch of {len(self.inputs)} inputs was run with {len(got)}")
+            table = self.table
             for i, b in enumerate(got):
-                self.table[i] = _dev(b.device).address(b)
+                table[i] = _dev(b.device).address(b)
         # one submit at a time per device: two host programs must not push to one ring (its put value) at once
         for lock in self.locks:
             lock.acquire()

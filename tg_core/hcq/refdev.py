@@ -237,11 +237,18 @@ class HCQRefDevice(HCQCompiled):
         self._programs: dict[UOp, Buffer] = {}
         self._loaded: dict[int, tuple[bytes, UOp]] = {}
         self.labels: dict[int, str] = {}
+        self._addresses: weakref.WeakKeyDictionary[Buffer, tuple[Any, int]] = weakref.WeakKeyDictionary()
         super().__init__(device, RefAllocator(self))
         self.engines = {qu.slug: QueueEngine(self, qu) for qu in (q.Queue(device, "COMPUTE:0"), q.Queue(device, "COPY:0"))}
 
     def address(self, buf: Buffer) -> int:
-        return int(buf.ensure_allocated().opaque.ctypes.data)
+        # cached per buffer and allocation (numpy's .ctypes.data costs a microsecond; a replay asks per input)
+        got = self._addresses.get(buf)
+        opaque = buf._opaque
+        if got is None or got[0] is not opaque or opaque is None:
+            opaque = buf.ensure_allocated()._opaque
+            got = self._addresses[buf] = (opaque, int(opaque.ctypes.data))
+        return got[1]
 
     def host_view(self, buf: Buffer) -> np.ndarray:
         return buf.ensure_allocated().opaque
