@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 f16, f32, f64 = np.float16, np.float32, np.float64
-EXP_BITS = {f16: (10, 0x1F), f32: (23, 0xFF), f64: (52, 0x7FF)}
-UINT = {f16: np.uint16, f32: np.uint32, f64: np.uint64}
+EXP_BITS: dict[type, tuple[int, int]] = {f16: (10, 0x1F), f32: (23, 0xFF), f64: (52, 0x7FF)}
+UINT: dict[type, type[np.unsignedinteger]] = {f16: np.uint16, f32: np.uint32, f64: np.uint64}
 
 
 SINT = {f16: np.int16, f32: np.int32, f64: np.int64}
-LIMITS = {t: (np.finfo(t).tiny, np.finfo(t).max) for t in (f16, f32, f64)}
+LIMITS: dict[type, tuple[np.floating, np.floating]] = {t: (np.finfo(t).tiny, np.finfo(t).max) for t in (f16, f32, f64)}
 
 
 def exponent(x: np.ndarray) -> np.ndarray:
@@ -30,7 +30,7 @@ def _same_shape(*xs: np.ndarray) -> list[np.ndarray]:
     shape = xs[0].shape
     if all(x.shape == shape for x in xs):
         return list(xs)
-    return np.broadcast_arrays(*xs)
+    return list(np.broadcast_arrays(*xs))
 
 
 def _round_to_odd_f64(p: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -90,7 +90,12 @@ def _two_prod_err(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> np.ndarray:
     return ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
-def ldexp(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+def frexp_mant(a: np.ndarray) -> np.ndarray:
+    """V_FREXP_MANT: the mantissa in [0.5, 1) of finite values; inf and NaN pass through."""
+    return np.where(np.isfinite(a), np.frexp(a)[0], a).astype(a.dtype)
+
+
+def ldexp(x: np.ndarray, e: np.ndarray | np.integer) -> np.ndarray:
     t = np.asarray(x).dtype.type
     return np.ldexp(x, np.clip(np.asarray(e, np.int64), -2000, 2000).astype(np.int32)).astype(t)
 

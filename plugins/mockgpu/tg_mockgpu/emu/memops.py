@@ -7,6 +7,7 @@ LDS allocation or outside its private segment raises GPUFault naming the address
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -282,7 +283,7 @@ def _flat_write(m: Machine, bt: Batch, a: np.ndarray, payload: np.ndarray, where
 
 # ---- atomics (global and LDS) ----
 
-ATOMIC = {
+ATOMIC: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": lambda old, v: old + v, "sub": lambda old, v: old - v, "and": lambda old, v: old & v,
     "or": lambda old, v: old | v, "xor": lambda old, v: old ^ v, "swap": lambda old, v: v,
     "min": np.minimum, "max": np.maximum,
@@ -290,9 +291,12 @@ ATOMIC = {
 
 
 def _atomic_apply(op: str, typ: str, old: np.ndarray, val: np.ndarray, cmp: np.ndarray | None) -> np.ndarray:
-    t = {"u32": u32, "b32": u32, "i32": np.int32, "f32": np.float32, "u64": u64, "b64": u64, "i64": np.int64}[typ]
+    types: dict[str, type[Any]] = {"u32": u32, "b32": u32, "i32": np.int32, "f32": np.float32, "u64": u64, "b64": u64,
+                                   "i64": np.int64}
+    t = types[typ]
     o, v = old.view(t), val.view(t)
     if op == "cmpswap":
+        assert cmp is not None, "cmpswap takes the compare value"
         return np.where(o == cmp.view(t), v, o).view(old.dtype)
     if op == "inc":
         return np.where(o >= v, t(0), o + t(1)).view(old.dtype)

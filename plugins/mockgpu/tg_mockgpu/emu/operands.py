@@ -10,12 +10,18 @@ are given in the operand's float width (amd.md 8.2); integer inline constants ar
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from tg_mockgpu.emu.machine import EXEC, NULL, VCC, Batch, EmulatorError, Machine
 
-Reader = Callable[[Machine, Batch], "np.ndarray | np.generic"]
+# An operand's value: an array with one entry per lane (or per wave), or one numpy scalar that broadcasts over
+# them (a constant, an SGPR read by a scalar instruction). numpy's stubs give the union of the two no arithmetic
+# (np.generic has no operators), so to the type checker a value is Any; the readers and writers are typed.
+Value = Any
+Reader = Callable[[Machine, Batch], Value]
+Writer = Callable[[Machine, Batch, Value], None]
 
 INLINE_FLOAT = {  # code -> bits as f16, f32, f64
     240: (0x3800, 0x3F000000, 0x3FE0000000000000), 241: (0xB800, 0xBF000000, 0xBFE0000000000000),
@@ -29,7 +35,7 @@ SHARED_BASE, PRIVATE_BASE = 0x1000_0000_0000_0000, 0x2000_0000_0000_0000
 APERTURE_SIZE = 1 << 32
 APERTURES = {235: SHARED_BASE, 236: SHARED_BASE + APERTURE_SIZE - 1, 237: PRIVATE_BASE,
              238: PRIVATE_BASE + APERTURE_SIZE - 1}
-UTYPE = {16: np.uint16, 32: np.uint32, 64: np.uint64}
+UTYPE: dict[int, type[np.unsignedinteger]] = {16: np.uint16, 32: np.uint32, 64: np.uint64}
 MASK = {16: 0xFFFF, 32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
 
 
@@ -122,7 +128,7 @@ def vsrc(code: int, width: int, is_float: bool, literal: int | None, hi: int = 0
 
 # ---- writers ----
 
-def write_vgpr(m: Machine, bt: Batch, r: int, val: np.ndarray | np.generic) -> None:
+def write_vgpr(m: Machine, bt: Batch, r: int, val: Value) -> None:
     dst = m.vgpr(r)
     mk = bt.mask()
     if mk is None:
@@ -133,7 +139,7 @@ def write_vgpr(m: Machine, bt: Batch, r: int, val: np.ndarray | np.generic) -> N
         dst[bt.idx] = np.where(mk, val, dst[bt.idx])
 
 
-def vdst_writer(r: int, width: int, hi: int = 0) -> Callable[[Machine, Batch, object], None]:
+def vdst_writer(r: int, width: int, hi: int = 0) -> Writer:
     if width == 16:
         def w16(m: Machine, bt: Batch, val) -> None:
             dst = m.vgpr16(r, hi)
@@ -153,7 +159,7 @@ def vdst_writer(r: int, width: int, hi: int = 0) -> Callable[[Machine, Batch, ob
     return lambda m, bt, val: write_vgpr(m, bt, r, val)
 
 
-def sdst_writer(code: int, width: int = 32) -> Callable[[Machine, Batch, object], None]:
+def sdst_writer(code: int, width: int = 32) -> Writer:
     """A scalar destination (SGPR, VCC, M0, EXEC, NULL) written with one value per wave."""
     if code == NULL:
         return lambda m, bt, val: None

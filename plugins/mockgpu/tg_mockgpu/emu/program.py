@@ -63,6 +63,7 @@ def compile_inst(inst: Inst, kernel: str) -> tuple[Callable, str]:
     if enc == "VOP3P":
         return compile_vop3p(inst), NEXT
     if enc == "VOPD":
+        assert inst.dual is not None, "the decoder names both halves of every VOPD"
         return compile_vopd(inst, *inst.dual), NEXT
     if enc == "DS":
         return compile_ds(inst), NEXT

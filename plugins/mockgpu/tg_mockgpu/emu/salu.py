@@ -208,6 +208,7 @@ def _compile_cmp(inst, a_code: int, b_code: int | None, imm: int | None = None) 
     if parts[1].startswith("bitcmp"):
         bits = int(parts[2][1:])
         want = int(parts[1][-1])
+        assert b_code is not None, "s_bitcmp is SOPC: it has a second source"
         a_r = scalar_reader(a_code, bits, False, inst.literal, False)
         b_r = scalar_reader(b_code, 32, False, inst.literal, False)
 
@@ -227,6 +228,7 @@ def _compile_cmp(inst, a_code: int, b_code: int | None, imm: int | None = None) 
             a = a_r(m, bt)
             m.scc[bt.idx] = fn(_signed(a, bits).astype(i64) if signed else a, k)
         return run_k
+    assert b_code is not None, "a compare without an immediate (s_cmp, not s_cmpk) has a second source"
     b_r = scalar_reader(b_code, bits, False, inst.literal, False)
     if signed:
         def run_signed(m: Machine, bt: Batch) -> None:
@@ -386,12 +388,12 @@ def compile_control(inst, kernel: str) -> tuple[Callable, str] | None:
         return (lambda m, bt: out(m, bt, np.full(bt.n, nxt, u64))), NEXT
     if name in ("s_setpc_b64", "s_swappc_b64"):
         src = scalar_reader(f["ssrc0"], 64, False, inst.literal, False)
-        out = sdst_writer(f["sdst"], 64) if name == "s_swappc_b64" else None
+        ret_out = sdst_writer(f["sdst"], 64) if name == "s_swappc_b64" else None
 
         def setpc(m: Machine, bt: Batch):
             t = np.asarray(src(m, bt), u64).copy()
-            if out is not None:
-                out(m, bt, np.full(bt.n, nxt, u64))
+            if ret_out is not None:
+                ret_out(m, bt, np.full(bt.n, nxt, u64))
             return int(t[0]) if (t == t[0]).all() else t.astype(np.int64)
         return setpc, JUMP
     if name == "s_call_b64":

@@ -9,22 +9,23 @@ compilers in `SPECIAL`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from tg_mockgpu.emu import fp
 from tg_mockgpu.emu.machine import EXEC, LANES, VCC, Batch, EmulatorError, Machine
-from tg_mockgpu.emu.operands import scalar_reader, sdst_writer, vdst_writer, vsrc
+from tg_mockgpu.emu.operands import Writer, scalar_reader, sdst_writer, vdst_writer, vsrc
 from tg_mockgpu.emu.vop3p import dot2acc_value
 
 u16, u32, u64, i16, i32, i64 = np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 f16, f32, f64 = np.float16, np.float32, np.float64
 # type name -> (bits, numpy type, is float)
-TYPES = {"f16": (16, f16, True), "i16": (16, i16, False), "u16": (16, u16, False), "b16": (16, u16, False),
+TYPES: dict[str, tuple[int, type[Any], bool]] = {"f16": (16, f16, True), "i16": (16, i16, False), "u16": (16, u16, False), "b16": (16, u16, False),
          "f32": (32, f32, True), "i32": (32, i32, False), "u32": (32, u32, False), "b32": (32, u32, False),
          "f64": (64, f64, True), "i64": (64, i64, False), "u64": (64, u64, False), "b64": (64, u64, False)}
-UINT = {16: u16, 32: u32, 64: u64}
-SIGN = {16: u16(0x8000), 32: u32(0x80000000), 64: u64(1 << 63)}
+UINT: dict[int, type[np.unsignedinteger]] = {16: u16, 32: u32, 64: u64}
+SIGN: dict[int, np.unsignedinteger] = {16: u16(0x8000), 32: u32(0x80000000), 64: u64(1 << 63)}
 E32 = ("VOP1", "VOP2", "VOPC")
 Exec = Callable[[Machine, Batch], None]
 
@@ -253,7 +254,7 @@ for _t, _ty in (("f16", f16), ("f32", f32), ("f64", f64)):
     op(f"v_sqrt_{_t}", _t, _t, lambda a: fp.trans(np.sqrt, a))
     op(f"v_rcp_{_t}", _t, _t, lambda a: fp.trans(lambda x: 1.0 / x, a))
     op(f"v_rsq_{_t}", _t, _t, lambda a: fp.trans(lambda x: 1.0 / np.sqrt(x), a))
-    op(f"v_frexp_mant_{_t}", _t, _t, lambda a: np.where(np.isfinite(a), np.frexp(a)[0], a).astype(a.dtype))
+    op(f"v_frexp_mant_{_t}", _t, _t, fp.frexp_mant)
     op(f"v_frexp_exp_i32_{_t}", "i32", _t, lambda a: np.where(np.isfinite(a), np.frexp(a)[1], 0))
     op(f"v_div_fixup_{_t}", _t, _3, fp.div_fixup)
     op(f"v_min3_{_t}", _t, _3, lambda a, b, c: fp.fmin(fp.fmin(a, b), c))
@@ -331,7 +332,7 @@ def typed_source(inst, i: int, code: int, typ: str) -> Callable:
     return lambda m, bt: raw(m, bt).view(ty)
 
 
-def typed_dest(inst, typ: str, vdst: int | None = None) -> Callable[[Machine, Batch, object], None]:
+def typed_dest(inst, typ: str, vdst: int | None = None) -> Writer:
     """Writer of a typed result to the instruction's VGPR destination, with clamp and output modifier."""
     bits, ty, is_float = TYPES[typ]
     f = inst.fields
@@ -426,7 +427,8 @@ def mask_dest(code: int) -> Callable[[Machine, Batch, np.ndarray], None]:
 
 # ---- compares ----
 
-CMP_FLOAT = {
+Compare = Callable[[Any, Any], np.ndarray]  # operands: lane arrays or numpy scalars (see operands.Value)
+CMP_FLOAT: dict[str, Compare] = {
     "f": lambda a, b: np.zeros(np.broadcast_shapes(np.shape(a), np.shape(b)), bool),
     "t": lambda a, b: np.ones(np.broadcast_shapes(np.shape(a), np.shape(b)), bool),
     "lt": np.less, "eq": np.equal, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
@@ -435,7 +437,7 @@ CMP_FLOAT = {
     "nlg": lambda a, b: ~((a < b) | (a > b)), "ngt": lambda a, b: ~(a > b), "nle": lambda a, b: ~(a <= b),
     "neq": lambda a, b: ~(a == b), "nlt": lambda a, b: ~(a < b),
 }
-CMP_INT = {"f": CMP_FLOAT["f"], "t": CMP_FLOAT["t"], "lt": np.less, "eq": np.equal, "le": np.less_equal,
+CMP_INT: dict[str, Compare] = {"f": CMP_FLOAT["f"], "t": CMP_FLOAT["t"], "lt": np.less, "eq": np.equal, "le": np.less_equal,
            "gt": np.greater, "ne": np.not_equal, "ge": np.greater_equal}
 
 
@@ -445,6 +447,7 @@ def compile_cmp(inst) -> Exec:
     cond, typ = "_".join(parts[2:-1]), parts[-1]
     if typ not in TYPES:
         raise EmulatorError(f"unknown compare type in {inst.op}")
+    fn: Compare
     if cond == "class":
         fn = fp.fp_class
         types = (typ, "u32")
@@ -574,7 +577,11 @@ def compile_div_fmas(inst) -> Exec:
     srcs = [typed_source(inst, i, codes[i], typ) for i in range(3)]
     out = typed_dest(inst, typ)
     vcc = mask_source(inst, VCC)
-    return lambda m, bt: out(m, bt, fp.div_fmas(*(np.asarray(s(m, bt)) for s in srcs), vcc(m, bt)))
+
+    def run(m: Machine, bt: Batch) -> None:
+        a, b, c = (np.asarray(s(m, bt)) for s in srcs)
+        out(m, bt, fp.div_fmas(a, b, c, vcc(m, bt)))
+    return run
 
 
 def compile_mad64(inst) -> Exec:
@@ -588,6 +595,8 @@ def compile_mad64(inst) -> Exec:
 
     def run(m: Machine, bt: Batch) -> None:
         a, b, c = a_r(m, bt), b_r(m, bt), c_r(m, bt)
+        p: np.ndarray
+        r: np.ndarray
         if signed:
             p = np.asarray(a, i64) * np.asarray(b, i64)       # exact in 64 bits
             r = p + np.asarray(c, i64)

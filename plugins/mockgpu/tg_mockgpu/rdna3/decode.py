@@ -213,11 +213,11 @@ def decode(code: bytes, addr: int = 0, pos: int = 0, kernel: str | None = None) 
         enc = "VOP3SD"
     f = {k: _bits(raw, hi, lo) for k, (hi, lo) in FORMATS[enc].items()}
     opcode = f.pop("op", 0)
-    dual = None
+    dual: tuple[str, str] | None = None
     if enc == "VOPD":
         x, y = _name("VOPDX", f["opx"]), _name("VOPDY", f["opy"])
         name = f"{x}::{y}" if x and y else None
-        dual = (x, y) if name else None
+        dual = (x, y) if x and y else None
         opcode = f["opx"] << 5 | f["opy"]
         f["vdsty"] = (f["vdsty"] << 1) | ((f["vdstx"] & 1) ^ 1)
     elif enc == "FLAT":

@@ -191,6 +191,7 @@ def _operand(inst: Inst, t: tuple | str, vop3_mods: bool, true16: bool) -> str:
         return t
     fld, n, kind = t
     if fld == "literal":          # the K constant of fmamk/fmaak prints in hex; s_setreg_imm32_b32's as a b32 value
+        assert inst.literal is not None, f"{inst.op}: a literal operand without a decoded literal"
         return literal_text(inst.literal, "b32") if inst.enc == "SOPK" else f"0x{inst.literal:x}"
     if kind in ("hex", "u16", "dec", "fmt"):
         return _format_imm(inst.op, f[fld], kind)

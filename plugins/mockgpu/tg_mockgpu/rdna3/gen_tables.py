@@ -17,7 +17,7 @@ import pprint
 import re
 import struct
 import subprocess
-import sys
+from collections.abc import Callable
 
 LLVM_MC = ["llvm-mc-19", "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-disassemble", "-show-encoding"]
 SENTINELS = {"s_code_end": 0xBF9F0000, "v_nop": 0x7E000000}
@@ -81,6 +81,7 @@ REGS = {
 def variants(enc: str, op: int) -> list[bytes]:
     """Candidate encodings of one opcode, most operands first; the first llvm-mc accepts cleanly gives the template."""
     lit = words(LIT)
+    b: Callable[..., bytes]  # the encoding's instruction word(s) from its operand fields
     if enc == "SOP2":
         b = lambda s0: words((2 << 30) | (op << 23) | (4 << 16) | (12 << 8) | s0)
         return [b(8), b(255) + lit]
@@ -88,8 +89,8 @@ def variants(enc: str, op: int) -> list[bytes]:
         b = lambda s0: words((0x17D << 23) | (4 << 16) | (op << 8) | s0)
         return [b(8), b(255) + lit]
     if enc == "SOPK":
-        b = words((0xB << 28) | (op << 23) | (4 << 16) | 0x10)
-        return [b, b + lit]
+        w = words((0xB << 28) | (op << 23) | (4 << 16) | 0x10)
+        return [w, w + lit]
     if enc == "SOPC":
         b = lambda s0: words((0x17E << 23) | (op << 16) | (12 << 8) | s0)
         return [b(8), b(255) + lit]
@@ -338,8 +339,8 @@ def main() -> None:
     for enc in SRC_FIELDS:
         cases = [(op, v) for op in tables[enc] for v in variants(enc, op)]
         base: dict[int, bytes] = {}
-        for (op, v), text in zip(cases, llvm_mc([v for _, v in cases])):
-            if text is not None and "Invalid" not in text and op not in base:
+        for (op, v), shown in zip(cases, llvm_mc([v for _, v in cases])):
+            if shown is not None and "Invalid" not in shown and op not in base:
                 base[op] = v
         consts[enc] = const_classes(enc, base, tables[enc])
         if enc in ("VOP3", "VOP3P"):
@@ -350,11 +351,13 @@ def main() -> None:
     print("in a source field: b32, f16, i16, f64 or i64. MODS[enc][opcode][modifier] is the mask of field bits whose")
     print("modifier LLVM prints (see gen_tables.modifiers). T16_SYNTAX[enc] holds the opcodes LLVM 19 prints with")
     print("16-bit register halves (v1.l) even without true16.\n\"\"\"")
-    print("OPS = " + pprint.pformat(tables, width=120, compact=True))
-    print("CONSTS = " + pprint.pformat(consts, width=120, compact=True))
-    print("MODS = " + pprint.pformat(mods, width=120, compact=True))
-    print("T16_SYNTAX = " + pprint.pformat(t16_syntax, width=120, compact=True))
+    # annotated: the rows are heterogeneous tuples, which a type checker would otherwise read as `object`
+    print("OPS: dict[str, dict[int, tuple[str, tuple[tuple[str, int, str] | str, ...]]]] = "
+          + pprint.pformat(tables, width=120, compact=True))
+    print("CONSTS: dict[str, dict[int, dict[str, str]]] = " + pprint.pformat(consts, width=120, compact=True))
+    print("MODS: dict[str, dict[int, dict[str, int]]] = " + pprint.pformat(mods, width=120, compact=True))
+    print("T16_SYNTAX: dict[str, set[int]] = " + pprint.pformat(t16_syntax, width=120, compact=True))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

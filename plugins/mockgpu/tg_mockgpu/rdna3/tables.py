@@ -6,7 +6,7 @@ in a source field: b32, f16, i16, f64 or i64. MODS[enc][opcode][modifier] is the
 modifier LLVM prints (see gen_tables.modifiers). T16_SYNTAX[enc] holds the opcodes LLVM 19 prints with
 16-bit register halves (v1.l) even without true16.
 """
-OPS = {'DS': {0: ('ds_add_u32', (('addr', 1, 'v'), ('data0', 1, 'v'))),
+OPS: dict[str, dict[int, tuple[str, tuple[tuple[str, int, str] | str, ...]]]] = {'DS': {0: ('ds_add_u32', (('addr', 1, 'v'), ('data0', 1, 'v'))),
         1: ('ds_sub_u32', (('addr', 1, 'v'), ('data0', 1, 'v'))),
         2: ('ds_rsub_u32', (('addr', 1, 'v'), ('data0', 1, 'v'))),
         3: ('ds_inc_u32', (('addr', 1, 'v'), ('data0', 1, 'v'))),
@@ -1381,7 +1381,7 @@ OPS = {'DS': {0: ('ds_add_u32', (('addr', 1, 'v'), ('data0', 1, 'v'))),
            16: ('v_dual_add_nc_u32', (('vdsty', 1, 'v'), ('srcy0', 1, 'src'), ('vsrcy1', 1, 'v'))),
            17: ('v_dual_lshlrev_b32', (('vdsty', 1, 'v'), ('srcy0', 1, 'src'), ('vsrcy1', 1, 'v'))),
            18: ('v_dual_and_b32', (('vdsty', 1, 'v'), ('srcy0', 1, 'src'), ('vsrcy1', 1, 'v')))}}
-CONSTS = {'VOP1': {1: {'src0': 'b32'},
+CONSTS: dict[str, dict[int, dict[str, str]]] = {'VOP1': {1: {'src0': 'b32'},
           3: {'src0': 'f64'},
           4: {'src0': 'b32'},
           5: {'src0': 'b32'},
@@ -2159,7 +2159,7 @@ CONSTS = {'VOP1': {1: {'src0': 'b32'},
           253: {'src0': 'f16'},
           254: {'src0': 'b32'},
           255: {'src0': 'f64'}}}
-MODS = {'VOP3': {0: {'abs': 3, 'clamp': 1, 'neg': 3},
+MODS: dict[str, dict[int, dict[str, int]]] = {'VOP3': {0: {'abs': 3, 'clamp': 1, 'neg': 3},
           1: {'abs': 3, 'clamp': 1, 'neg': 3},
           2: {'abs': 3, 'clamp': 1, 'neg': 3},
           3: {'abs': 3, 'clamp': 1, 'neg': 3},
@@ -2677,4 +2677,4 @@ MODS = {'VOP3': {0: {'abs': 3, 'clamp': 1, 'neg': 3},
                 'op_sel_hi#': 3},
            68: {'clamp': 1, 'neg_hi': 7, 'neg_hi#': 3, 'neg_lo': 7, 'neg_lo#': 3},
            69: {'clamp': 1, 'neg_hi': 7, 'neg_hi#': 3, 'neg_lo': 7, 'neg_lo#': 3}}}
-T16_SYNTAX = {'VOP1': {28}}
+T16_SYNTAX: dict[str, set[int]] = {'VOP1': {28}}
