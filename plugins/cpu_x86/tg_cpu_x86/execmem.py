@@ -26,7 +26,8 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 def _check(ok: bool, what: str) -> None:
     if not ok:
         err = ctypes.get_errno()
-        raise OSError(err, f"{what} failed: {ctypes.cast(_libc.strerror(err), ctypes.c_char_p).value.decode()}")
+        text = ctypes.cast(_libc.strerror(err), ctypes.c_char_p).value or b"unknown error"  # strerror never gives NULL
+        raise OSError(err, f"{what} failed: {text.decode()}")
 
 
 
@@ -70,7 +71,7 @@ class ExecMemory:
         if not 0 <= offset < self.size:
             raise ValueError(f"entry offset {offset} is outside the {self.size} bytes of code")
         fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address + offset)
-        fn._tg_exec_memory = self  # the pointer keeps the pages alive
+        fn._tg_exec_memory = self  # type: ignore[attr-defined]  # the pointer keeps the pages alive
         return fn
 
     def close(self) -> None:
