@@ -109,6 +109,7 @@ class CapturedJit:
         self.written = {id(b.base) for it in self.items for p in _written(it) if (b := it.bufs[p]) is not None}
         self.written_inputs = {i for it in self.items for p, i in it.inputs if p in _written(it)}
         self.private: dict[int, Buffer] = {}  # by input index: where an aliased input is copied to be read
+        self.hcq: list | None = None  # hcq: the items as linked batches and plain items (tg_core/hcq/jit.py)
 
 
 def _view_key(u: UOp) -> tuple[tuple, UOp] | None:
@@ -234,6 +235,8 @@ class TinyJit(Generic[R]):
         sig.tensors = []  # the capture call's tensors are not needed to check later calls: do not keep them alive
         self.captured = CapturedJit(items, sig, keys, desc, nodes, dict(var_vals), _template(ret, out_of), rng_keys,
                                     checks)
+        from tg_core.hcq.jit import link_captured  # hcq: the runs on command-queue devices are linked once
+        self.captured.hcq = link_captured(items, [buffer_of(n) for n in nodes])
         self.cnt = 2
         return ret
 
@@ -247,7 +250,10 @@ class TinyJit(Generic[R]):
             for buf in cap.rng_keys:
                 buf.copyin(Tensor._next_rng_key())
         in_bufs = self._unaliased([buffer_of(n) for n in nodes], cap, sig)
-        for it in cap.items:
+        if cap.hcq is not None:  # hcq: linked batches replay with new input addresses and variables only
+            from tg_core.hcq.jit import replay
+            replay(cap.hcq, in_bufs, var_vals)
+        for it in (cap.items if cap.hcq is None else ()):
             if it.inputs:
                 bufs = list(it.bufs)
                 for pos, i in it.inputs:
