@@ -81,7 +81,7 @@ def _rows_of(table: str) -> list[list[str]]:
 
 def _expand(name: str, pp: str, mp: str, w: str, op: str, kinds: str, roles: str, tup: str, flags: str,
             widths: tuple[int, ...] = _WIDTHS) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     opcode, _, digit = op.partition("/")
     tail = f"/{digit}" if digit else "/r"
     if "u8" in kinds or "p5" in kinds:
@@ -104,8 +104,8 @@ def _expand(name: str, pp: str, mp: str, w: str, op: str, kinds: str, roles: str
 def evex_rows() -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for table in (_FLOAT, _FLOAT_IMM, _COMPARE, _MOVES, _INT):
-        for r in _rows_of(table):
-            rows += _expand(*r)
+        for name, pp, mp, w, op, kinds, roles, tup, flags in _rows_of(table):
+            rows += _expand(name, pp, mp, w, op, kinds, roles, tup, flags)
     for fam, base in _FMA:
         for order, off in (("132", 0x00), ("213", 0x10), ("231", 0x20)):
             for t, w in (("ps", "W0"), ("pd", "W1")):
