@@ -208,3 +208,16 @@ def test_threads_submit_to_one_device_at_once(hcq):
         for _ in range(5):
             want = want * 2 + 1
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_failing_command_is_raised_on_the_next_wait_and_the_device_recovers(hcq):
+    from tg_core.engine.realize import build as build_schedule
+    dev = Device["HCQREF"]
+    a = Tensor(np.arange(4, dtype=np.float32), device="HCQREF").realize()
+    kernel = build_schedule([(a + 5).uop])[0][-1][0]
+    small = Buffer("HCQREF", 2, dtypes.float32).ensure_allocated()  # the kernel writes 4 elements
+    src = Buffer("HCQREF", 4, dtypes.float32).copyin(np.arange(4, dtype=np.float32))
+    run_items([Item(kernel, [q.mem(small), q.mem(src)], (0,))])
+    with pytest.raises(RuntimeError, match=r"HCQREF COMPUTE:0: a command failed: IndexError: .*out of bounds"):
+        dev.synchronize()
+    np.testing.assert_array_equal((a * 2).numpy(), np.arange(4, dtype=np.float32) * 2)
