@@ -20,7 +20,7 @@ import threading
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -39,6 +39,9 @@ from tg_core.plugins.errors import (
 from tg_core.plugins.manifest import Manifest
 from tg_core.plugins.specs import DeviceSpec
 from tg_core.plugins.version import API_VERSION_STR
+
+if TYPE_CHECKING:
+    from tg_core.renderer import Renderer
 
 log = logging.getLogger("tg.plugins")
 
@@ -110,11 +113,12 @@ class PluginRegistry:
             devs = frozenset(r.devices) if r.manifest is not None else None
             out.setdefault(r.name, devs)
             # a distribution with several entry points provides what any of them does
-            out[r.dist] = devs if out.get(r.dist) is None else out[r.dist] | (devs or frozenset())
+            known = out.get(r.dist)
+            out[r.dist] = devs if known is None else known | (devs or frozenset())
         installed = {norm(n) for n in out}
-        for name, (dist, devs) in FIRST_PARTY.items():
+        for name, (dist, first_party_devs) in FIRST_PARTY.items():
             if norm(name) not in installed and norm(dist) not in installed:
-                out[name] = out[dist] = frozenset(devs)
+                out[name] = out[dist] = frozenset(first_party_devs)
         return out
 
     def device_names(self) -> list[str]:
@@ -146,6 +150,7 @@ class PluginRegistry:
         with self._lock:
             if rec.status is not Status.FOUND:
                 return rec
+            assert rec.manifest is not None  # found means discovery read the manifest
             try:
                 mod = importlib.import_module(rec.manifest.hooks)
             except Exception as e:
@@ -176,6 +181,7 @@ class PluginRegistry:
     def _check_hooks(self, rec: PluginRecord) -> None:
         callers = self.pm.get_hookcallers(rec.module) or []
         core = [n for n in dir(hookspecs) if n.startswith("tg_")]
+        assert rec.manifest is not None  # only loaded plugins have hooks to check
         for caller in callers:
             if caller.name.startswith("tg_") and not caller.has_spec():
                 hint = suggest(caller.name, core)
@@ -364,14 +370,14 @@ class PluginRegistry:
             raise ValueError(f"no hook {hook!r} has a spec; hooks: {', '.join(known)}"
                              + (f"; did you mean {hint}?" if hint else ""))
 
-    def renderers(self, device: str) -> list[type]:
+    def renderers(self, device: str) -> list[type[Renderer]]:
         """Renderer classes for `device` in plugin order, first of each name kept, before config preferences."""
         key = ("tg_renderers", device)
         if key not in self._cache:
             self._cache[key] = list(self.collect_named("tg_renderers", device, str.upper).values())
         return list(self._cache[key])
 
-    def choose_renderer(self, device: str) -> tuple[list[type], str]:
+    def choose_renderer(self, device: str) -> tuple[list[type[Renderer]], str]:
         """The renderer classes of `device`, the one it renders with first, and why that one; errors if the config
         prefers a renderer nobody offers."""
         base = parse_device_string(device)[0]
@@ -380,10 +386,11 @@ class PluginRegistry:
         wanted, why = self.config.renderer_order(base)
         missing = [w for w in wanted if w not in by_name]
         if missing:
+            assert why is not None  # a preference always comes from somewhere
             from_dev = why.startswith("device:") and missing[0] == wanted[0]
             key = "device" if from_dev else f"devices.{base}.renderers"
             value = self.config.device if from_dev else self.config.get("devices", base, "renderers")
-            raise ConfigError(self.config.source(*key.split(".")), key, value,
+            raise ConfigError(self.config.source(*key.split(".")) or why, key, value,
                               f"renderers offered for {base}: {', '.join(by_name) or 'none'}",
                               suggest(missing[0], list(by_name)), problem="renderer not offered")
         ordered = [by_name[w] for w in wanted] + [c for c in offered if c.name.upper() not in wanted]
