@@ -37,7 +37,8 @@ class Runner(Protocol):
     """What a device's `get_runner(ast)` returns and the engine calls once per kernel launch: `bufs` are the
     kernel's buffers in PARAM order (PARAM i is bufs[i]), `var_vals` the values of its variables by name.
     It returns when the kernel's effects are visible to a following runner on the same device (or after
-    `synchronize()` for devices that queue work)."""
+    `synchronize()` for devices that queue work). `tg_core.device.RunnerFn` is this shape as a Callable
+    alias, for annotating the pipeline's stages."""
 
     def __call__(self, bufs: list[Buffer], var_vals: Mapping[str, int]) -> None: ...
 

@@ -3,21 +3,25 @@ from __future__ import annotations
 
 import logging
 import platform
+from typing import TYPE_CHECKING
 
 from tg_core.plugin_api import MIN_WORK, DeviceSpec, Option, hookimpl
+
+if TYPE_CHECKING:
+    from tg_core.plugin_api import Renderer
 
 log = logging.getLogger("tg.cpu")
 X86_64 = ("x86_64", "amd64")
 MAX_THREADS = 1024  # one OS thread per core of a kernel's split: more is a typo, not a machine
 
 
-def native_renderers() -> list[type]:
+def native_renderers() -> list[type[Renderer]]:
     """The renderers generating x86-64 machine code themselves (the host must be x86-64)."""
     from tg_cpu_x86.x86.renderer import X86Renderer
     return [X86Renderer]
 
 
-def host_renderers() -> list[type]:
+def host_renderers() -> list[type[Renderer]]:
     """The renderers for this host, best first; a host that is not x86-64 gets LLVM only, with a message."""
     from tg_cpu_x86.llvm import CPULLVMRenderer
     machine = platform.machine()
@@ -40,5 +44,5 @@ def tg_devices() -> list[DeviceSpec]:
 
 
 @hookimpl
-def tg_renderers(device: str) -> list[type]:
+def tg_renderers(device: str) -> list[type[Renderer]]:
     return host_renderers() if device.split(":")[0] == "CPU" else []
