@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tg_core.dtype import dtypes
-from tg_core.tensor.gradient import compute_gradient
 from tg_core.tensor import Tensor
+from tg_core.tensor.gradient import compute_gradient
 from tg_core.uop.ops import Ops
 
 RNG = np.random.default_rng(0)

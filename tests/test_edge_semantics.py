@@ -171,10 +171,11 @@ def test_llvm_renderer_decides_constant_divisors(dt):
     """Symbolic folds x // 0 before a renderer sees it; the LLVM renderer must still not emit `sdiv x, 0` or
     `sdiv MIN, -1` (UB: LLVM drops the store) for a program that has one."""
     pytest.importorskip("llvmlite.binding")
-    from test_llvmir import compile_and_run
     from tg_core.codegen.pipeline import linearize_kernel
     from tg_core.codegen.program import Program
     from tg_core.renderer.llvmir import LLVMRenderer
+
+    from test_llvmir import compile_and_run
     xs = _edge_values(dt)
     n, npdt = len(xs), to_numpy_dtype(dt)
     for op in (Ops.IDIV, Ops.MOD):

@@ -140,6 +140,7 @@ def test_scheduler_kernels_with_cpu_opts(name):
     reduction, a padded convolution) with the heuristic's opts (PACK, tiles, tails), compiled with the CPU
     flags, against numpy (the convolution against the reference device)."""
     from tg_core import Tensor
+
     import test_tensor_llvm
 
     def T(data):  # the reference device: what is compared is the compiled kernels, not another backend

@@ -10,8 +10,22 @@ import random
 import pytest
 
 from tg_core.codegen.lib.regalloc import Allocation, RegallocError, allocate, live_intervals
-from tg_core.renderer.isa import (CJUMP, JUMP, MOVE, RET, ArchContext, Frame, Imm, Label, MFunction, MInst, Mem, PReg,
-                                  VReg, label)
+from tg_core.renderer.isa import (
+    CJUMP,
+    JUMP,
+    MOVE,
+    RET,
+    ArchContext,
+    Frame,
+    Imm,
+    Label,
+    Mem,
+    MFunction,
+    MInst,
+    PReg,
+    VReg,
+    label,
+)
 
 SP = PReg("sp", "sp", 99)
 

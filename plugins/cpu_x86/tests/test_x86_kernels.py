@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from x86_harness import compile_x86, renderer_for, run_x86
 
 from tg_core import Tensor
 from tg_core.codegen.opts import Opt, OptOps
 from tg_core.dtype import dtypes, to_numpy_dtype
 from tg_core.testing.kernels import kernel, run_schedule
 from tg_core.uop import AxisType, Ops, UOp
-from tg_cpu_x86.x86.renderer import X86Renderer
+
+from x86_harness import compile_x86, renderer_for, run_x86
 
 RNG = np.random.default_rng(3)
 

@@ -3,8 +3,8 @@ and the interface satisfies tg-amd's AMDInterface protocol (memory round trips t
 import numpy as np
 import pytest
 
-from tg_amd.interface import AMDInterface
 from tg_core.plugins.manifest import read_manifest
+from tg_amd.interface import AMDInterface
 from tg_mockgpu import plugin
 from tg_mockgpu.interface import MockInterface
 
