@@ -21,6 +21,9 @@ templates); its tests may use anything. The names are grouped by the job they do
 - renderers: `Renderer` and `UnsupportedDTypeError`, core's LLVM IR renderer (`LLVMRenderer`, its
   extension point `LLVMFunction`, `ltype`, `render_const`), and the ISA-neutral machine layer of native
   renderers (`MInst`, `MFunction`, `PReg`/`VReg`, `ArchContext`, ...);
+- command-queue devices (tg_core/hcq): `HCQCompiled` (the base that makes a device's work run as batches of
+  queue ops), `hcq_ops` (the queue-op nodes and helpers the `tg_pm_*` matchers build: `words`, `addr`, `mem`,
+  `doorbell`, ...), and `Struct`/`Pointer`/`Array` (C structs as patched byte buffers, for drivers);
 - checking a device: `run_kernel` (the reference interpreter) and `DeviceConformance` (the conformance
   suite; imported on first use, since it needs pytest).
 
@@ -62,6 +65,9 @@ from tg_core.device import (
 )
 from tg_core.devices.python.interpreter import run_kernel
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes, from_numpy_dtype, to_numpy_dtype
+from tg_core.hcq import ops as hcq_ops
+from tg_core.hcq.device import HCQCompiled
+from tg_core.hcq.structs import Array, Pointer, Struct
 from tg_core.helpers import DEBUG, Context
 from tg_core.plugins.contracts import DeviceFactory, Named, Profiler, Runner
 from tg_core.plugins.errors import DeviceUnavailable, PluginBrokenError, PluginError
@@ -144,6 +150,8 @@ __all__ = [
     "ArchContext", "CJUMP", "Frame", "FrameRef", "Imm", "JUMP", "LABEL", "LLVMFunction", "LLVMRenderer", "Label",
     "MFunction", "MInst", "MOVE", "Mem", "NORMAL", "Operand", "PReg", "RET", "Renderer", "UnsupportedDTypeError",
     "VReg", "View", "label", "ltype", "render_const",
+    # command-queue devices
+    "Array", "HCQCompiled", "Pointer", "Struct", "hcq_ops",
     # checking a device
     "DeviceConformance", "run_kernel",
 ]
