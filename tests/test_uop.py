@@ -391,3 +391,10 @@ def test_deep_chains_need_no_recursion():
         w = w * 1 + 0
     assert list(w.ranges) == [r] and list(w.reduce(Ops.ADD, r).ranges) == []
     del x, y, s, w  # freeing a deep chain must not recurse either
+
+
+def test_ptrdtype_is_a_buffer_nodes_pointer_dtype():
+    buf = UOp.param(0, dtypes.float32.ptr(16), "x")
+    assert buf.ptrdtype is buf.dtype and buf.ptrdtype.size == 16
+    with pytest.raises(TypeError, match="CONST has the value dtype dtypes.int, not a pointer"):
+        UOp.const(dtypes.int32, 3).ptrdtype

@@ -1,13 +1,15 @@
 """Evaluate a scalar UOp expression at a point: the oracle that checks simplification keeps values."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tg_core.dtype import ConstType
 from tg_core.uop.alu import bitcast_const, cast_const, exec_alu, python_alu
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
 
-def evaluate(root: UOp, env: dict[UOp, ConstType]) -> ConstType:
+def evaluate(root: UOp, env: Mapping[UOp, ConstType]) -> ConstType:
     """The value of `root` where each DEFINE_VAR/RANGE/SPECIAL/PARAM key of `env` has the given value."""
     vals: dict[UOp, ConstType] = {}
     # a BIND carries its variable's value: the DEFINE_VAR under it needs no entry in env, so don't visit it

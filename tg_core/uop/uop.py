@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 from tg_core.dtype import ConstType, DType, PtrDType, as_const, dtypes, least_upper_dtype
@@ -177,6 +177,15 @@ class UOp(TensorOps):
         """This graph with each key of `mapping` replaced by its value (replacements are not searched again)."""
         from tg_core.uop.rewrite import substitute
         return substitute(self, mapping)
+
+    @property
+    def ptrdtype(self) -> PtrDType:
+        """The dtype of a buffer node (PARAM, DEFINE_REG, DEFINE_LOCAL, INDEX) as the pointer it is: its size
+        and address space. A value node is a TypeError naming its op and dtype."""
+        dt = self.dtype
+        if not isinstance(dt, PtrDType):
+            raise TypeError(f"{self.op} has the value dtype {dt!r}, not a pointer: it is not a buffer")
+        return dt
 
     def sink(self, *srcs: UOp) -> UOp:
         return UOp(Ops.SINK, dtypes.void, (self, *srcs))
@@ -407,7 +416,7 @@ class UOp(TensorOps):
         """The DEFINE_VARs this expression uses, sorted by name."""
         return sorted((u for u in self.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])
 
-    def evaluate(self, env: dict[UOp, ConstType] | None = None) -> ConstType:
+    def evaluate(self, env: Mapping[UOp, ConstType] | None = None) -> ConstType:
         """The value of this expression with variables (and loop indices) given by `env`."""
         from tg_core.uop.evaluate import evaluate
         return evaluate(self, env or {})
