@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-import tg_core.tensor as tensor_module
+import tg_core.tensor.storage as storage_module
 from tg_core.dtype import dtypes
 from tg_core.nn import Conv2d, Embedding, LayerNorm, Linear
 from tg_core.nn.optim import LAMB, SGD, Adam, AdamW
@@ -166,7 +166,7 @@ def test_lamb_matches_numpy():
 
 def test_step_is_one_schedule(monkeypatch):
     calls = []
-    real = tensor_module.prepare  # a write schedules (and builds) through prepare, then runs
+    real = storage_module.prepare  # a write schedules (and builds) through prepare, then runs
 
     def counting(targets, **kwargs):
         calls.append(len(targets))
@@ -177,7 +177,7 @@ def test_step_is_one_schedule(monkeypatch):
     opt.zero_grad()
     x = Tensor(np.ones((4, 3), dtype=np.float32))
     ((x @ w1) @ w2).square().mean().backward()
-    monkeypatch.setattr(tensor_module, "prepare", counting)
+    monkeypatch.setattr(storage_module, "prepare", counting)
     opt.step()
     assert len(calls) == 1
     # the grads (which read the old weights) are realized in that schedule, and keep their values

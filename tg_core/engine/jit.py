@@ -57,7 +57,8 @@ from tg_core.engine.checks import ran as ran_checks
 from tg_core.engine.jit_signature import Signature, SignatureError, mismatch, remake
 from tg_core.engine.jit_signature import read as read_signature
 from tg_core.engine.realize import _buffers, buffer_of, capture, stats
-from tg_core.tensor import Tensor, _origins
+from tg_core.tensor import Tensor
+from tg_core.tensor.storage import forget_origin
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -229,7 +230,7 @@ class TinyJit(Generic[R]):
             out_of[id(t)] = _Out(t.uop, t.device, index.get(base))
             # a replay rewrites this buffer without the graph that computed it: gradients must not follow it
             if base is not None and id(buffer_of(base)) in written:
-                _origins.pop(base, None)
+                forget_origin(base)
         items = _plan(items, {id(b) for b in rng_keys} | {id(b) for _, b in checks})
         desc = [_describe(t, k) for t, k in zip(sig.tensors, keys)]
         sig.tensors = []  # the capture call's tensors are not needed to check later calls: do not keep them alive

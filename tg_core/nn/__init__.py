@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tg_core.helpers import prod
 from tg_core.dtype import dtypes
+from tg_core.helpers import prod
 from tg_core.tensor import Tensor
-from tg_core.tensor_checks import check_range
+from tg_core.tensor.checks import check_range
 
 
 class Linear:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from tg_core.dtype import dtypes, to_numpy_dtype
-from tg_core.tensor import Tensor, _write
+from tg_core.tensor import Tensor
+from tg_core.tensor.storage import write
 from tg_core.uop.uop import UOp
 
 
@@ -51,7 +52,7 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter that has a gradient, and the optimizer state, in one schedule."""
-        _write(self._updates(), others=self.buffers)
+        write(self._updates(), others=self.buffers)
 
     def _updates(self) -> list[tuple[Tensor, UOp]]:
         """(tensor, new value) for every tensor the step writes; the values are built from the state before

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from tg_core.dtype import DType, dtypes, from_numpy_dtype, to_numpy_dtype
-from tg_core.tensor import Tensor, _storage, _write
+from tg_core.tensor import Tensor
+from tg_core.tensor.storage import storage_of, write
 
 _SAFE_DTYPES: dict[str, DType] = {
     "F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16, "I64": dtypes.int64, "I32": dtypes.int32,
@@ -89,14 +90,14 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
             raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, "
                              f"but found {src.shape} in state dict.")
         src = src.to(v.device)
-        if _storage(v.uop) is not None and v.numel():
+        if storage_of(v.uop) is not None and v.numel():
             stored.append((v, src._cast_to(v.dtype).uop))
         else:
             v.assign(src)
         if consume:
             del state_dict[k]
     if stored:
-        _write(stored)  # one schedule for every tensor that already has storage
+        write(stored)  # one schedule for every tensor that already has storage
     if realize:
         Tensor.realize_all(*own.values())
 

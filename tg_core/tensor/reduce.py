@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tg_core.dtype import DType, dtypes, least_upper_float, sum_acc_dtype
+from tg_core.tensor.base import TensorBase
 from tg_core.uop.ops import Ops
 
 if TYPE_CHECKING:
-    from tg_core.tensor import Tensor
+    from tg_core.tensor.tensor import Tensor
 
 Axis = int | Sequence[int] | None
 
 
-class ReduceMixin:
+class ReduceMixin(TensorBase):
     __slots__ = ()
 
     def _check_nonempty(self, name: str, axis: Axis) -> None:
@@ -117,11 +118,11 @@ class ReduceMixin:
 
     def _cumulative(self, axis: int, op: Ops) -> Tensor:
         if self.ndim == 0:
-            return self
+            return cast("Tensor", self)
         a = self._axis(axis)
         n = self.shape[a]
         if n == 0:
-            return self
+            return cast("Tensor", self)
         T = type(self)
         x = self.transpose(a, -1) if a != self.ndim - 1 else self
         row = T._iota(n, self.device)

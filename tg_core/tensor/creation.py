@@ -16,18 +16,19 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from tg_core.dtype import ConstType, DType, dtypes, least_upper_dtype, to_dtype
 from tg_core.helpers import prod
-from tg_core.tensor_args import int_arg
+from tg_core.tensor.args import int_arg
+from tg_core.tensor.base import TensorBase
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
 if TYPE_CHECKING:
-    from tg_core.tensor import Tensor
+    from tg_core.tensor.tensor import Tensor
 
 _M32 = 0xFFFFFFFF
 # the multipliers of a well-mixing 32-bit hash finalizer (each bit of the input flips about half the output)
@@ -45,13 +46,13 @@ def _hash32_py(x: int) -> int:
 
 
 def _shape(shape: Sequence[int] | int, rest: tuple[int, ...]) -> tuple[int, ...]:
-    out = tuple(shape) if isinstance(shape, Sequence) and not rest else (shape, *rest)
+    out: tuple[Any, ...] = tuple(shape) if isinstance(shape, Sequence) and not rest else (shape, *rest)
     if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in out):
         raise ValueError(f"a shape is a sequence of non-negative ints, got {out!r}")
     return out
 
 
-class CreationMixin:
+class CreationMixin(TensorBase):
     __slots__ = ()
     _seed: int = 0
     _rng_counter: int = 0
@@ -182,16 +183,14 @@ class CreationMixin:
     @classmethod
     def manual_seed(cls, seed: int = 0) -> None:
         """Seed the generator: the random tensors made after it are the same on every run."""
-        from tg_core.tensor import Tensor
-        Tensor._seed, Tensor._rng_counter = int(seed), 0
+        cls._seed, cls._rng_counter = int(seed), 0
 
-    @staticmethod
-    def _next_rng_key() -> np.ndarray:
+    @classmethod
+    def _next_rng_key(cls) -> np.ndarray:
         """The key (k0, k1) of the next random op: the seed mixed with the call counter, which advances."""
-        from tg_core.tensor import Tensor
-        counter = Tensor._rng_counter
-        Tensor._rng_counter += 1
-        k0 = _hash32_py(_hash32_py(Tensor._seed & _M32) ^ _hash32_py((Tensor._seed >> 32) + 0x9E3779B9) ^ counter)
+        counter = cls._rng_counter
+        cls._rng_counter += 1
+        k0 = _hash32_py(_hash32_py(cls._seed & _M32) ^ _hash32_py((cls._seed >> 32) + 0x9E3779B9) ^ counter)
         return np.array([k0, _hash32_py(k0 ^ 0x85EBCA6B)], dtype=np.uint32)
 
     @classmethod
@@ -295,7 +294,7 @@ class CreationMixin:
         from tg_core.device import Device
         dev = Device.canonicalize(device)
         if dev == self.device:
-            return self
+            return cast("Tensor", self)
         if self.uop.device is None:
             return type(self)(self.uop, device=dev)
         return type(self)(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, dtypes.void, (), dev))), device=dev)

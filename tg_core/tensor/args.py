@@ -1,4 +1,4 @@
-"""Validating the int arguments of Tensor ops (axes, dims, sizes, bounds) when the op is built.
+"""Validating the int arguments of Tensor ops (axes, dims, sizes, bounds, shapes) when the op is built.
 
 An invalid argument must fail in the op that got it, naming the argument, the value and what is allowed:
 accepted, a float axis or a repeated one builds a graph that breaks much later, far from its cause.
@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tg_core.uop.uop import UOp
 
 
 def int_arg(value: Any, name: str, lo: int | None = None) -> int:
@@ -47,3 +50,40 @@ def ints_arg(values: Sequence[Any], name: str, lo: int | None = None) -> tuple[i
     if not isinstance(values, (tuple, list)):
         raise TypeError(f"{name} must be a tuple or list of ints, got {values!r} ({type(values).__name__})")
     return tuple(int_arg(v, f"{name} {tuple(values)!r}: each entry", lo) for v in values)
+
+
+def pair_arg(values: Sequence[Any], name: str) -> tuple[int, int]:
+    """Two ints: a (start, end) bound."""
+    out = ints_arg(values, name)
+    if len(out) != 2:
+        raise ValueError(f"{name} must be two ints, got {tuple(values)!r}")
+    return out[0], out[1]
+
+
+def shape_of(u: UOp) -> tuple[int, ...]:
+    """The shape of a tensor-level node (every node of a tensor graph has one; kernel-level nodes do not)."""
+    s = u.shape
+    if s is None:
+        raise TypeError(f"a {u.op} node has no shape: it is not a tensor-level node")
+    return s
+
+
+def shape_arg(first: int | Sequence[int], rest: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape (or axes) given as one sequence or as separate ints: `reshape((2, 3))` and `reshape(2, 3)`."""
+    if isinstance(first, Sequence) and not rest:
+        return tuple(first)
+    # the op validates the entries: a sequence among them (mixed forms) is rejected there
+    out: tuple[Any, ...] = (first, *rest)
+    return out
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape two shapes broadcast to (numpy's rule: aligned at the end, an axis of 1 stretches)."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"shapes {a} and {b} cannot be broadcast together (axis sizes {x} and {y})")
+        out.append(y if x == 1 else x)
+    return tuple(out)

@@ -22,10 +22,11 @@ import math
 
 from tg_core.dtype import dtypes, sum_acc_dtype
 from tg_core.helpers import argsort
+from tg_core.tensor.args import shape_of
 from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.rewrite import PatternMatcher
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat
 
 # a source that receives no gradient; a NOOP has no shape and is never part of a gradient graph
 _NO_GRAD = UOp(Ops.NOOP, dtypes.void)
@@ -58,9 +59,9 @@ def _max_grad(g: UOp, a: UOp, b: UOp) -> UOp:
 def _reduce_max_grad(g: UOp, x: UOp, ret: UOp, axes: tuple[int, ...]) -> UOp:
     acc = sum_acc_dtype(x.dtype)
     # ties are counted in the accumulator dtype: in half, tens of thousands of ties would overflow the count
-    mask = UOp(Ops.CMPEQ, dtypes.bool, (x, ret.expand(x.shape))).cast(acc)
+    mask = UOp(Ops.CMPEQ, dtypes.bool, (x, ret.expand(shape_of(x)))).cast(acc)
     count = mask.reduce_axis(Ops.ADD, axes)
-    share = (g.cast(acc) / count).expand(x.shape)
+    share = (g.cast(acc) / count).expand(shape_of(x))
     return (mask * share).cast(x.dtype)
 
 
@@ -71,12 +72,12 @@ def _reduce_prod_grad(g: UOp, x: UOp, axes: tuple[int, ...]) -> UOp:
     zero = _full(x, 0.0)
     is_zero = UOp(Ops.CMPEQ, dtypes.bool, (x, zero))
     nonzero = is_zero.where(_full(x, 1.0), x)
-    prod_nonzero = nonzero.reduce_axis(Ops.MUL, axes).expand(x.shape)
-    zeros = is_zero.cast(dtypes.int32).reduce_axis(Ops.ADD, axes).expand(x.shape)
+    prod_nonzero = nonzero.reduce_axis(Ops.MUL, axes).expand(shape_of(x))
+    zeros = is_zero.cast(dtypes.int32).reduce_axis(Ops.ADD, axes).expand(shape_of(x))
     none_zero = UOp(Ops.CMPEQ, dtypes.bool, (zeros, _full(zeros, 0)))
     one_zero = UOp(Ops.CMPEQ, dtypes.bool, (zeros, _full(zeros, 1)))
     others = none_zero.where(prod_nonzero / nonzero, (one_zero & is_zero).where(prod_nonzero, zero))
-    return g.expand(x.shape) * others
+    return g.expand(shape_of(x)) * others
 
 
 def _cast_grad(g: UOp, u: UOp) -> UOp:
@@ -96,15 +97,15 @@ def _pow_grad(ctx: UOp, u: UOp) -> UOp:
 def _movement_grad(g: UOp, u: UOp) -> UOp:
     src, arg = u.src[0], u.arg
     if u.op is Ops.RESHAPE:
-        return _grads(g.reshape(src.shape))
+        return _grads(g.reshape(shape_of(src)))
     if u.op is Ops.EXPAND:
-        return _grads(_sum_to(g, tuple(i for i, (s, n) in enumerate(zip(src.shape, arg)) if s != n)))
+        return _grads(_sum_to(g, tuple(i for i, (s, n) in enumerate(zip(shape_of(src), arg)) if s != n)))
     if u.op is Ops.PERMUTE:
         return _grads(g.permute(tuple(argsort(list(arg)))))
     if u.op is Ops.PAD:
-        return _grads(g.shrink(tuple((b, b + n) for (b, _), n in zip(arg, src.shape))))
+        return _grads(g.shrink(tuple((b, b + n) for (b, _), n in zip(arg, shape_of(src)))))
     if u.op is Ops.SHRINK:
-        return _grads(g.pad(tuple((s, n - e) for (s, e), n in zip(arg, src.shape))))
+        return _grads(g.pad(tuple((s, n - e) for (s, e), n in zip(arg, shape_of(src)))))
     return _grads(g.flip(arg))  # FLIP is its own inverse
 
 
@@ -112,7 +113,7 @@ def _reduce_grad(g: UOp, u: UOp) -> UOp:
     x = u.src[0]
     op, axes = u.arg
     if op is Ops.ADD:
-        return _grads(g.expand(x.shape))
+        return _grads(g.expand(shape_of(x)))
     if op is Ops.MAX:
         return _grads(_reduce_max_grad(g, x, u, axes))
     return _grads(_reduce_prod_grad(g, x, axes))

@@ -6,18 +6,20 @@ remainder is non-zero and the operands' signs differ. Float floor division is fl
 """
 from __future__ import annotations
 
+import builtins
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tg_core.dtype import DType, dtypes, least_upper_float, to_dtype
+from tg_core.tensor.base import TensorBase
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
 if TYPE_CHECKING:
-    from tg_core.tensor import Tensor
+    from tg_core.tensor.tensor import Tensor
 
 
-class ElementwiseMixin:
+class ElementwiseMixin(TensorBase):
     __slots__ = ()
 
     # ---- division, remainder, power ----------------------------------------------------------------------
@@ -83,7 +85,7 @@ class ElementwiseMixin:
 
     def abs(self) -> Tensor:
         if dtypes.is_unsigned(self.dtype) or dtypes.is_bool(self.dtype):
-            return self
+            return cast("Tensor", self)
         # 0 - x of what is not positive: both zeros give +0.0 (numpy, PyTorch), NaN stays NaN
         return (self > 0).where(self, 0 - self)
 
@@ -176,7 +178,7 @@ class ElementwiseMixin:
     def clip(self, min_=None, max_=None) -> Tensor:
         if min_ is None and max_ is None:
             raise ValueError("clip needs at least one of min_ and max_")
-        out = self
+        out = cast("Tensor", self)
         if min_ is not None:
             out = out.maximum(min_)
         if max_ is not None:
@@ -259,10 +261,10 @@ class ElementwiseMixin:
     def bool(self) -> Tensor: return self.cast(dtypes.bool)
     def double(self) -> Tensor: return self.cast(dtypes.float64)
 
-    def is_floating_point(self) -> bool:
+    def is_floating_point(self) -> builtins.bool:  # builtins: `bool` here is the method above
         return dtypes.is_float(self.dtype)
 
-    def element_size(self) -> int:
+    def element_size(self) -> builtins.int:  # builtins: `int` here is the method above
         return self.dtype.itemsize
 
     def lerp(self, end, weight) -> Tensor:

@@ -18,7 +18,7 @@ from tg_core.engine.realize import capture
 from tg_core.uop.ops import Ops
 
 if TYPE_CHECKING:
-    from tg_core.tensor import Tensor
+    from tg_core.tensor.tensor import Tensor
 
 _VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
 

@@ -18,20 +18,22 @@ compares its position with the positions selected (one-hot again).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from tg_core.dtype import dtypes, least_upper_dtype
 from tg_core.helpers import prod
-from tg_core.tensor_args import int_arg, ints_arg
-from tg_core.tensor_checks import check_range
+from tg_core.tensor.args import broadcast_shape, int_arg, ints_arg
+from tg_core.tensor.base import TensorBase
+from tg_core.tensor.checks import check_range
 from tg_core.uop.ops import Ops
 
 if TYPE_CHECKING:
-    from tg_core.tensor import Tensor
+    from tg_core.tensor.tensor import Tensor
+    from tg_core.uop.uop import UOp
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class _AxisSel:
     drop: bool
 
 
-class MovementMixin:
+class MovementMixin(TensorBase):
     __slots__ = ()
 
     # ---- shapes --------------------------------------------------------------------------------------------
@@ -117,7 +119,7 @@ class MovementMixin:
 
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         """Concatenate along `dim`: each piece is padded to the full length and the pieces are added."""
-        pieces = [self, *others]
+        pieces = [cast("Tensor", self), *others]
         d = self._axis(dim, "dim")
         for t in others:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
@@ -173,12 +175,11 @@ class MovementMixin:
         out = x._gather_advanced([(pos, t) for _, pos, t in tensors])
         for d, _, t in tensors:  # -n <= index < n, negative ones counting from the end (PyTorch)
             n = self.shape[d]
-            out = check_range(out, t, -n, n, lambda v, d=d, n=n: f"index {v} is out of bounds for axis {d} with "
-                                                                 f"size {n} (shape {self.shape})")
+            out = check_range(out, t, -n, n, _describe_index(d, n, self.shape))
         return out
 
     def __setitem__(self, indices: Any, value: Any) -> None:
-        v = self._operand(value) if not isinstance(value, type(self)) else value
+        v = self._operand(value)  # a Tensor as it is
         if isinstance(indices, type(self)) and indices.dtype is dtypes.bool and indices.shape == self.shape \
                 and v.numel() == 1:
             # x[mask] = scalar needs no positions: it stays lazy
@@ -255,7 +256,7 @@ class MovementMixin:
                 if not dtypes.is_int(i.dtype):
                     raise IndexError(f"tensor indices must be integers or bools, got {i.dtype!r}")
                 sels.append(_AxisSel(0, 1, n, False, False))
-                tensors.append((d, out_pos, i))
+                tensors.append((d, out_pos, cast("Tensor", i)))
                 out_pos += 1
                 continue
             raise IndexError(f"cannot index a tensor with {type(i).__name__} {i!r}")
@@ -280,7 +281,7 @@ class MovementMixin:
         return tuple(out)
 
     def _apply_basic(self, sels: list[_AxisSel], nones: list[int]) -> Tensor:
-        x = self
+        x = cast("Tensor", self)
         for d, s in enumerate(sels):
             x = _select_axis(x, d, s)
         kept = [n for n, s in zip(x.shape, sels) if not s.drop]
@@ -292,10 +293,10 @@ class MovementMixin:
         T = type(self)
         idx_shape: tuple[int, ...] = ()
         for _, t in adv:
-            idx_shape = _broadcast(idx_shape, t.shape)
+            idx_shape = broadcast_shape(idx_shape, t.shape)
         nb = len(idx_shape)
         x = self.reshape((1,) * nb + self.shape)
-        mask = None
+        mask: Tensor | None = None
         for p, t in adv:
             n = self.shape[p]
             # in a dtype that holds -n .. n-1 and every index (t + n of an int8 index would wrap)
@@ -308,6 +309,7 @@ class MovementMixin:
             mask = m if mask is None else mask & m
         axes = tuple(nb + p for p, _ in adv)
         zero = False if dtypes.is_bool(self.dtype) else 0
+        assert mask is not None  # adv holds at least one index: __getitem__ calls this only with tensor indices
         out = mask.where(x, zero).sum(axis=axes).cast(self.dtype)
         positions = sorted(p for p, _ in adv)
         if positions == list(range(positions[0], positions[0] + len(positions))) and positions[0] > 0:
@@ -337,7 +339,12 @@ class MovementMixin:
         return hit.any(axis=axes).where(picked, self)
 
 
-def _is_storage_view(u) -> bool:
+def _describe_index(d: int, n: int, shape: tuple[int, ...]) -> Callable[[int], str]:
+    """check_range's message for an index out of range of axis `d` (size `n`) of `shape`."""
+    return lambda v: f"index {v} is out of bounds for axis {d} with size {n} (shape {shape})"
+
+
+def _is_storage_view(u: UOp) -> bool:
     """A chain of RESHAPE/PERMUTE/SHRINK/FLIP over a BUFFER: writable in place (no PAD, no EXPAND)."""
     while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.DETACH):
         u = u.src[0]
@@ -403,15 +410,12 @@ def _pad_pairs(padding: Sequence, shape: tuple[int, ...]) -> list[tuple[int, int
         return pairs
     if len(padding) != len(shape):
         raise ValueError(f"padding {tuple(padding)} needs one (before, after) pair per axis of {shape}")
-    pairs = [(0, 0) if p is None else ints_arg(p, "pad: a (before, after) pair") for p in padding]
-    if any(len(p) != 2 for p in pairs):
+    given = [(0, 0) if p is None else ints_arg(p, "pad: a (before, after) pair") for p in padding]
+    if any(len(p) != 2 for p in given):
         raise ValueError(f"padding {tuple(padding)} needs one (before, after) pair per axis of {shape}")
+    pairs = [(p[0], p[1]) for p in given]
     for (b, a), n in zip(pairs, shape):
         if b + a < -n:
             raise ValueError(f"padding {tuple(padding)} removes more than the axis of size {n} in {shape}")
     return pairs
 
-
-def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    from tg_core.tensor import _broadcast_shape
-    return _broadcast_shape(a, b)

@@ -11,20 +11,21 @@ s-th column (a reshape to (..., s) and a shrink) gives the (output, kernel) axes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from tg_core.dtype import dtypes, least_upper_dtype, least_upper_float
-from tg_core.tensor_checks import check_range
+from tg_core.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tg_core.tensor.base import TensorBase
+from tg_core.tensor.checks import check_range
 
 if TYPE_CHECKING:
-    from tg_core.tensor import Tensor
+    from tg_core.tensor.tensor import Tensor
 
 
 def _pair(v: int | Sequence[int], n: int = 2) -> tuple[int, ...]:
     return (v,) * n if isinstance(v, int) else tuple(v)
 
 
-class NNMixin:
+class NNMixin(TensorBase):
     __slots__ = ()
 
     # ---- products ------------------------------------------------------------------------------------------
@@ -47,7 +48,7 @@ class NNMixin:
         return out.cast(dt) if out.dtype is not dt else out
 
     def matmul(self, x: Tensor, reverse: bool = False) -> Tensor:
-        return x.dot(self) if reverse else self.dot(x)
+        return x.dot(cast("Tensor", self)) if reverse else self.dot(x)
 
     def __matmul__(self, x): return self.matmul(x)
     def __rmatmul__(self, x): return self.matmul(self._operand(x), True)
@@ -59,7 +60,7 @@ class NNMixin:
 
     def sequential(self, layers: Sequence) -> Tensor:
         """Apply each callable in turn (tinygrad's Tensor.sequential)."""
-        x = self
+        x = cast("Tensor", self)
         for f in layers:
             x = f(x)
         return x
@@ -250,7 +251,7 @@ class NNMixin:
             raise ValueError(f"one_hot: num_classes is a non-negative int or -1 (max()+1), got {num_classes!r}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1 if self.numel() else 0
-        return check_range(self._one_hot(num_classes), self, 0, num_classes,
+        return check_range(self._one_hot(num_classes), cast("Tensor", self), 0, num_classes,
                            lambda v: f"one_hot: class {v} is out of range for num_classes={num_classes} "
                                      f"(allowed: 0 to {num_classes - 1})")
 
@@ -282,7 +283,7 @@ class NNMixin:
         d = self._axis(dim, "dim")
         if index.ndim != self.ndim or any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
             raise ValueError(f"scatter: index of shape {index.shape} does not fit {self.shape} along dim {dim}")
-        src = src if isinstance(src, T) else T.full(index.shape, src, self.dtype, self.device)
+        src = src if isinstance(src, TensorBase) else T.full(index.shape, src, self.dtype, self.device)
         if src.ndim != index.ndim or any(a < b for a, b in zip(src.shape, index.shape)):
             raise ValueError(f"scatter: src of shape {src.shape} is smaller than index {index.shape}")
         n = self.shape[d]
@@ -316,14 +317,14 @@ class NNMixin:
         if not 0 <= p <= 1:
             raise ValueError(f"dropout probability must be in [0, 1], got {p}")
         if not type(self).training or p == 0:
-            return self
+            return cast("Tensor", self)
         if p == 1:
             return self.zeros_like()
         keep = type(self).rand(self.shape, device=self.device) >= p
         return keep.where(self * (1 / (1 - p)), 0)
 
 
-def _acc(dt) -> object:
+def _acc(dt: DType) -> DType:
     """Products of halves accumulate in float32 (as in PyTorch); other dtypes in themselves."""
     return dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
 

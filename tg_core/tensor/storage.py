@@ -1,0 +1,287 @@
+"""The storage model: which tensors are views of storage, what realized storage was computed from, and
+writing into storage.
+
+A tensor whose node is a chain of view ops (RESHAPE, PERMUTE, EXPAND, SHRINK, FLIP, DETACH) over a BUFFER is
+a view of that storage: it always shows the storage's current contents. Any other tensor is a value: it
+means what its graph computed when it was built. `write` into storage runs at once, in one schedule with
+every live unrealized value that reads the storage (those are computed first, from the old contents), so
+laziness never changes what a program means. Assigning to a value gives it new storage (`fresh_write`).
+
+Three registries serve that and autograd (autograd.py):
+- the live tensors (weak): a write finds the unrealized values that still read the old contents, and
+  `backward()` finds the tensors that require grad in a graph (as tinygrad does);
+- origins: realized BUFFER -> the graph it was computed from, so differentiation follows a realized buffer
+  into that graph (while the backward graph reads the buffer wherever it needs the value);
+- versions: BUFFER -> how many times it was written, so differentiating through a graph that read storage
+  assigned since is an error (PyTorch's "modified by an inplace operation") instead of a wrong gradient.
+
+nn/ (optimizer steps, state dicts) and engine/ (TinyJit) use these through the public names below.
+`StorageMixin` holds the Tensor methods of the model: assign, clone, contiguous.
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+from tg_core.dtype import dtypes
+from tg_core.engine.realize import buffer_of, build, prepare
+from tg_core.helpers import prod
+from tg_core.tensor.args import shape_of
+from tg_core.tensor.base import TensorBase
+from tg_core.uop.ops import Ops
+from tg_core.uop.uop import UOp
+
+if TYPE_CHECKING:
+    from tg_core.tensor.base import Operand
+    from tg_core.tensor.tensor import Tensor
+
+VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
+
+_live: dict[int, weakref.ref[Tensor]] = {}
+# BUFFER -> (the graph its value was computed from, {storage BUFFER that graph read: its version then})
+_origins: weakref.WeakKeyDictionary[UOp, tuple[UOp, dict[UOp, int]]] = weakref.WeakKeyDictionary()
+# BUFFER -> how many times it has been written since it was made
+_versions: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+
+
+# ---- the registry of live tensors --------------------------------------------------------------------------
+
+def track(t: Tensor) -> None:
+    """Add a new tensor to the live registry (every Tensor.__init__ does; it leaves when collected)."""
+    key = id(t)
+
+    def forget(ref: weakref.ref[Tensor], key: int = key) -> None:
+        if _live.get(key) is ref:
+            del _live[key]
+    _live[key] = weakref.ref(t, forget)
+
+
+def live_tensors() -> list[Tensor]:
+    return [t for r in list(_live.values()) if (t := r()) is not None]
+
+
+# ---- views of storage --------------------------------------------------------------------------------------
+
+def storage_of(u: UOp) -> UOp | None:
+    """The BUFFER a node is a view of, or None for a value."""
+    while u.op in VIEW_OPS:
+        u = u.src[0]
+    return u if u.op is Ops.BUFFER else None
+
+
+def buffers_in(root: UOp) -> list[UOp]:
+    """The BUFFER nodes in a graph (one pass that stops at buffers: this runs on every realize)."""
+    seen: set[UOp] = set()
+    out: list[UOp] = []
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op is Ops.BUFFER:
+            out.append(n)
+        else:
+            stack.extend(n.src)
+    return out
+
+
+# ---- origins and versions ----------------------------------------------------------------------------------
+
+def note_origin(buf: UOp, graph: UOp) -> None:
+    """Remember that the storage `buf` now holds the value of `graph`."""
+    # a write into buf itself (assigning to a value, clone) computed its value
+    while graph.op is Ops.ASSIGN and storage_of(graph.src[0]) is buf:
+        graph = graph.src[1]
+    if graph.op is Ops.DETACH:  # nothing flows back through it: keeping it would only keep its inputs alive
+        _origins.pop(buf, None)
+        return
+    reads = {n: _versions.get(n, 0) for n in buffers_in(graph)}
+    if buf not in reads:  # a graph that reads buf's old contents cannot stand for its new ones
+        _origins[buf] = (graph, reads)
+
+
+def note_realized(before: list[tuple[Tensor, UOp]]) -> None:
+    """After a realize: each (tensor, the node it had before) whose tensor now views storage."""
+    for t, u in before:
+        if t.uop is not u and (buf := storage_of(t.uop)) is not None:
+            note_origin(buf, u)
+
+
+def forget_origin(buf: UOp) -> None:
+    """Gradients stop at `buf`: its contents are no longer what its graph computed (a TinyJit replay
+    rewrites it)."""
+    _origins.pop(buf, None)
+
+
+def _realized_base(n: UOp) -> UOp | None:
+    base = n if n.op is Ops.BUFFER else n.src[0] if n.op is Ops.RESHAPE and n.src[0].op is Ops.BUFFER else None
+    return base if base is not None and base in _origins else None
+
+
+def through_realized(roots: list[UOp]) -> tuple[dict[UOp, UOp], list[UOp]]:
+    """For every realized BUFFER in the graphs of `roots` (and, transitively, in the graphs they were realized
+    from): the graph that computed it, flattened like it. Also the graphs computed from storage that has been
+    assigned since (stale: differentiating through them would use the new contents)."""
+    through: dict[UOp, UOp] = {}
+    stale: list[UOp] = []
+    seen: set[UOp] = set()
+    stack = list(roots)
+    while stack:
+        for n in stack.pop().toposort():
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op is not Ops.BUFFER or n not in _origins:
+                continue
+            # only the flat BUFFER links to its graph: its views reach it through their own gradient rules
+            graph, reads = _origins[n]
+            through[n] = graph.reshape(shape_of(n))
+            if any(_versions.get(b, 0) != v for b, v in reads.items()):
+                stale.append(graph)
+            stack.append(graph)
+    return through, stale
+
+
+def origin_of(u: UOp) -> UOp:
+    """The graph a realized tensor node was first computed from (u itself if it was not realized)."""
+    while (base := _realized_base(u)) is not None and _origins[base][0].shape == u.shape:
+        u = _origins[base][0]
+    return u
+
+
+# ---- writes ------------------------------------------------------------------------------------------------
+
+def fresh_write(value: UOp, device: str) -> UOp:
+    """`value` written into new storage of its own."""
+    shape = shape_of(value)
+    buf = UOp.new_buffer(device, max(prod(shape), 1), value.dtype)
+    # its memory now (allocated on first use): a schedule that writes it on the way to something else must
+    # not take it for an intermediate whose memory can be shared, since this tensor keeps it
+    buffer_of(buf)
+    return UOp(Ops.ASSIGN, value.dtype, (buf.reshape(shape), value))
+
+
+def distinct_values(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Each tensor once; two tensors whose (hash-consed, so identical) graphs are equal get separate writes,
+    or realized as one node they would share storage."""
+    if len(tensors) == 1:
+        return tensors
+    tensors = tuple({id(t): t for t in tensors}.values())
+    seen: dict[UOp, Tensor] = {}
+    for t in tensors:
+        if t.numel() and not t._is_realized() and storage_of(t.uop) is None:
+            if seen.setdefault(t.uop, t) is not t:
+                t.uop = fresh_write(t.uop, t.device)
+    return tensors
+
+
+def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> None:
+    """Write each value into the storage its tensor views, all in one schedule (simultaneously: every value
+    is what it was before any of the writes), after computing the live values that read those buffers.
+    `others` are realized in the same schedule.
+
+    Computing those readers now is only the cheap way to keep their values. A reader the device cannot
+    build (a dtype it cannot compile) stays lazy instead, reading a copy of the old contents made in the
+    schedule, so its error is raised when it is realized itself and the write goes ahead."""
+    # every pair's tensor views storage (a value is given new storage by assign, not written)
+    bases = {b for t, _ in pairs if (b := storage_of(t.uop)) is not None}
+    skip = {id(t) for t, _ in pairs}
+    lazy = [r for r in live_tensors() if id(r) not in skip and r.numel() and storage_of(r.uop) is None
+            and not bases.isdisjoint(r.uop.toposort())]
+    others = [o for o in others if not o._is_realized() and storage_of(o.uop) is None and all(o is not r for r in lazy)]
+    for t, v in pairs:
+        if v.shape != t.shape or v.dtype != t.dtype:
+            raise ValueError(f"cannot write a {v.dtype!r} value of shape {v.shape} into a {t.dtype!r} tensor "
+                             f"of shape {t.shape}")
+    writes = [UOp(Ops.ASSIGN, t.dtype, (t.uop, v)) for t, v in pairs]
+    if not lazy and not others and not writes:
+        return
+    write_devs = [t.device for t, _ in pairs]
+    readers: list[Tensor] = lazy + list(others)
+    stale: list[Tensor] = []
+    snapshots: dict[UOp, UOp] = {}
+    targets = _reader_targets(readers)
+    try:
+        run = prepare(targets + writes, devices=[r.device for r in readers] + write_devs)
+    except Exception:  # nothing ran (prepare builds every kernel first)
+        stale = [r for r in lazy if not _builds(r)]
+        if not stale:
+            raise  # the writes (or `others`) cannot be built: that is the error
+        snapshots = {b: UOp(Ops.COPY, b.dtype, (b, UOp(Ops.DEVICE, dtypes.void, (), b.src[1].arg))) for b in bases
+                     if any(b in r.uop.toposort() for r in stale)}
+        readers = [r for r in readers if all(r is not s for s in stale)]
+        targets = _reader_targets(readers) + list(snapshots.values())
+        run = prepare(targets + writes, devices=[r.device for r in readers] + [b.src[1].arg for b in snapshots]
+                      + write_devs)
+    out = run()
+    for r, u in zip(readers, targets):
+        note_origin(out[u], r.uop)
+        r.uop = out[u].reshape(r.shape)
+    copies = {b: out[c] for b, c in snapshots.items()}
+    for old, c in copies.items():
+        note_origin(c, old)  # gradients into the old contents stop as they do for the readers realized above
+    for r in stale:
+        r.uop = r.uop.substitute(copies)
+    for b in bases:
+        # what was computed from the old contents can no longer be differentiated through them
+        _versions[b] = _versions.get(b, 0) + 1
+        _origins.pop(b, None)
+
+
+def _reader_targets(readers: list[Tensor]) -> list[UOp]:
+    targets: list[UOp] = []
+    seen: set[UOp] = set()
+    for r in readers:
+        # hash-consing gives equal graphs one node; realized once, they would share one buffer
+        targets.append(r.uop if r.uop not in seen else fresh_write(r.uop, r.device))
+        seen.add(r.uop)
+    return targets
+
+
+def _builds(t: Tensor) -> bool:
+    """Whether the device can build the kernels that compute `t` (nothing is run)."""
+    try:
+        build([t.uop], [t.device])
+    except Exception:  # whatever it is, realizing `t` itself raises it again
+        return False
+    return True
+
+
+class StorageMixin(TensorBase):
+    """The Tensor methods of the storage model."""
+    __slots__ = ()
+
+    def assign(self, x: Operand) -> Tensor:
+        """Give this tensor the value `x` (broadcast and cast to this tensor's shape and dtype). A view of
+        storage has `x` written into it, seen by every view of that storage; any other tensor gets new storage.
+        A tensor on another device is copied to this one."""
+        me = cast("Tensor", self)
+        v = self._operand(x).to(self.device)._cast_to(self.dtype)._broadcast_to(self.shape)
+        if v.uop is self.uop:
+            return me
+        base = storage_of(self.uop)
+        if base is None or self.numel() == 0:
+            self.uop = fresh_write(v.uop, self.device) if self.numel() else v.uop
+            return me
+        if any(n.op is Ops.EXPAND for n in self.uop.toposort(gate=lambda n: n.op is not Ops.BUFFER)):
+            raise RuntimeError(f"cannot assign to an expanded view of shape {self.shape}: several of its elements "
+                               "are one element of the storage")
+        write([(me, v.uop)])
+        return me
+
+    def clone(self) -> Tensor:
+        """A copy in storage of its own, holding this tensor's value as of now (even if this tensor is
+        assigned before the copy is realized)."""
+        if self.numel() == 0:
+            return self._new(self.uop)
+        return self._new(fresh_write(self.uop, self.device))
+
+    def contiguous(self) -> Tensor:
+        """This value laid out densely in a buffer of its own shape. It only asks for a layout: a tensor that
+        already is one dense buffer is returned as is (so it may share storage), anything else is realized
+        into a buffer when it is realized."""
+        if self._is_realized():
+            return cast("Tensor", self)
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
