@@ -206,9 +206,7 @@ class LLVMFunction:
         name = f"%acc{u.arg}" if isinstance(u.arg, int) else self.tmp("acc")
         space = self.r.addrspaces[AddrSpace.REG]
         where = f", addrspace({space})" if space else ""
-        dt = u.dtype
-        assert isinstance(dt, PtrDType), f"a DEFINE_REG is a pointer to its registers, got {dt!r}"
-        self.allocas.append(f"  {name} = alloca [{dt.size} x {_memtype(dt.base)}]{where}")
+        self.allocas.append(f"  {name} = alloca [{u.ptrdtype.size} x {_memtype(u.dtype.base)}]{where}")
         self.names[u] = name
 
     def index(self, u: UOp) -> None:
