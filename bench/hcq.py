@@ -70,6 +70,8 @@ def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
             t = time.perf_counter()
             fn()
             out.append(time.perf_counter() - t)
+            if not held:  # the doorbells no longer go through HCQRefDevice.ring: the deferral would be silent
+                raise AssertionError("a timed call rang no doorbell through the device's ring(): update timed()")
             for queue in held:
                 ring(queue)
             held.clear()
