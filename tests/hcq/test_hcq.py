@@ -221,3 +221,27 @@ def test_a_failing_command_is_raised_on_the_next_wait_and_the_device_recovers(hc
     with pytest.raises(RuntimeError, match=r"HCQREF COMPUTE:0: a command failed: IndexError: .*out of bounds"):
         dev.synchronize()
     np.testing.assert_array_equal((a * 2).numpy(), np.arange(4, dtype=np.float32) * 2)
+
+
+def test_per_run_words_are_inputs_variables_and_queue_state_only(hcq):
+    v = UOp.variable("hcq_n", 0, 100, dtypes.int32)
+    f = TinyJit(lambda x, n: (x + Tensor(n, device="HCQREF")).contiguous() * 2)
+    for i in range(3):
+        f(Tensor(np.arange(4, dtype=np.float32), device="HCQREF"), v.bind(i)).numpy()
+    (lb,) = f.captured.hcq
+    bufs = {id(b): tag for (tag, _), b in lb.buffers.items()}
+    table = lb.refs[[id(b) for b in lb.refs].index(next(id(b) for b in lb.refs
+                                                         if b.nbytes == 8 * len(lb.inputs) and id(b) not in bufs))]
+    bufs[id(table)] = "inputs"
+    loads, values = set(), []
+    for s in lb.program.stmts:
+        for u in s.toposort():
+            assert not (u.op is Ops.INS and u.arg[0] == "addr"), "an address left in a per-run word"
+            if u.op is Ops.LOAD:
+                loads.add(bufs.get(id(u.src[0].src[0].arg.buf), "?").rsplit("_", 2)[0])
+        if s.op is Ops.STORE and bufs.get(id(s.src[0].src[0].arg.buf), "").startswith("cmdbuf"):
+            values.append(s.src[1])
+    assert loads <= {"timeline", "slots", "inputs", "put_value", "read_ptr"}, loads
+    # the command buffer's per-run words: the timeline value (queue start, epilogue), input addresses, the variable
+    assert all(u.op is not Ops.CONST for u in values)
+    assert any(u.op is Ops.CAST and u.src[0].op is Ops.DEFINE_VAR for u in values)

@@ -81,7 +81,7 @@ class HostProgram:
         self.index: dict[UOp, int] = {}
         self.steps: list[Callable[[list, dict[str, int]], None]] = []
         self._pending: list[tuple[int, Callable]] = []
-        self.nstmts = len(stmts)
+        self.stmts, self.nstmts = list(stmts), len(stmts)  # kept for inspection (tests, debugging)
         for s in stmts:
             self.steps.append(self._stmt(s))
         self.nvals = len(self.index)

@@ -106,9 +106,10 @@ class QueueEngine:
         self._attach(dev.address(self.desc))
         self.wake = threading.Event()
         self.stop = False
-        self.abort = False
+        self.abort_to: int | None = None  # set by the host: drop the ring up to this doorbell value
         self.stall: tuple[int, int] | None = None
         self.fault: BaseException | None = None
+        self.running: str | None = None  # the kernel being run (a timeout names a queue busy with one)
         self.thread = threading.Thread(target=self._main, name=f"tg {queue}", daemon=True)
         self.thread.start()
 
@@ -129,22 +130,29 @@ class QueueEngine:
         while not self.stop:
             self.wake.wait(0.05)
             self.wake.clear()
-            while not self.stop and int(self.rptr[0]) < int(self.bell[0]):
-                if self.abort:
-                    self.rptr[0] = self.bell[0]
+            while not self.stop:
+                self._take_abort()
+                if int(self.rptr[0]) >= int(self.bell[0]):
                     break
                 r = int(self.rptr[0]) % self.ring_dwords
                 try:
                     self._packet(self.ring_words[r:r + 4])
                 except _Aborted:
-                    self.rptr[0] = self.bell[0]
-                    break
+                    continue  # _take_abort moves the read pointer past the dropped work
                 except BaseException as e:  # the host's next wait raises it
-                    self.fault = e
+                    self.fault, self.running = e, None
                     self.rptr[0] = self.bell[0]
-                    break
+                    continue
                 self.rptr[0] = int(self.rptr[0]) + 4
-            self.abort = False
+            self._take_abort()
+
+    def _take_abort(self) -> None:
+        """Drop the work the host aborted: everything submitted up to the doorbell value it saw (later work stays)."""
+        to = self.abort_to
+        if to is not None:
+            if int(self.rptr[0]) < to:
+                self.rptr[0] = to
+            self.abort_to = None
 
     def _packet(self, w: np.ndarray) -> None:
         op, n = int(w[0]) >> 24, int(w[0]) & 0xFFFFFF
@@ -185,7 +193,7 @@ class QueueEngine:
         spins = 0
         while int(cell[0]) < value:
             self.stall = (address, value)
-            if self.abort or self.stop:
+            if self.abort_to is not None or self.stop:
                 self.stall = None
                 raise _Aborted
             spins += 1
@@ -195,6 +203,7 @@ class QueueEngine:
     def _exec(self, b: np.ndarray) -> None:
         paddr = int(b[0]) | (int(b[1]) << 32)
         ast = self.dev.loaded_program(paddr, int(b[2]))
+        self.running = f"kernel {ast.arg.name if ast.arg is not None else '?'}"
         nbufs, k = int(b[3]), 4
         spans = []
         for _ in range(nbufs):
@@ -214,6 +223,7 @@ class QueueEngine:
         var_vals = {nm: (v - (1 << 64) if v >> 63 else v) for nm, v in zip(names, values)}
         from tg_core.interpreter import run_kernel
         run_kernel(ast, arrays, var_vals)
+        self.running = None
 
     def close(self) -> None:
         self.stop = True
@@ -282,6 +292,8 @@ class HCQRefDevice(HCQCompiled):
                 a, v = e.stall
                 out.append(f"queue {e.queue} waits for signal at {a:#x} ({self.describe_address(a)}) >= {v} "
                            f"(it is {int(at(a, 8).view(np.uint64)[0])})")
+            elif e.running is not None:
+                out.append(f"queue {e.queue} is still running {e.running}")
         return out
 
     def describe_address(self, a: int) -> str:
@@ -291,12 +303,13 @@ class HCQRefDevice(HCQCompiled):
         return "a signal no queue of this batch writes" if a not in self.labels else self.labels[a]
 
     def abort_queues(self) -> None:
+        """Drop every queue's submitted work, and wait until each queue took the abort (so that work submitted after
+        this returns runs)."""
         for e in self.engines.values():
-            e.abort = True
+            e.abort_to = int(e.bell[0])
             e.wake.set()
         deadline = time.monotonic() + 2
-        while any(e.abort and int(e.rptr[0]) < int(e.bell[0]) for e in self.engines.values()) \
-                and time.monotonic() < deadline:
+        while any(e.abort_to is not None for e in self.engines.values()) and time.monotonic() < deadline:
             time.sleep(0.0005)
 
     def check_fault(self) -> None:
