@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from tg_core.dtype import DType, dtypes
 from tg_core.helpers import ContextVar
@@ -71,7 +72,8 @@ def _normalize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp], dict[str,
     return [done[t] for t in targets], canonical, var_vals
 
 
-def schedule(targets: list[UOp], devices: list[str] | None = None) -> tuple[Items, dict[UOp, UOp], dict[str, int]]:
+def schedule(targets: list[UOp], devices: Sequence[str | None] | None = None) -> tuple[Items, dict[UOp, UOp],
+                                                                                    dict[str, int]]:
     """Like create_schedule, through the cache; also returns the bound variables' values."""
     normalized, inputs, var_vals = _normalize(targets)
     if not SCACHE:

@@ -27,6 +27,7 @@ the very index it stores to) is realized into a temporary, and only then do the 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import prod
 
@@ -471,7 +472,8 @@ def _kernel_name(u: UOp) -> str:
     return short or u.op.name.lower()
 
 
-def create_schedule(targets: list[UOp], devices: list[str] | None = None) -> tuple[list[tuple[UOp, list[UOp]]], dict[UOp, UOp]]:
+def create_schedule(targets: list[UOp], devices: Sequence[str | None] | None = None
+                    ) -> tuple[list[tuple[UOp, list[UOp]]], dict[UOp, UOp]]:
     """Kernels (AST, BUFFER nodes by PARAM index) that compute `targets`, in dependency order, and each
     target's BUFFER. `devices[i]` is where targets[i] goes when its graph reads no buffer."""
     s = Scheduler()
