@@ -65,7 +65,10 @@ class LayerNorm:
         if x.shape[-n:] != self.normalized_shape:
             raise ValueError(f"LayerNorm over {self.normalized_shape} cannot normalize an input of shape {x.shape}")
         x = x.layernorm(axis=self.axis, eps=self.eps)
-        return x * self.weight + self.bias if self.elementwise_affine else x
+        if not self.elementwise_affine:
+            return x
+        assert self.weight is not None and self.bias is not None  # __init__ made both with elementwise_affine
+        return x * self.weight + self.bias
 
 
 class Embedding:

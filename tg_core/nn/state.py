@@ -31,14 +31,14 @@ _SAFE_DTYPES: dict[str, DType] = {
 _SAFE_NAMES = {dt: name for name, dt in _SAFE_DTYPES.items()}
 
 
-def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type[Tensor] = Tensor) -> dict[str, Tensor]:
     """Every Tensor reachable from `obj` through attributes, sequences and mappings, by dotted name."""
     out: dict[str, Tensor] = {}
     _collect(obj, prefix, tensor_type, out, set())
     return out
 
 
-def _collect(obj: Any, prefix: str, tensor_type: type, out: dict[str, Tensor], active: set[int]) -> None:
+def _collect(obj: Any, prefix: str, tensor_type: type[Tensor], out: dict[str, Tensor], active: set[int]) -> None:
     if isinstance(obj, tensor_type):
         out[prefix.strip(".")] = obj
         return

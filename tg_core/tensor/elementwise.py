@@ -56,7 +56,7 @@ class ElementwiseMixin(TensorBase):
         small_int = isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 4
         if not reverse and small_int and not dtypes.is_bool(self.dtype):
             # small integer powers are exact products (x**2 of a negative float is fine, as it should be)
-            out = self.ones_like() if x == 0 else self
+            out = self.ones_like() if x == 0 else cast("Tensor", self)
             for _ in range(x - 1):
                 out = out * self
             return out
@@ -100,24 +100,24 @@ class ElementwiseMixin(TensorBase):
     # ---- rounding ----------------------------------------------------------------------------------------
 
     def trunc(self) -> Tensor:
-        return self if not dtypes.is_float(self.dtype) else self._new(self.uop.alu(Ops.TRUNC))
+        return cast("Tensor", self) if not dtypes.is_float(self.dtype) else self._new(self.uop.alu(Ops.TRUNC))
 
     def floor(self) -> Tensor:
         if not dtypes.is_float(self.dtype):
-            return self
+            return cast("Tensor", self)
         t = self.trunc()
         return (t > self).where(t - 1, t)
 
     def ceil(self) -> Tensor:
         if not dtypes.is_float(self.dtype):
-            return self
+            return cast("Tensor", self)
         t = self.trunc()
         return (t < self).where(t + 1, t)
 
     def round(self) -> Tensor:
         """Round half to even, as PyTorch and numpy."""
         if not dtypes.is_float(self.dtype):
-            return self
+            return cast("Tensor", self)
         f = self.floor()
         diff = self - f
         even = (f * 0.5).floor() * 2 == f
@@ -252,7 +252,7 @@ class ElementwiseMixin(TensorBase):
                              f"({self.dtype.itemsize} != {dt.itemsize} bytes)")
         if dtypes.is_weak(dt):
             raise TypeError(f"cannot bitcast to the weak dtype {dt!r}")
-        return self._new(UOp(Ops.BITCAST, dt, (self.uop,))) if dt is not self.dtype else self
+        return self._new(UOp(Ops.BITCAST, dt, (self.uop,))) if dt is not self.dtype else cast("Tensor", self)
 
     def float(self) -> Tensor: return self.cast(dtypes.float32)
     def half(self) -> Tensor: return self.cast(dtypes.float16)
