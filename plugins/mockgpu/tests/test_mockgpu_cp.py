@@ -1,0 +1,199 @@
+"""The mock's command processors executing what tg-amd's queue rules encode (cp_harness.py runs the pipeline on a
+test memory); an independent decoder checks the ring and command-buffer contents against amd.md's tables."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from cp_harness import COMPUTE, COPY, Harness, decode_pm4, decode_sdma
+
+from tg_core.dtype import dtypes
+from tg_core.hcq import ops as q
+from tg_core.uop.uop import UOp
+from tg_mockgpu.cp import PacketError
+from tg_mockgpu.cp.memory import PAGE, PagedMemory, read, write
+from tg_mockgpu.cp.pm4 import PM4Queue
+from tg_mockgpu.cp.sdma import SDMAQueue
+
+
+def u64(v: int) -> UOp:
+    return UOp.const(dtypes.uint64, v)
+
+
+def test_pm4_signal_is_one_indirect_buffer_with_a_release_mem():
+    h = Harness()
+    sig = h.host("sig", 16)
+    h.submit(COMPUTE, [q.ins("signal", COMPUTE, q.addr(sig), u64(0x1_0000_0007))])
+    assert h.rang == [COMPUTE] and h.doorbell(COMPUTE) == 4
+    ring = decode_pm4(h.ring_words(COMPUTE)[:4])
+    assert [p.name for p in ring] == ["INDIRECT_BUFFER"]
+    assert ring[0].payload[2] >> 23 & 1 and ring[0].payload[2] & 0xFFFFF == 8  # VALID, 8 dwords
+    (rel,) = decode_pm4(h.ib_words(ring[0]))
+    assert rel.name == "RELEASE_MEM"
+    assert rel.payload[0] & 0x3F == 0x14 and rel.payload[0] >> 8 & 0xF == 5  # CACHE_FLUSH_AND_INV_TS, EOP
+    assert rel.payload[1] >> 29 == 2                                         # 64-bit data
+    assert rel.payload[2] | rel.payload[3] << 32 == h.region(sig).va
+    assert h.u64(sig) == 0
+    assert h.run(COMPUTE)
+    assert h.u64(sig) == 0x1_0000_0007 and h.pm4.read_pointer == 4
+
+
+def test_pm4_wait_stalls_until_the_signal_then_passes():
+    h = Harness()
+    sig, out = h.host("sig", 16), h.host("out", 16)
+    h.submit(COMPUTE, [q.ins("wait", COMPUTE, q.addr(sig), u64(3)),
+                       q.ins("store", COMPUTE, q.addr(out), u64(99)),
+                       q.ins("timestamp", COMPUTE, q.addr(out, 8))])
+    (ib,) = decode_pm4(h.ring_words(COMPUTE)[:4])
+    packets = decode_pm4(h.ib_words(ib))
+    assert [p.name for p in packets] == ["WAIT_REG_MEM", "RELEASE_MEM", "RELEASE_MEM"]
+    assert packets[0].payload[0] == 0x15 and packets[0].payload[3] == 3  # memory, GEQ; reference 3
+    assert packets[2].payload[1] >> 29 == 3                              # the GPU clock
+    assert not h.run(COMPUTE) and h.pm4.stalled == (h.region(sig).va, 3)
+    assert h.u64(out) == 0 and h.pm4.read_pointer == 0   # the ring packet is not done
+    write(h.mem, h.region(sig).va, struct.pack("<Q", 2))
+    assert not h.run(COMPUTE)
+    write(h.mem, h.region(sig).va, struct.pack("<Q", 3))
+    assert h.run(COMPUTE)
+    assert h.u64(out) == 99 and h.u64(out, 8) > 0 and h.pm4.read_pointer == 4
+
+
+def test_pm4_ring_wraps_over_many_submissions():
+    h = Harness(pm4_ring_dwords=16)          # 4 INDIRECT_BUFFERs fit
+    sig = h.host("sig", 16)
+    for i in range(1, 23):
+        h.submit(COMPUTE, [q.ins("signal", COMPUTE, q.addr(sig), u64(i))])
+        assert h.run(COMPUTE) and h.u64(sig) == i
+    assert h.doorbell(COMPUTE) == h.pm4.read_pointer == 4 * 22
+    assert [p.name for p in decode_pm4(h.ring_words(COMPUTE))] == ["INDIRECT_BUFFER"] * 4
+
+
+def test_pm4_barrier_flushes_hdp_and_acquires():
+    h = Harness()
+    h.submit(COMPUTE, [q.ins("barrier", COMPUTE)])
+    (ib,) = decode_pm4(h.ring_words(COMPUTE)[:4])
+    wait, acq = decode_pm4(h.ib_words(ib))
+    assert (wait.name, wait.payload[1], wait.payload[2]) == ("WAIT_REG_MEM", 0xE26, 0xE27)  # HDP flush req/done
+    assert acq.name == "ACQUIRE_MEM" and acq.payload[6] == 0xC3F1
+    assert h.run(COMPUTE)
+
+
+def test_pm4_multi_xcc_signal_is_predicated_on_one_xcc():
+    h = Harness(xccs=2)
+    sig = h.host("sig", 16)
+    h.submit(COMPUTE, [q.ins("signal", COMPUTE, q.addr(sig), u64(5))])
+    (ib,) = decode_pm4(h.ring_words(COMPUTE)[:4])
+    pred, rel = decode_pm4(h.ib_words(ib))
+    assert pred.name == "PRED_EXEC" and pred.payload[0] == (1 << 24) | 8  # XCC 0, the 8-dword RELEASE_MEM
+    assert rel.name == "RELEASE_MEM"
+    assert h.run(COMPUTE) and h.u64(sig) == 5
+
+
+def test_pm4_pred_exec_selects_register_files():
+    mem = PagedMemory()
+    from tg_amd.queues import pm4
+    ring_va, ring = mem.alloc_host(64)
+    rptr, _ = mem.alloc_host(8)
+    words = pm4.pred_exec(2, pm4.set_sh_reg("COMPUTE_PGM_RSRC3", 7), 2) + pm4.set_sh_reg("COMPUTE_RESOURCE_LIMITS", 1)
+    ib = mem.alloc(4 * len(words))
+    write(mem, ib, struct.pack(f"<{len(words)}I", *words))
+    ring.view(np.uint32)[:4] = pm4.indirect_buffer(ib, len(words))
+    cp = PM4Queue("AMD COMPUTE:0", mem, ring_va, 16, rptr, xccs=2)
+    assert cp.run(4)
+    assert 0x2E28 not in cp.regs[0] and cp.regs[1][0x2E28] == 7     # RSRC3 only on XCC 1
+    assert cp.regs[0][0x2E15] == cp.regs[1][0x2E15] == 1            # after the block: both
+
+
+def test_sdma_copy_across_scattered_pages_byte_exact():
+    h = Harness(sdma_ring_bytes=1024, max_copy=3 * PAGE + 5)  # a copy of several COPY_LINEAR packets
+    n = 5 * PAGE + 123
+    src, dst = h.scattered("src", n, offset=37), h.scattered("dst", n + 8, offset=4093)
+    data = np.random.default_rng(0).integers(0, 256, n, np.uint8).tobytes()
+    write(h.mem, h.region(src).va, data)
+    h.submit(COPY, [q.ins("copy", COPY, dst, src, extra=(n,))])
+    packets = decode_sdma(h.ring_words(COPY)[:h.doorbell(COPY) // 4])
+    assert [p.name for p in packets] == ["COPY", "COPY"]
+    assert [p.payload[1] + 1 for p in packets] == [3 * PAGE + 5, n - 3 * PAGE - 5]
+    assert packets[1].payload[3] | packets[1].payload[4] << 32 == h.region(src).va + 3 * PAGE + 5
+    assert h.run(COPY)
+    assert read(h.mem, h.region(dst).va, n + 8) == data + bytes(8)
+    assert h.sdma.runs > 2 * (n // PAGE)  # page-bounded runs on both sides (PagedMemory refuses any other access)
+
+
+def test_sdma_ring_wraps_with_a_zero_filled_tail():
+    h = Harness(sdma_ring_bytes=256)
+    src, dst, sig = h.scattered("src", 64), h.scattered("dst", 64), h.host("sig", 16)
+    write(h.mem, h.region(src).va, bytes(range(64)))
+    seen_fill = False
+    for i in range(1, 31):
+        before = h.doorbell(COPY)
+        # a copy and a signal: 7 + 4 + 4 + 2 dwords = 68 bytes, which does not divide the 256-byte ring
+        h.submit(COPY, [q.ins("copy", COPY, dst, src, extra=(64,)), q.ins("signal", COPY, q.addr(sig), u64(i))])
+        after = h.doorbell(COPY)
+        pos = before % 256
+        if pos + 68 > 256:                     # restarted at 0: the tail was zero-filled (NOPs), put skipped it
+            seen_fill = True
+            assert after == before + (256 - pos) + 68
+            assert h.ring_words(COPY)[pos // 4:] == [0] * ((256 - pos) // 4)
+            assert [p.name for p in decode_sdma(h.ring_words(COPY)[:17])] == ["COPY", "FENCE", "FENCE", "TRAP"]
+        else:
+            assert after == before + 68
+        assert h.run(COPY) and h.u64(sig) == i and h.sdma.read_pointer == after
+    assert seen_fill and read(h.mem, h.region(dst).va, 64) == bytes(range(64))
+
+
+def test_sdma_poll_stalls_then_fence_and_timestamp():
+    h = Harness()
+    sig, out = h.host("sig", 16), h.host("out", 16)
+    h.submit(COPY, [q.ins("wait", COPY, q.addr(sig), u64(1)), q.ins("store", COPY, q.addr(out), u64(0x5_0000_0001)),
+                    q.ins("timestamp", COPY, q.addr(out, 8))])
+    names = [p.name for p in decode_sdma(h.ring_words(COPY)[:h.doorbell(COPY) // 4])]
+    assert names == ["POLL_REGMEM", "FENCE", "FENCE", "TIMESTAMP"]
+    assert h.ring_words(COPY)[0] == 0xD0000008      # memory poll, GEQ (amd.md 4)
+    assert not h.run(COPY) and h.u64(out) == 0
+    write(h.mem, h.region(sig).va, struct.pack("<Q", 1))
+    assert h.run(COPY) and h.u64(out) == 0x5_0000_0001 and h.u64(out, 8) > 0
+
+
+def _ring_with(mem: PagedMemory, words: list[int], ib: bool = True) -> tuple[PM4Queue, int]:
+    """A PM4 queue whose ring holds `words` (or one IB of them)."""
+    ring_va, ring = mem.alloc_host(256)
+    rptr, _ = mem.alloc_host(8)
+    if ib:
+        va = mem.alloc(4 * len(words))
+        write(mem, va, struct.pack(f"<{len(words)}I", *words))
+        words = [0xC0023F00, va & 0xFFFFFFFF, va >> 32, len(words) | 1 << 23]
+    ring.view(np.uint32)[:len(words)] = words
+    return PM4Queue("AMD COMPUTE:0", mem, ring_va, 64, rptr), len(words)
+
+
+@pytest.mark.parametrize("words, dword, header, opcode, why", [
+    ([0xC000_9900, 0], 0, 0xC0009900, 0x99, "unknown opcode"),
+    ([0xC000_1000, 0, 0xC0043C00, 0x15, 0, 0, 0, 0], 2, 0xC0043C00, 0x3C, "WAIT_REG_MEM takes 6"),
+    ([0x4000_0000], 0, 0x40000000, 0, "packet type 1"),
+    ([0xC0064900, 0, 0xA0000000, 0x1000, 0, 0, 0, 0], 0, 0xC0064900, 0x49, "DATA_SEL 5"),
+    ([0xC0061500, 1, 1, 1, 0x8005], 0, 0xC0061500, 0x15, "DISPATCH_DIRECT takes 4"),
+])
+def test_malformed_pm4_packets_are_named(words, dword, header, opcode, why):
+    cp, n = _ring_with(PagedMemory(), words)
+    with pytest.raises(PacketError, match=why) as e:
+        cp.run(n)
+    assert e.value.queue == "AMD COMPUTE:0" and e.value.offset == dword
+    assert (e.value.header, e.value.opcode) == (header, opcode)
+    assert f"dword {dword} of the indirect buffer at" in str(e.value) and f"{header:#010x}" in str(e.value)
+
+
+def test_pred_exec_in_the_ring_and_unknown_sdma_opcode_are_named():
+    cp, n = _ring_with(PagedMemory(), [0xC0002300, (1 << 24) | 2, 0xC0001000, 0], ib=False)
+    with pytest.raises(PacketError, match="dword 0 of the ring of AMD COMPUTE:0.*PRED_EXEC works only inside"):
+        cp.run(n)
+    mem = PagedMemory()
+    ring_va, ring = mem.alloc_host(64)
+    rptr, _ = mem.alloc_host(8)
+    ring.view(np.uint32)[:3] = [0, 0, 0x0000_0B0C]
+    sd = SDMAQueue("AMD COPY:0", mem, ring_va, 64, rptr)
+    with pytest.raises(PacketError, match=r"AMD COPY:0: bad packet at dword 2 .*header 0x00000b0c \(opcode 0xc "
+                                          r"unknown\)"):
+        sd.run(12)
+    assert sd.read_pointer == 8   # the two NOPs before it ran

@@ -1,0 +1,79 @@
+"""DISPATCH_DIRECT on the RDNA3 emulator: the wave state comes from the registers the SET_SH_REGs wrote, as the
+hardware's wave launcher takes it (amd.md 2.5), not from a kernel descriptor.
+
+- code: COMPUTE_PGM_LO/HI << 8 (the first instruction);
+- COMPUTE_PGM_RSRC1/2/3: VGPR granules, float modes, USER_SGPR_COUNT, workgroup-id SGPR enables, LDS granules;
+- COMPUTE_USER_DATA_0..: s[0 .. USER_SGPR_COUNT-1];
+- COMPUTE_NUM_THREAD_X/Y/Z: the workgroup size; the DISPATCH_DIRECT payload: the grid in workgroups;
+- COMPUTE_TMPRING_SIZE.WAVESIZE: the scratch each lane may use (256-byte units per 64 lanes);
+- the initiator's CS_W32_EN: wave32 (the emulator runs wave32 only).
+
+The waves start as the mock interface's do (interface.py `start_waves`, `resident_batches`), and run on the
+emulator over the launcher's GPUMemory. The code is read from GPU memory once per (address, bytes) seen.
+"""
+from __future__ import annotations
+
+from tg_amd.interface import WAVEFRONT_SIZE32_BIT, KernelDescriptor
+from tg_mockgpu.cp.pm4 import DispatchState
+from tg_mockgpu.emu.program import Program
+from tg_mockgpu.emu.run import run
+from tg_mockgpu.interface import check_launch, resident_batches, start_waves
+from tg_mockgpu.memory import PAGE_SIZE, GPUMemory
+
+# absolute register addresses (amd.md 10)
+PGM_LO, PGM_HI = 0x2E0C, 0x2E0D
+RSRC1, RSRC2, RSRC3 = 0x2E12, 0x2E13, 0x2E28
+TMPRING_SIZE = 0x2E18
+NUM_THREAD = (0x2E07, 0x2E08, 0x2E09)
+USER_DATA_0 = 0x2E40
+CS_W32_EN = 1 << 15
+MAX_CODE = 1 << 20            # bytes of code read after the entry point (bounded by the mapping)
+
+
+class EmulatorLauncher:
+    """Runs DISPATCH_DIRECTs on the emulator over `mem` (the GPU memory kernels address)."""
+
+    def __init__(self, mem: GPUMemory):
+        self.mem = mem
+        self.programs: dict[int, Program] = {}
+        self.last_waves = 0
+
+    def _code(self, va: int) -> bytes:
+        """The bytes from the entry point to the end of its mapping (at most MAX_CODE)."""
+        n = PAGE_SIZE - va % PAGE_SIZE
+        while n < MAX_CODE and self.mem.mapped(va + n, PAGE_SIZE):
+            n += PAGE_SIZE
+        return self.mem.read(va, n)
+
+    def _program(self, va: int, name: str) -> Program:
+        prog = self.programs.get(va)
+        image = self._code(va)
+        if prog is None or prog.image != image:
+            prog = self.programs[va] = Program(image, va, name)
+        return prog
+
+    def __call__(self, st: DispatchState) -> None:
+        r = st.regs
+        need = (PGM_LO, PGM_HI, RSRC1, RSRC2, RSRC3, *NUM_THREAD)
+        missing = [f"{a:#x}" for a in need if a not in r]
+        if missing:
+            raise ValueError(f"{st.queue}: DISPATCH_DIRECT before its registers were set (missing {', '.join(missing)})")
+        code = ((r[PGM_HI] << 32) | r[PGM_LO]) << 8
+        rsrc2 = r[RSRC2]
+        private = ((r.get(TMPRING_SIZE, 0) >> 12) & 0x7FFF) * 256 // 64
+        kd = KernelDescriptor(group_segment_fixed_size=((rsrc2 >> 15) & 0x1FF) * 512,
+                              private_segment_fixed_size=private, kernarg_size=0, kernel_code_entry_byte_offset=0,
+                              compute_pgm_rsrc1=r[RSRC1], compute_pgm_rsrc2=rsrc2, compute_pgm_rsrc3=r[RSRC3],
+                              kernel_code_properties=(1 << WAVEFRONT_SIZE32_BIT) if st.initiator & CS_W32_EN else 0,
+                              kernarg_preload=0)
+        name = f"kernel at {code:#x}"
+        local = tuple(r[a] & 0xFFFF for a in NUM_THREAD)
+        grid = st.grid
+        check_launch(name, kd, grid, local)  # type: ignore[arg-type]
+        user = [r.get(USER_DATA_0 + i, 0) for i in range(kd.user_sgpr_count)]
+        prog = self._program(code, name)
+        self.last_waves = 0
+        for groups in resident_batches(grid, local, kd):  # type: ignore[arg-type]
+            m = start_waves(self.mem, kd, name, groups, local, user)  # type: ignore[arg-type]
+            run(m, prog, code)
+            self.last_waves += m.nwaves
