@@ -12,8 +12,8 @@ from tg_core.codegen.linearize import LinearizeError
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat
 
 
 def _split(x: UOp) -> UOp | None:

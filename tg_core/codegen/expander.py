@@ -13,8 +13,8 @@ from tg_core.codegen.reduce import reduce_combine
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat
 
 LANE_AXES = (AxisType.UPCAST, AxisType.UNROLL)
 

@@ -157,11 +157,12 @@ def _block_items(nodes: list[UOp], where: _Blocks) -> tuple[dict[UOp | None, lis
                 if uitem is not item:
                     deps[uitem].add(item)
                 continue
-            for block, item in (home[s], *chain(block)):
-                if block is ublock or block in above:
-                    mine = uitem if block is ublock else above[block]
-                    if mine is not item:
-                        deps[mine].add(item)
+            # s's block, then the blocks enclosing it: the first one also enclosing u orders the two
+            for outer_block, outer_item in (home[s], *chain(block)):
+                if outer_block is ublock or outer_block in above:
+                    mine = uitem if outer_block is ublock else above[outer_block]
+                    if mine is not outer_item:
+                        deps[mine].add(outer_item)
                     break
     return items, deps
 

@@ -28,8 +28,8 @@ from tg_core.codegen.reduce import reduce_combine
 from tg_core.dtype import AddrSpace, dtypes
 from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat
 
 
 class OptOps(Enum):

@@ -12,8 +12,16 @@ from typing import Any
 
 from tg_core.device import Compiled
 from tg_core.plugins.config import parse_device_string
-from tg_core.plugins.errors import (DeviceClashError, DeviceNotFoundError, DeviceUnavailable, PluginBlockedError,
-                                    PluginBrokenError, PluginError, PluginRefusedError, suggest)
+from tg_core.plugins.errors import (
+    DeviceClashError,
+    DeviceNotFoundError,
+    DeviceUnavailable,
+    PluginBlockedError,
+    PluginBrokenError,
+    PluginError,
+    PluginRefusedError,
+    suggest,
+)
 
 log = logging.getLogger("tg.device")
 

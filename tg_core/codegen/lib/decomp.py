@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from tg_core.dtype import DType, dtypes
 from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import PatternMatcher
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat
 
 
 def _hex(*values: str) -> tuple[float, ...]:

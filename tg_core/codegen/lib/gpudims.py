@@ -30,8 +30,8 @@ from tg_core.dtype import AddrSpace, dtypes
 from tg_core.uop.evaluate import evaluate
 from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat
 
 GROUP_IDS = ("gidx0", "gidx1", "gidx2")
 LOCAL_ID = "lidx0"

@@ -12,8 +12,8 @@ from __future__ import annotations
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import PatternMatcher
-from tg_core.uop.upat import UPat
 from tg_core.uop.uop import UOp
+from tg_core.uop.upat import UPat
 
 
 def int_pow(x: UOp, y: UOp) -> UOp:

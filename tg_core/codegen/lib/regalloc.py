@@ -30,8 +30,22 @@ import heapq
 from dataclasses import dataclass, field
 
 from tg_core.renderer.isa.arch import ArchContext, Frame
-from tg_core.renderer.isa.machine import (CJUMP, JUMP, LABEL, MOVE, RET, FrameRef, MFunction, MInst, Mem, Operand, PReg,
-                                          Reg, View, VReg)
+from tg_core.renderer.isa.machine import (
+    CJUMP,
+    JUMP,
+    LABEL,
+    MOVE,
+    RET,
+    FrameRef,
+    Mem,
+    MFunction,
+    MInst,
+    Operand,
+    PReg,
+    Reg,
+    View,
+    VReg,
+)
 
 _MAX_DEPTH_WEIGHT = 6  # 10^6: deeper loops weigh no more (keeps costs finite and comparable)
 
@@ -319,7 +333,7 @@ def allocate(fn: MFunction, arch: ArchContext) -> Allocation:
     scan = _Scan(fn.insts, arch)
     scan.run()
     reg = {iv.vreg: iv.reg for iv in scan.done}
-    for v, iv in scan.intervals.items():
+    for v in scan.intervals:
         if v.fixed is not None:
             reg[v] = v.fixed
     # spill slots: one per spilled value, largest first so that each is aligned to its size
@@ -347,7 +361,7 @@ def allocate(fn: MFunction, arch: ArchContext) -> Allocation:
         for t, v in scan.fills.get(i, ()):
             out.append(map_regs(v.remat, lambda x, v=v, t=t: reg[t] if x is v else reg[x]) if v.remat is not None
                        else arch.fill(reg[t], slot(v), v.width))
-        new = _resolve_frame(map_regs(ins, lambda x: reg[sub.get(x, x)]), frame)
+        new = _resolve_frame(map_regs(ins, lambda x, sub=sub: reg[sub.get(x, x)]), frame)
         if not (new.kind == MOVE and _same_reg(new)):
             out.append(new)
         for t, v in scan.stores.get(i, ()):
