@@ -197,3 +197,76 @@ def test_pred_exec_in_the_ring_and_unknown_sdma_opcode_are_named():
                                           r"unknown\)"):
         sd.run(12)
     assert sd.read_pointer == 8   # the two NOPs before it ran
+
+
+def _compile_saxpy(n: int):
+    from tg_amd.compiler import AMDCompiler
+    from tg_amd.device import prepare_kernel
+    from tg_amd.elf import load_code_object
+    from tg_amd.renderer import AMDRenderer
+    out, a, b = (UOp.param(i, dtypes.float32.ptr(n)) for i in range(3))
+    i = UOp.range(n, 0)
+    from tg_core.uop.ops import KernelInfo, Ops
+    ast = UOp(Ops.SINK, dtypes.void, (out.index(i).store(a.index(i).load() * 2.0 + b.index(i).load()).end(i),),
+              KernelInfo("saxpy"))
+    r = AMDRenderer()
+    pk = prepare_kernel(ast)
+    prog = r.program(pk.ast)
+    code = load_code_object(AMDCompiler("gfx1100").compile(r.render(prog)))
+    return code, r.function_name(prog), pk.launch.evaluate({})
+
+
+@pytest.mark.parametrize("xccs", [1, 2])
+def test_dispatch_direct_runs_a_compiled_kernel(xccs):
+    from tg_amd.queues import pm4
+    from tg_amd.queues.kernel import dispatch_of
+    from tg_mockgpu.cp.launch import EmulatorLauncher
+    from tg_mockgpu.memory import GPUMemory
+    n = 1000
+    code, name, (grid, local) = _compile_saxpy(n)
+    ks = code.kernel(name)
+    mem = GPUMemory()
+    try:
+        image_va = mem.alloc(len(code.image), 256)
+        mem.write(image_va, code.image_at(image_va))
+        rng = np.random.default_rng(1)
+        a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+        va = {k: mem.alloc(4 * n) for k in ("out", "a", "b")}
+        mem.write(va["a"], a.tobytes())
+        mem.write(va["b"], b.tobytes())
+        kernargs = mem.alloc(ks.descriptor.kernarg_size)
+        mem.write(kernargs, struct.pack("<QQQ", va["out"], va["a"], va["b"]).ljust(ks.descriptor.kernarg_size, b"\0"))
+        scratch = [mem.alloc(1 << 16) for _ in range(xccs)]
+        sig = mem.alloc(16)
+        d = dispatch_of(ks, image_va, {"kernarg_segment_ptr": kernargs}, grid, local, scratch)
+        words = pm4.dispatch(d, xccs) + pm4.signal(sig, 1, xccs)
+        # the independent decoder: the dispatch sequence of amd.md 2.3, in order, with its register values
+        packets = decode_pm4(words)
+        seq = [p.reg or p.name for p in packets if p.name != "PRED_EXEC"]
+        assert seq == ["ACQUIRE_MEM", "COMPUTE_PGM_LO", "COMPUTE_PGM_RSRC1", "COMPUTE_PGM_RSRC3",
+                       "COMPUTE_TMPRING_SIZE", *["COMPUTE_DISPATCH_SCRATCH_BASE_LO"] * xccs, "COMPUTE_RESTART_X",
+                       "COMPUTE_USER_DATA_0", "COMPUTE_RESOURCE_LIMITS", "COMPUTE_START_X", "DISPATCH_DIRECT",
+                       "EVENT_WRITE", "RELEASE_MEM"]
+        by = {p.reg or p.name: p.payload for p in packets}
+        assert (by["COMPUTE_PGM_LO"][1] | by["COMPUTE_PGM_LO"][2] << 32) << 8 == image_va + ks.code_offset
+        assert by["COMPUTE_PGM_RSRC1"][1:] == [ks.descriptor.compute_pgm_rsrc1, ks.descriptor.compute_pgm_rsrc2]
+        assert by["COMPUTE_USER_DATA_0"][1] | by["COMPUTE_USER_DATA_0"][2] << 32 == kernargs
+        assert by["COMPUTE_START_X"][1:] == [0, 0, 0, *local, 0, 0]
+        assert by["DISPATCH_DIRECT"] == [*grid, 0x8005] and by["EVENT_WRITE"] == [0x407]
+        assert by["ACQUIRE_MEM"] == [0, 0xFFFFFFFF, 0xFFFFFFFF, 0, 0, 0, 0x3F0]
+        preds = [p.payload[0] for p in packets if p.name == "PRED_EXEC"]
+        assert preds == ([] if xccs == 1 else [(1 << 24) | 4, (2 << 24) | 4, (1 << 24) | 8])
+        ib = mem.alloc(4 * len(words))
+        mem.write(ib, struct.pack(f"<{len(words)}I", *words))
+        ring, rptr = mem.alloc(256), mem.alloc(8)
+        mem.write(ring, struct.pack("<4I", *pm4.indirect_buffer(ib, len(words))))
+        launcher = EmulatorLauncher(mem)
+        cp = PM4Queue("AMD COMPUTE:0", mem, ring, 64, rptr, launch=launcher, xccs=xccs)
+        assert cp.run(4)
+        got = np.frombuffer(mem.read(va["out"], 4 * n), np.float32)
+        np.testing.assert_allclose(got, a * 2 + b, rtol=1e-6)
+        assert struct.unpack("<Q", mem.read(sig, 8))[0] == 1 and launcher.last_waves == grid[0] * 8
+        for x in range(xccs):   # each XCC its own scratch base
+            assert (cp.regs[x][0x2E10] | cp.regs[x][0x2E11] << 32) << 8 == scratch[x]
+    finally:
+        mem.close()
