@@ -31,3 +31,15 @@ def amd_interfaces() -> list[type[AMDInterface]]:
     Combination: concatenated in plugin order, the first class of each name kept; `devices.AMD.interface`
     picks one by name ("auto": "kfd" where /dev/kfd exists, else "mock").
     """
+
+
+@hookspec
+def amd_kfd_os() -> list[type]:
+    """Mock KFD drivers: OS layers (tg_amd/kfd/oslayer.py `OSLayer`) answering /dev/kfd, the render nodes and the
+    KFD sysfs topology for emulated GPUs, used by the KFD interface where no /dev/kfd exists.
+
+    :returns: classes with a str class attribute `name` and a constructor taking keyword arguments `gpus` and
+        `xccs` (the `devices.AMD.mock_gpus` and `mock_xccs` options).
+
+    Combination: concatenated in plugin order, the first class of each name kept; the first one offered is used.
+    """

@@ -26,6 +26,9 @@ def tg_devices() -> list[DeviceSpec]:
         f"else 'mock' (tg-mockgpu); here: {auto_choice()}"), options={
         "interface": Option(str, "auto", "the GPU interface by name: 'mock' (tg-mockgpu's emulator), 'kfd' (the "
                                          "kernel driver, not written yet) or 'auto'", choices=interface_names),
+        # the mock KFD driver (tg-mockgpu, tg_amd/kfd/select.py) behind the KFD interface where no /dev/kfd exists
+        "mock_gpus": Option(int, 2, "GPUs the mock KFD driver presents", minimum=1, maximum=64),
+        "mock_xccs": Option(int, 1, "XCCs (compute dies) of each mock GPU", minimum=1, maximum=8),
     })]
 
 
