@@ -115,10 +115,10 @@ def test_explicit_arguments_are_checked(files):
 
 # ---- errors that need discovery: device names, plugin names, option schemas ----
 
-def _registry_error(make_registry, tmp_path, text, env=None, open_device=None) -> str:
+def _registry_error(make_registry, tmp_path, text, env=None, open_device=None, explicit=None) -> str:
     (tmp_path / "tg.yaml").write_text(text)
     with pytest.raises(ConfigError) as e:
-        make_registry(env=env)
+        make_registry(env=env, explicit=explicit)
         if open_device:
             Device[open_device]
     return str(e.value)
@@ -193,6 +193,20 @@ def test_env_overrides_file_options(make_registry, tmp_path):
     assert reg.device_options("MULTI") == {"flag": False, "count": 5, "scale": 1.5, "mode": "slow"}
     assert reg.config.option_sources("MULTI") == {"count": "environment variable TG_MULTI_COUNT",
                                                   "mode": str(tmp_path / "tg.yaml")}
+
+
+def test_explicit_options_override_env(make_registry, tmp_path):
+    """The layer order is files < environment < explicit arguments (`tg --set`, Device.configure): a per-device
+    variable does not override an explicit value, and is still checked."""
+    (tmp_path / "tg.yaml").write_text("devices:\n  MULTI: {count: 4, mode: slow}\n")
+    reg = make_registry(env={"TG_MULTI_COUNT": "5", "TG_MULTI_MODE": "fast"},
+                        explicit={"devices": {"MULTI": {"count": 7}}})
+    assert reg.device_options("MULTI") == {"flag": False, "count": 7, "scale": 1.5, "mode": "fast"}
+    assert reg.config.option_sources("MULTI") == {"count": "explicit argument",
+                                                  "mode": "environment variable TG_MULTI_MODE"}
+    msg = _registry_error(make_registry, tmp_path, "", env={"TG_MULTI_FLAG": "maybe"}, open_device="MULTI",
+                          explicit={"devices": {"MULTI": {"flag": True}}})
+    assert "wrong type (str) for TG_MULTI_FLAG: 'maybe'" in msg
 
 
 def test_renderer_list_error_names_the_file(make_registry, tmp_path):

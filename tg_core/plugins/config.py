@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {"device": None, "plugins": {"allow": None, "deny": [
 DEFAULTS_SOURCE = "built-in defaults"
 _TOP_KEYS = ("device", "plugins", "devices")
 _PLUGIN_KEYS = ("allow", "deny", "order")
+_ENV_SOURCE = "environment"  # the source of the environment variables' layer
 # environment variables read by the config, with the key each sets; TG_<DEVICE>_<OPTION> is read per device
 ENV_KEYS: dict[str, tuple[str, ...]] = {
     "DEV": ("device",), "TG_PLUGINS_ALLOW": ("plugins", "allow"), "TG_PLUGINS_DENY": ("plugins", "deny"),
@@ -245,7 +246,7 @@ def _env_layer(env: Mapping[str, str]) -> Layer:
             target = target.setdefault(part, {})
         target[key[-1]] = value
         sources[key] = f"environment variable {var}"
-    return Layer("environment", data, sources)
+    return Layer(_ENV_SOURCE, data, sources)
 
 
 def _explicit_layer(explicit: Mapping[str, Any], source: str) -> Layer:
@@ -263,6 +264,10 @@ class Config:
         for layer in layers:
             check_layer(layer)
             _flatten(layer, self._values, self.mentioned_devices)
+        # the sources of the layers after the environment's (explicit arguments, `tg --set`): a per-device
+        # variable TG_<NAME>_<OPTION> sits between the files and these, so it does not override what they set
+        env_at = next((i for i, layer in enumerate(layers) if layer.source == _ENV_SOURCE), len(layers))
+        self._after_env = {layer.source for layer in layers[env_at + 1:]}
 
     def get(self, *key: str) -> Any:
         return self._values[key][0] if key in self._values else None
@@ -391,7 +396,9 @@ class Config:
                 raise ConfigError(f"environment variable {var}", var, raw,
                                   "variables " + (", ".join(env_allowed) or f"none (device {name} has no options)"),
                                   suggest(var, env_allowed), problem="unknown option")
-            out[key] = _check_option(f"environment variable {var}", var, schema[key], _from_env(schema[key], raw))
+            value = _check_option(f"environment variable {var}", var, schema[key], _from_env(schema[key], raw))
+            if not self._set_after_env(name, key):  # checked either way: a bad variable is an error wherever it is
+                out[key] = value
         return out
 
     def option_sources(self, name: str) -> dict[str, str]:
@@ -399,8 +406,14 @@ class Config:
         out = {key: source for (_, _, key), (_, source) in self._device_values(name)}
         prefix = f"TG_{name}_"
         out.update({var[len(prefix):].lower(): f"environment variable {var}"
-                    for var in self.env if var.startswith(prefix)})
+                    for var in self.env
+                    if var.startswith(prefix) and not self._set_after_env(name, var[len(prefix):].lower())})
         return out
+
+    def _set_after_env(self, name: str, key: str) -> bool:
+        """Whether option `key` of device `name` was set by a layer that comes after the environment."""
+        got = self._values.get(("devices", name, key))
+        return got is not None and got[1] in self._after_env
 
     def _device_values(self, name: str) -> list[tuple[Key, tuple[Any, str]]]:
         return [(k, vs) for k, vs in self._values.items() if k[0] == "devices" and k[1] == name]
