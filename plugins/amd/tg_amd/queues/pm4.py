@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tg_core.plugin_api import UOp, dtypes
+from tg_core.plugin_api import Ops, UOp, dtypes
 
 Word = int | UOp
 
@@ -62,16 +62,24 @@ def packet(name: str, *payload: Word) -> list[Word]:
     return [header(OPCODES[name], len(payload)), *payload]
 
 
+def _const(x: Word) -> Word:
+    """A constant UOp as its int: constant words go into the command buffer's blob, not into patches."""
+    return int(x.arg) if isinstance(x, UOp) and x.op is Ops.CONST else x
+
+
 def lo(x: Word) -> Word:
+    x = _const(x)
     return x & 0xFFFFFFFF if isinstance(x, int) else (x.cast(dtypes.uint64) & 0xFFFFFFFF).cast(dtypes.uint32)
 
 
 def hi(x: Word) -> Word:
+    x = _const(x)
     return (x >> 32) & 0xFFFFFFFF if isinstance(x, int) else (x.cast(dtypes.uint64) >> 32).cast(dtypes.uint32)
 
 
 def u32(x: Word) -> Word:
     """A value as the 32-bit word a packet holds (PM4 waits compare the low 32 bits, amd.md 5)."""
+    x = _const(x)
     return x & 0xFFFFFFFF if isinstance(x, int) else x.cast(dtypes.uint32) if x.dtype != dtypes.uint32 else x
 
 
