@@ -16,6 +16,7 @@ from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
 if TYPE_CHECKING:
+    from tg_core.tensor.base import Operand
     from tg_core.tensor.tensor import Tensor
 
 
@@ -24,7 +25,7 @@ class ElementwiseMixin(TensorBase):
 
     # ---- division, remainder, power ----------------------------------------------------------------------
 
-    def floordiv(self, x, reverse: bool = False) -> Tensor:
+    def floordiv(self, x: Operand, reverse: bool = False) -> Tensor:
         """Floor division: rounds toward -inf, as Python's and PyTorch's `//`."""
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_bool(a.dtype):
@@ -36,7 +37,7 @@ class ElementwiseMixin(TensorBase):
             return q
         return q - (r.ne(0) & (r < 0).ne(b < 0)).cast(a.dtype)
 
-    def mod(self, x, reverse: bool = False) -> Tensor:
+    def mod(self, x: Operand, reverse: bool = False) -> Tensor:
         """The remainder with the sign of the divisor (Python's and PyTorch's `%`)."""
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_bool(a.dtype):
@@ -48,13 +49,13 @@ class ElementwiseMixin(TensorBase):
             return r
         return (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
 
-    def pow(self, x, reverse: bool = False) -> Tensor:
+    def pow(self, x: Operand, reverse: bool = False) -> Tensor:
         if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and \
                 (dtypes.is_int(self.dtype) or dtypes.is_bool(self.dtype)):
             raise ValueError(f"a {self.dtype!r} tensor to the negative power {x}: integers to negative integer "
                              "powers are not allowed (as in PyTorch); cast to a float first")
-        small_int = isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 4
-        if not reverse and small_int and not dtypes.is_bool(self.dtype):
+        if not reverse and isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 4 \
+                and not dtypes.is_bool(self.dtype):
             # small integer powers are exact products (x**2 of a negative float is fine, as it should be)
             out = self.ones_like() if x == 0 else cast("Tensor", self)
             for _ in range(x - 1):
@@ -68,14 +69,14 @@ class ElementwiseMixin(TensorBase):
             a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
         return a._new(a.uop.alu(Ops.POW, b.uop))
 
-    def __floordiv__(self, x): return self.floordiv(x)
-    def __rfloordiv__(self, x): return self.floordiv(x, True)
-    def __mod__(self, x): return self.mod(x)
-    def __rmod__(self, x): return self.mod(x, True)
-    def __pow__(self, x): return self.pow(x)
-    def __rpow__(self, x): return self.pow(x, True)
-    def __abs__(self): return self.abs()
-    def __pos__(self): return self
+    def __floordiv__(self, x: Operand) -> Tensor: return self.floordiv(x)
+    def __rfloordiv__(self, x: Operand) -> Tensor: return self.floordiv(x, True)
+    def __mod__(self, x: Operand) -> Tensor: return self.mod(x)
+    def __rmod__(self, x: Operand) -> Tensor: return self.mod(x, True)
+    def __pow__(self, x: Operand) -> Tensor: return self.pow(x)
+    def __rpow__(self, x: Operand) -> Tensor: return self.pow(x, True)
+    def __abs__(self) -> Tensor: return self.abs()
+    def __pos__(self) -> Tensor: return cast("Tensor", self)
 
     def neg(self) -> Tensor:
         return -self
@@ -175,7 +176,7 @@ class ElementwiseMixin(TensorBase):
         sp = x.maximum(0) + (1 + (-x.abs()).exp()).log()
         return (x > threshold).where(self._float(), sp / beta)
 
-    def clip(self, min_=None, max_=None) -> Tensor:
+    def clip(self, min_: Operand | None = None, max_: Operand | None = None) -> Tensor:
         if min_ is None and max_ is None:
             raise ValueError("clip needs at least one of min_ and max_")
         out = cast("Tensor", self)
@@ -187,21 +188,21 @@ class ElementwiseMixin(TensorBase):
 
     clamp = clip
 
-    def masked_fill(self, mask: Tensor, value) -> Tensor:
+    def masked_fill(self, mask: Tensor, value: Operand) -> Tensor:
         return mask.where(value, self)
 
     # ---- bitwise and logical -----------------------------------------------------------------------------
 
-    def _bitwise(self, op: Ops, x, reverse: bool = False) -> Tensor:
+    def _bitwise(self, op: Ops, x: Operand, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
         if not (dtypes.is_int(a.dtype) or dtypes.is_bool(a.dtype)):
             raise TypeError(f"{op.name.lower()} needs int or bool tensors, got {self.dtype!r} and "
                             f"{x.dtype if hasattr(x, 'dtype') else type(x).__name__!r}")
         return a._new(a.uop.alu(op, b.uop))
 
-    def bitwise_and(self, x, reverse: bool = False) -> Tensor: return self._bitwise(Ops.AND, x, reverse)
-    def bitwise_or(self, x, reverse: bool = False) -> Tensor: return self._bitwise(Ops.OR, x, reverse)
-    def bitwise_xor(self, x, reverse: bool = False) -> Tensor: return self._bitwise(Ops.XOR, x, reverse)
+    def bitwise_and(self, x: Operand, reverse: bool = False) -> Tensor: return self._bitwise(Ops.AND, x, reverse)
+    def bitwise_or(self, x: Operand, reverse: bool = False) -> Tensor: return self._bitwise(Ops.OR, x, reverse)
+    def bitwise_xor(self, x: Operand, reverse: bool = False) -> Tensor: return self._bitwise(Ops.XOR, x, reverse)
 
     def bitwise_not(self) -> Tensor:
         if dtypes.is_bool(self.dtype):
@@ -210,33 +211,33 @@ class ElementwiseMixin(TensorBase):
             raise TypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype!r}")
         return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ dtypes.max(self.dtype)
 
-    def _shift(self, op: Ops, x, reverse: bool = False) -> Tensor:
+    def _shift(self, op: Ops, x: Operand, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
         if not dtypes.is_int(a.dtype):
             raise TypeError(f"shifts need int tensors, got {a.dtype!r}")
         return a._new(a.uop.alu(op, b.uop))
 
-    def lshift(self, x) -> Tensor: return self._shift(Ops.SHL, x)
-    def rshift(self, x) -> Tensor: return self._shift(Ops.SHR, x)
+    def lshift(self, x: Operand) -> Tensor: return self._shift(Ops.SHL, x)
+    def rshift(self, x: Operand) -> Tensor: return self._shift(Ops.SHR, x)
 
-    def __and__(self, x): return self.bitwise_and(x)
-    def __rand__(self, x): return self.bitwise_and(x, True)
-    def __or__(self, x): return self.bitwise_or(x)
-    def __ror__(self, x): return self.bitwise_or(x, True)
-    def __xor__(self, x): return self.bitwise_xor(x)
-    def __rxor__(self, x): return self.bitwise_xor(x, True)
-    def __invert__(self): return self.bitwise_not()
-    def __lshift__(self, x): return self._shift(Ops.SHL, x)
-    def __rlshift__(self, x): return self._shift(Ops.SHL, x, True)
-    def __rshift__(self, x): return self._shift(Ops.SHR, x)
-    def __rrshift__(self, x): return self._shift(Ops.SHR, x, True)
+    def __and__(self, x: Operand) -> Tensor: return self.bitwise_and(x)
+    def __rand__(self, x: Operand) -> Tensor: return self.bitwise_and(x, True)
+    def __or__(self, x: Operand) -> Tensor: return self.bitwise_or(x)
+    def __ror__(self, x: Operand) -> Tensor: return self.bitwise_or(x, True)
+    def __xor__(self, x: Operand) -> Tensor: return self.bitwise_xor(x)
+    def __rxor__(self, x: Operand) -> Tensor: return self.bitwise_xor(x, True)
+    def __invert__(self) -> Tensor: return self.bitwise_not()
+    def __lshift__(self, x: Operand) -> Tensor: return self._shift(Ops.SHL, x)
+    def __rlshift__(self, x: Operand) -> Tensor: return self._shift(Ops.SHL, x, True)
+    def __rshift__(self, x: Operand) -> Tensor: return self._shift(Ops.SHR, x)
+    def __rrshift__(self, x: Operand) -> Tensor: return self._shift(Ops.SHR, x, True)
 
-    def _as_bool(self, x=None) -> Tensor:
+    def _as_bool(self, x: Operand | None = None) -> Tensor:
         return (self if x is None else self._operand(x))._cast_to(dtypes.bool)
 
-    def logical_and(self, x) -> Tensor: return self._as_bool()._bitwise(Ops.AND, self._as_bool(x))
-    def logical_or(self, x) -> Tensor: return self._as_bool()._bitwise(Ops.OR, self._as_bool(x))
-    def logical_xor(self, x) -> Tensor: return self._as_bool()._bitwise(Ops.XOR, self._as_bool(x))
+    def logical_and(self, x: Operand) -> Tensor: return self._as_bool()._bitwise(Ops.AND, self._as_bool(x))
+    def logical_or(self, x: Operand) -> Tensor: return self._as_bool()._bitwise(Ops.OR, self._as_bool(x))
+    def logical_xor(self, x: Operand) -> Tensor: return self._as_bool()._bitwise(Ops.XOR, self._as_bool(x))
 
     def isnan(self) -> Tensor: return self.ne(self)
     def isinf(self) -> Tensor:
@@ -267,6 +268,6 @@ class ElementwiseMixin(TensorBase):
     def element_size(self) -> builtins.int:  # builtins: `int` here is the method above
         return self.dtype.itemsize
 
-    def lerp(self, end, weight) -> Tensor:
+    def lerp(self, end: Operand, weight: Operand) -> Tensor:
         return self + (end - self) * weight
 

@@ -18,6 +18,7 @@ from tg_core.tensor.base import TensorBase
 from tg_core.tensor.checks import check_range
 
 if TYPE_CHECKING:
+    from tg_core.tensor.base import Operand
     from tg_core.tensor.tensor import Tensor
 
 
@@ -50,8 +51,8 @@ class NNMixin(TensorBase):
     def matmul(self, x: Tensor, reverse: bool = False) -> Tensor:
         return x.dot(cast("Tensor", self)) if reverse else self.dot(x)
 
-    def __matmul__(self, x): return self.matmul(x)
-    def __rmatmul__(self, x): return self.matmul(self._operand(x), True)
+    def __matmul__(self, x: Tensor) -> Tensor: return self.matmul(x)
+    def __rmatmul__(self, x: Operand) -> Tensor: return self.matmul(self._operand(x), True)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """x @ weight + bias, with weight of shape (in, out) as in tinygrad (a 1-D weight scales)."""
