@@ -96,9 +96,13 @@ class KFDDriver:
         return self._gpus[index]
 
     def close(self) -> None:
-        for g in list(self._gpus.values()):
+        for g in self._gpus.values():
             g.close()
         self._gpus.clear()
+        page, self.event_page = self.event_page, None
+        if page is not None:  # shared by the GPUs' events: freed once they are all destroyed
+            self.os.munmap(page.va, page.size)
+            call(self.os, self.fd, "FREE_MEMORY_OF_GPU", handle=page.handle)
         self.os.close(self.fd)
 
 

@@ -37,9 +37,10 @@ class KFDEvents:
     def __init__(self, gpu: KFDGPU):
         self.gpu = gpu
         drv = gpu.driver
+        self.page_event: int | None = None   # the event the first CREATE_EVENT (giving the page) also creates
         if drv.event_page is None:
             drv.event_page = gpu.alloc(EVENT_PAGE_SIZE, "gtt")
-            gpu.ioctl("CREATE_EVENT", event_page_offset=drv.event_page.handle)
+            self.page_event = gpu.ioctl("CREATE_EVENT", event_page_offset=drv.event_page.handle).event_id
         else:
             gpu.map(drv.event_page)
         self.page = drv.event_page
@@ -73,5 +74,6 @@ class KFDEvents:
         self.gpu.ioctl("SET_EVENT", event_id=self.signal_id)
 
     def close(self) -> None:
-        for eid in (self.signal_id, self.memory_id, self.hw_id):
-            self.gpu.ioctl("DESTROY_EVENT", event_id=eid)
+        for eid in (self.signal_id, self.memory_id, self.hw_id, self.page_event):
+            if eid is not None:
+                self.gpu.ioctl("DESTROY_EVENT", event_id=eid)
