@@ -9,7 +9,7 @@ broadcast index shape goes where the indexed axes were when they are adjacent, a
 (ints are basic indices, as in PyTorch, so they never separate tensor indices). A boolean mask is turned
 into the integer positions of its true elements; that shape depends on data, so the mask is realized.
 
-**Assignment.** `x[...] = v` follows the storage model of tensor.py's `assign`. When the selection is a
+**Assignment.** `x[...] = v` follows the storage model of storage.py's `assign`. When the selection is a
 plain view of x's storage (reshapes, permutes, shrinks, flips over a buffer), v is assigned to it: only
 those elements are written, and every view of the storage sees them. Otherwise x is assigned
 `mask.where(v', x)`, where v' is v placed back into x's shape by the inverse movement ops (pads and a
