@@ -24,6 +24,8 @@ templates); its tests may use anything. The names are grouped by the job they do
 - command-queue devices (tg_core/hcq): `HCQCompiled` (the base that makes a device's work run as batches of
   queue ops), `hcq_ops` (the queue-op nodes and helpers the `tg_pm_*` matchers build: `words`, `addr`, `mem`,
   `doorbell`, ...), and `Struct`/`Pointer`/`Array` (C structs as patched byte buffers, for drivers);
+- kernels on the reference interpreter: `InterpretedKernels` (the pipeline's stages for a device whose kernels
+  the interpreter runs, as the PYTHON device and the plugin template do);
 - checking a device: `run_kernel` (the reference interpreter) and `DeviceConformance` (the conformance
   suite; imported on first use, since it needs pytest).
 
@@ -63,6 +65,7 @@ from tg_core.device import (
     RunnerFn,
     host_memory,
 )
+from tg_core.devices.python.device import InterpretedKernels
 from tg_core.devices.python.interpreter import run_kernel
 from tg_core.dtype import AddrSpace, DType, PtrDType, dtypes, from_numpy_dtype, to_numpy_dtype
 from tg_core.hcq import ops as hcq_ops
@@ -136,8 +139,8 @@ __all__ = [
     "API_VERSION", "API_VERSION_STR", "DeviceFactory", "DeviceSpec", "DeviceUnavailable", "Named", "Option",
     "PluginBrokenError", "PluginError", "Profiler", "Runner", "collect_named", "hookimpl", "hookspec",
     # devices, memory, and the stages of the pipeline from kernel AST to runner
-    "Allocator", "Buffer", "BufferSpec", "Compiled", "Compiler", "Device", "KernelSequence", "LRUAllocator", "Prepared",
-    "PreparedKernel", "RunnerFn", "host_memory",
+    "Allocator", "Buffer", "BufferSpec", "Compiled", "Compiler", "Device", "InterpretedKernels", "KernelSequence",
+    "LRUAllocator", "Prepared", "PreparedKernel", "RunnerFn", "host_memory",
     # the IR
     "AddrSpace", "AxisType", "Call", "DType", "GroupOp", "KernelInfo", "Ops", "PatternMatcher", "PtrDType",
     "RewriteError", "UOp", "UPat", "dtypes", "float_to_int_range", "from_numpy_dtype", "gc_paused", "graph_rewrite",

@@ -6,7 +6,7 @@ renderer, a compiler and a loader of its own: examples/llvm_template is this dev
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -14,12 +14,11 @@ import numpy as np
 from tg_core.plugin_api import (
     Buffer,
     BufferSpec,
-    Compiled,
     DeviceSpec,
+    InterpretedKernels,
     LRUAllocator,
     Option,
     hookimpl,
-    run_kernel,
     to_numpy_dtype,
 )
 
@@ -53,15 +52,16 @@ class TemplateAllocator(LRUAllocator):
         dest[:] = src.data
 
 
-class TemplateDevice(Compiled):
+class TemplateDevice(InterpretedKernels):
+    """Kernels run on core's reference interpreter (InterpretedKernels gives the pipeline's stages for that),
+    over this device's own memory. A device with a compiler overrides the stages instead (examples/llvm_template)."""
+
     def __init__(self, device: str, options: Mapping[str, Any]):
         super().__init__(device, TemplateAllocator(options["max_bytes"], options["zero"]))
 
-    def get_runner(self, ast: Any) -> Callable[[list[Buffer], dict[str, int]], None]:
-        """Run a kernel AST: here on core's reference interpreter, over this device's own memory."""
-        def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
-            run_kernel(ast, [b.opaque.view(to_numpy_dtype(b.dtype)) for b in bufs], var_vals)
-        return run
+    def array(self, buf: Buffer) -> np.ndarray:
+        """The buffer's elements as numpy sees them, sharing the device memory."""
+        return buf.opaque.view(to_numpy_dtype(buf.dtype))
 
 
 @hookimpl

@@ -1,10 +1,8 @@
 """The PYTHON device: host bytes for memory, kernel ASTs run by the reference interpreter (interpreter.py).
 
-It takes the same pipeline as every device (`Compiled.get_runner`), with trivial stages: there is no renderer or
-compiler, since the interpreter runs the kernel AST itself. Its program is the AST as it is (`ast_program`: no
-codegen stage runs, so the oracle shares no pass with the backends it checks), "rendering" hands on that AST,
-compiling is nothing, and loading plans the kernel (a dtype the interpreter cannot compute in fails here, before
-anything runs) and returns the runner that interprets it on the buffers' memory.
+It takes the same pipeline as every device (`Compiled.get_runner`), with the trivial stages of `InterpretedKernels`:
+there is no renderer or compiler, since the interpreter runs the kernel AST itself. Other devices whose kernels run
+on the interpreter (the plugin template) subclass `InterpretedKernels` too.
 """
 from __future__ import annotations
 
@@ -41,11 +39,16 @@ class PythonAllocator(LRUAllocator):
         dest[:] = src
 
 
-class PythonDevice(Compiled):
-    """Runs kernel ASTs with core's reference interpreter (numpy over whole ranges, exact semantics)."""
+class InterpretedKernels(Compiled):
+    """The pipeline's stages for a device whose kernels run on core's reference interpreter: the program is the
+    kernel AST as it is (`ast_program`: no codegen stage runs, so the oracle shares no pass with the backends it
+    checks), "rendering" hands on that AST, compiling is nothing, and loading plans the kernel (a dtype the
+    interpreter cannot compute in fails here, before anything runs) and returns the runner that interprets it.
+    A device subclassing it says only how its memory looks as a numpy array (`array`)."""
 
-    def __init__(self, device: str, options: Mapping[str, Any]):
-        super().__init__(device, PythonAllocator())
+    def array(self, buf: Buffer) -> np.ndarray:
+        """The 1-D numpy array of `buf`'s elements, sharing the device memory (the interpreter writes into it)."""
+        raise NotImplementedError(f"{type(self).__name__} must say how its buffers look as numpy arrays (array)")
 
     def lower(self, kernel: PreparedKernel) -> Program:
         return ast_program(kernel.ast)
@@ -57,10 +60,19 @@ class PythonDevice(Compiled):
         return src  # nothing to compile (nor to cache: the AST is hash-consed)
 
     def load(self, program: Program, lib: UOp) -> RunnerFn:
-        ast = lib
+        ast, array = lib, self.array
         plan_kernel(ast)
 
         def run(bufs: list[Buffer], var_vals: Mapping[str, int]) -> None:
-            arrays = [np.frombuffer(b.opaque, dtype=to_numpy_dtype(b.dtype)) for b in bufs]
-            run_kernel(ast, arrays, var_vals)
+            run_kernel(ast, [array(b) for b in bufs], var_vals)
         return run
+
+
+class PythonDevice(InterpretedKernels):
+    """Runs kernel ASTs with core's reference interpreter (numpy over whole ranges, exact semantics)."""
+
+    def __init__(self, device: str, options: Mapping[str, Any]):
+        super().__init__(device, PythonAllocator())
+
+    def array(self, buf: Buffer) -> np.ndarray:
+        return np.frombuffer(buf.opaque, dtype=to_numpy_dtype(buf.dtype))
