@@ -118,3 +118,12 @@ def test_encode_rules_emit_words_with_symbolic_addresses():
     # another device's ops are not AMD's to encode
     assert rules.pm_encode().rewrite(q.ins("signal", q.Queue("HCQREF", "COMPUTE:0"), q.addr(sig),
                                            UOp.const(dtypes.uint64, 3))) is None
+
+
+def test_aql_vendor_packet_and_bad_compute_kind():
+    from tg_amd.queues import aql
+    p = aql.pm4_ib(0x3_0000_0040, 9)
+    assert len(p) == 16 and p[0] == 0x0001_1500          # header 0x1500 (vendor specific), format 1
+    assert decode(p[1:5]) == [("INDIRECT_BUFFER", [0x40, 3, 9 | 1 << 23])] and p[5] == 10 and p[6:] == [0] * 10
+    with pytest.raises(ValueError, match="compute queue kind 'bogus'; kinds: pm4, aql"):
+        rules.pm_lower("bogus")

@@ -21,6 +21,7 @@ from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import graph_rewrite
 from tg_core.uop.uop import UOp
 from tg_amd.queues import rules
+from tg_mockgpu.cp.aql import AQLQueue
 from tg_mockgpu.cp.memory import PagedMemory
 from tg_mockgpu.cp.pm4 import PM4Queue
 from tg_mockgpu.cp.sdma import SDMAQueue
@@ -102,6 +103,8 @@ class _Ctx:
 class Harness:
     """A test memory, the AMD queue rules, and a PM4 and an SDMA processor on the queues' rings."""
     xccs: int = 1
+    compute: str = "pm4"              # the compute queue's kind: "pm4" or "aql"
+    aql_ring_packets: int = 8
     pm4_ring_dwords: int = 64
     sdma_ring_bytes: int = 256
     max_copy: int = 1 << 30
@@ -112,9 +115,14 @@ class Harness:
     def __post_init__(self) -> None:
         if self.mem is None:
             self.mem = PagedMemory()
-        ring, _, rptr, _, _ = rules.ring_buffers(COMPUTE, 4 * self.pm4_ring_dwords)
-        self.pm4 = PM4Queue(str(COMPUTE), self.mem, self.region(ring).va, self.pm4_ring_dwords,
-                            self.region(rptr).va, launch=self.launch, xccs=self.xccs)
+        if self.compute == "aql":
+            ring, _, rptr, _, _ = rules.ring_buffers(COMPUTE, 64 * self.aql_ring_packets)
+            self.pm4: Any = AQLQueue(str(COMPUTE), self.mem, self.region(ring).va, self.aql_ring_packets,
+                                     self.region(rptr).va, launch=self.launch, xccs=self.xccs)
+        else:
+            ring, _, rptr, _, _ = rules.ring_buffers(COMPUTE, 4 * self.pm4_ring_dwords)
+            self.pm4 = PM4Queue(str(COMPUTE), self.mem, self.region(ring).va, self.pm4_ring_dwords,
+                                self.region(rptr).va, launch=self.launch, xccs=self.xccs)
         ring, _, rptr, _, _ = rules.ring_buffers(COPY, self.sdma_ring_bytes)
         self.sdma = SDMAQueue(str(COPY), self.mem, self.region(ring).va, self.sdma_ring_bytes, self.region(rptr).va)
         self.rang: list[q.Queue] = []
@@ -148,7 +156,7 @@ class Harness:
         ctx = _Ctx(_Batch())
         sink = UOp(Ops.SINK, q.linear().dtype, (q.submit(queue, ops),))
         enc = graph_rewrite(sink, rules.pm_encode(self.xccs, self.max_copy) + pm_hcq_encode, ctx)
-        return graph_rewrite(enc, rules.pm_lower(self.pm4_ring_dwords, self.sdma_ring_bytes), ctx)
+        return graph_rewrite(enc, rules.pm_lower(self.compute, self.pm4_ring_dwords, self.sdma_ring_bytes, self.aql_ring_packets), ctx)
 
     def submit(self, queue: q.Queue, ops: list[UOp]) -> HostProgram:
         """Encode, lower, link and run one submission; returns its host program."""
@@ -171,7 +179,8 @@ class Harness:
         return (self.pm4 if queue.kind == "COMPUTE" else self.sdma).run(self.doorbell(queue))
 
     def ring_words(self, queue: q.Queue) -> list[int]:
-        n = 4 * self.pm4_ring_dwords if queue.kind == "COMPUTE" else self.sdma_ring_bytes
+        n = self.sdma_ring_bytes if queue.kind == "COPY" else \
+            64 * self.aql_ring_packets if self.compute == "aql" else 4 * self.pm4_ring_dwords
         ring = rules.ring_buffers(queue, n)[0]
         return [int(w) for w in self.regions[(ring.tag, ring.arg)].arr.view(np.uint32)]
 

@@ -270,3 +270,89 @@ def test_dispatch_direct_runs_a_compiled_kernel(xccs):
             assert (cp.regs[x][0x2E10] | cp.regs[x][0x2E11] << 32) << 8 == scratch[x]
     finally:
         mem.close()
+
+
+# amd.md 3.1 / 3.2, written for the tests: the dispatch packet's fields and the vendor PM4-IB packet
+DISPATCH_FIELDS = struct.Struct("<HHHHHHIIIIIQQQQ")
+
+
+def test_aql_vendor_packets_wrap_the_ring_with_doorbell_lag_one():
+    h = Harness(compute="aql", aql_ring_packets=4)
+    sig = h.host("sig", 16)
+    for i in range(1, 12):
+        h.submit(COMPUTE, [q.ins("signal", COMPUTE, q.addr(sig), u64(i))])
+        assert h.doorbell(COMPUTE) == i - 1                       # the index of the packet just written
+        slot = h.ring_words(COMPUTE)[16 * ((i - 1) % 4):16 * ((i - 1) % 4 + 1)]
+        assert slot[0] == 0x1500 | (1 << 16)                      # vendor specific, barrier, system scopes, format 1
+        assert slot[1] == 0xC0023F00 and slot[4] >> 23 & 1 and slot[5] == 10 and slot[6:] == [0] * 10
+        (rel,) = decode_pm4(h.ib_words(decode_pm4(slot[1:5])[0]))
+        assert rel.name == "RELEASE_MEM"
+        assert h.run(COMPUTE) and h.u64(sig) == i and h.pm4.read_pointer == i
+
+
+def test_aql_wait_stalls_inside_its_vendor_packet():
+    h = Harness(compute="aql")
+    sig, out = h.host("sig", 16), h.host("out", 16)
+    h.submit(COMPUTE, [q.ins("wait", COMPUTE, q.addr(sig), u64(1)), q.ins("store", COMPUTE, q.addr(out), u64(8))])
+    assert not h.run(COMPUTE) and h.pm4.read_pointer == 0 and h.pm4.stalled == (h.region(sig).va, 1)
+    write(h.mem, h.region(sig).va, struct.pack("<Q", 1))
+    assert h.run(COMPUTE) and h.u64(out) == 8 and h.pm4.read_pointer == 1
+
+
+def test_aql_kernel_dispatch_runs_a_compiled_kernel():
+    from tg_amd.queues import aql, pm4
+    from tg_mockgpu.cp.aql import AQLQueue
+    from tg_mockgpu.cp.launch import EmulatorLauncher
+    from tg_mockgpu.memory import GPUMemory
+    n = 1000
+    code, name, (grid, local) = _compile_saxpy(n)
+    ks = code.kernel(name)
+    mem = GPUMemory()
+    try:
+        image_va = mem.alloc(len(code.image), 256)
+        mem.write(image_va, code.image_at(image_va))
+        a = np.arange(n, dtype=np.float32)
+        b = np.full(n, 0.5, np.float32)
+        va = {k: mem.alloc(4 * n) for k in ("out", "a", "b")}
+        mem.write(va["a"], a.tobytes())
+        mem.write(va["b"], b.tobytes())
+        kernargs = mem.alloc(64)
+        mem.write(kernargs, struct.pack("<QQQ", va["out"], va["a"], va["b"]))
+        sig = mem.alloc(16)
+        signal = pm4.signal(sig, 1)
+        ib = mem.alloc(4 * len(signal))
+        mem.write(ib, struct.pack(f"<{len(signal)}I", *signal))
+        packets = [aql.kernel_dispatch(ks, image_va, kernargs, grid, local), aql.pm4_ib(ib, len(signal))]
+        f = DISPATCH_FIELDS.unpack(struct.pack("<16I", *packets[0]))
+        assert f[0] == 0x1502 and f[1] == 3 and f[2:5] == local and f[6:9] == tuple(g * x for g, x in zip(grid, local))
+        assert f[11] == image_va + ks.descriptor_offset and f[12] == kernargs
+        ring, rptr = mem.alloc(4 * 64), mem.alloc(256)
+        for i, p in enumerate(packets):
+            mem.write(ring + 64 * i, struct.pack("<16I", *p))
+        launcher = EmulatorLauncher(mem)
+        cp = AQLQueue("AMD COMPUTE:0", mem, ring, 4, rptr + 128, queue_va=rptr, launch=launcher)
+        assert cp.run(1) and cp.read_pointer == 2
+        np.testing.assert_allclose(np.frombuffer(mem.read(va["out"], 4 * n), np.float32), a * 2 + b)
+        assert struct.unpack("<Q", mem.read(sig, 8))[0] == 1
+    finally:
+        mem.close()
+
+
+def test_aql_bad_packet_is_named():
+    from tg_mockgpu.cp.aql import AQLQueue
+    mem = PagedMemory()
+    ring_va, ring = mem.alloc_host(256)
+    rptr, _ = mem.alloc_host(8)
+    ring.view(np.uint32)[16] = 0x1504           # packet 1: an AGENT_DISPATCH
+    ring.view(np.uint32)[0] = 0x1500 | (1 << 16)
+    ring.view(np.uint32)[1:5] = [0xC0023F00, 0, 0, 0]   # packet 0: a vendor packet whose IB is not VALID
+    cp = AQLQueue("AMD COMPUTE:0", mem, ring_va, 4, rptr)
+    with pytest.raises(PacketError, match=r"AMD COMPUTE:0: bad packet at dword 0 of the ring of AMD COMPUTE:0 "
+                                          r"\(packet 0\): header 0x00011500 \(opcode 0x0 VENDOR_SPECIFIC\): .*VALID"):
+        cp.run(1)
+    nop = mem.alloc(8)
+    write(mem, nop, struct.pack("<2I", 0xC0001000, 0))      # a PM4 NOP with one payload dword
+    ring.view(np.uint32)[2:5] = [nop & 0xFFFFFFFF, nop >> 32, 1 << 23 | 2]
+    with pytest.raises(PacketError, match=r"dword 16 .*\(packet 1\): header 0x00001504 \(opcode 0x4 AGENT_DISPATCH\)"):
+        cp.run(1)
+    assert cp.read_pointer == 1                              # packet 0 ran

@@ -8,6 +8,9 @@ shadow of put).
 - **PM4**: the command buffer stays where the encoder put it (GPU-visible) and the ring receives one 4-dword
   INDIRECT_BUFFER pointing at it. The ring is a whole number of 4-dword packets and put advances by 4, so a
   packet never straddles the ring's end. put, wptr and doorbell count dwords.
+- **AQL** (`compute="aql"`): the command buffer still holds PM4; the ring receives 64-byte AQL packets, here
+  one vendor packet wrapping the whole buffer in an INDIRECT_BUFFER (a kernel dispatch would be a packet of
+  its own between PM4 runs, aql.py). put and wptr count packets; the doorbell is put - 1.
 - **SDMA**: the command buffer is host memory the engine never reads: its dwords are streamed into the ring.
   A submission that does not fit before the ring's end zero-fills the tail (zero dwords are SDMA NOPs) and
   restarts at offset 0. put, wptr and doorbell count bytes and never wrap (amd.md 4).
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 from tg_core.plugin_api import Ops, PatternMatcher, UOp, UPat, dtypes
 from tg_core.plugin_api import hcq_ops as q
-from tg_amd.queues import pm4, sdma
+from tg_amd.queues import aql, pm4, sdma
 
 KIND = "AMD"
 PM4_RING_DWORDS = 1024        # a multiple of 4: INDIRECT_BUFFER packets tile it
+AQL_RING_PACKETS = 256
+COMPUTE_QUEUES = ("pm4", "aql")
 SDMA_RING_BYTES = 16 << 10
 
 
@@ -127,15 +132,35 @@ def push_sdma(cmdbuf: UOp, ring_bytes: int = SDMA_RING_BYTES) -> UOp:
                     q.host_store(wptr, 0, nxt), q.host_store(put, 0, nxt), q.doorbell(queue, bell, nxt))
 
 
-def _push(s: UOp, pm4_ring_dwords: int, sdma_ring_bytes: int) -> UOp | None:
+def push_aql(cmdbuf: UOp, ring_packets: int = AQL_RING_PACKETS) -> UOp:
+    """One vendor packet at put (in packets); a packet is 64 bytes, so none straddles the ring's end."""
+    queue, nbytes = cmdbuf.arg[1], cmdbuf.arg[2]
+    ring, wptr, rptr, bell, put = ring_buffers(queue, aql.PACKET_BYTES * ring_packets)
+    p = q.host_load(put, 0)
+    pos = (p % _c(ring_packets)) * _c(aql.PACKET_BYTES)
+    nxt = p + _c(1)
+    words = aql.pm4_ib(q.addr(cmdbuf.src[0]), nbytes // 4)
+    # the header last: the packet processor takes a packet whose header is valid as ready (amd.md 3)
+    body = [q.host_store(ring, pos + _c(4 * i), w if isinstance(w, UOp) else q.u32(w)) for i, w in enumerate(words)]
+    return q.linear(cmdbuf.src[1], _room(queue, rptr, nxt, ring_packets), *body[1:], body[0],
+                    q.host_store(wptr, 0, nxt), q.host_store(put, 0, nxt), q.doorbell(queue, bell, p))
+
+
+def _push(s: UOp, compute: str, pm4_ring_dwords: int, sdma_ring_bytes: int, aql_ring_packets: int) -> UOp | None:
     if not isinstance(s.arg, q.Submit) or s.arg.queue.device.split(":")[0] != KIND:
         return None
     cmdbuf = s.src[0]
     if cmdbuf.op is not Ops.INS or cmdbuf.arg[0] != "cmdbuf":
         return None
-    return push_pm4(cmdbuf, pm4_ring_dwords) if s.arg.queue.kind == "COMPUTE" else push_sdma(cmdbuf, sdma_ring_bytes)
+    if s.arg.queue.kind == "COPY":
+        return push_sdma(cmdbuf, sdma_ring_bytes)
+    return push_pm4(cmdbuf, pm4_ring_dwords) if compute == "pm4" else push_aql(cmdbuf, aql_ring_packets)
 
 
-def pm_lower(pm4_ring_dwords: int = PM4_RING_DWORDS, sdma_ring_bytes: int = SDMA_RING_BYTES) -> PatternMatcher:
+def pm_lower(compute: str = "pm4", pm4_ring_dwords: int = PM4_RING_DWORDS, sdma_ring_bytes: int = SDMA_RING_BYTES,
+             aql_ring_packets: int = AQL_RING_PACKETS) -> PatternMatcher:
+    """The pushes; `compute` is the compute queues' kind, "pm4" or "aql"."""
+    if compute not in COMPUTE_QUEUES:
+        raise ValueError(f"compute queue kind {compute!r}; kinds: {', '.join(COMPUTE_QUEUES)}")
     return PatternMatcher([(UPat(Ops.CUSTOM_FUNCTION, name="s"),
-                            lambda s: _push(s, pm4_ring_dwords, sdma_ring_bytes))])
+                            lambda s: _push(s, compute, pm4_ring_dwords, sdma_ring_bytes, aql_ring_packets))])

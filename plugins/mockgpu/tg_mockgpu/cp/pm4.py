@@ -61,7 +61,7 @@ class PM4Queue:
     mem: Memory
     ring: int
     ring_dwords: int
-    rptr: int
+    rptr: int | None            # None: no ring of its own (the PM4 engine of an AQL queue)
     launch: Callable[[DispatchState], None] | None = None
     xccs: int = 1
     interrupt: Callable[[int], None] | None = None
@@ -74,38 +74,52 @@ class PM4Queue:
         if self.xccs < 1:
             raise ValueError(f"{self.name}: a part has at least one XCC, not {self.xccs}")
         self.regs = [{} for _ in range(self.xccs)]
-        write64(self.mem, self.rptr, 0)
+        if self.rptr is not None:
+            write64(self.mem, self.rptr, 0)
 
     @property
     def read_pointer(self) -> int:
+        if self.rptr is None:
+            raise ValueError(f"{self.name} has no ring (it runs indirect buffers given by run_ib)")
         lo, hi = dwords(self.mem, self.rptr, 2)
         return lo | (hi << 32)
 
     def run(self, doorbell: int) -> bool:
-        """Execute up to the doorbell value (dwords); True when idle, False when stalled at a wait."""
+        """Execute the ring up to the doorbell value (dwords); True when idle, False when stalled at a wait."""
         if not self.frames:
             r = self.read_pointer
             if r >= doorbell:
                 return True
             self.frames = [Frame(f"the ring of {self.name}", self.ring, r, doorbell, self.ring_dwords)]
         self.frames[0].end = max(self.frames[0].end, doorbell)
+        return self._drain()
+
+    def run_ib(self, va: int, ndwords: int) -> bool:
+        """An indirect buffer given from outside a ring (an AQL queue's vendor packet): True when done, False when
+        stalled (call again with the same buffer to resume)."""
+        if not self.frames:
+            self.frames = [Frame(f"the indirect buffer at {va:#x}", va, 0, ndwords)]
+        return self._drain()
+
+    def _drain(self) -> bool:
         while self.frames:
             f = self.frames[-1]
             if f.pos >= f.end:
                 self.frames.pop()
-                if len(self.frames) == 1:  # an indirect buffer finished: its ring packet is done
+                if len(self.frames) == 1 and self.frames[0].ring_dwords:  # an IB finished: its ring packet is done
                     self._publish()
                 continue
             depth = len(self.frames)
             if not self._step(f):
                 return False
-            if depth == 1 and len(self.frames) == 1:  # a ring packet that started no indirect buffer
+            if depth == 1 and len(self.frames) == 1 and f.ring_dwords:  # a ring packet that started no IB
                 self._publish()
         return True
 
     def _publish(self) -> None:
         """The read pointer passes the ring packets that completed (the host's room check reads it)."""
-        write64(self.mem, self.rptr, self.frames[0].pos)
+        if self.rptr is not None:
+            write64(self.mem, self.rptr, self.frames[0].pos)
 
     def _active(self, f: Frame) -> int:
         """The XCCs the current packet runs on."""
@@ -176,7 +190,7 @@ class PM4Queue:
         elif name == "DISPATCH_DIRECT":
             if self.launch is None:
                 raise bad("this queue has no launcher (no GPU to run kernels on)")
-            self.launch(DispatchState(self.name, dict(self.regs[0]), tuple(p[:3]), p[3]))
+            self.launch(DispatchState(self.name, dict(self.regs[0]), (p[0], p[1], p[2]), p[3]))
         # NOP, EVENT_WRITE, ACQUIRE_MEM: ordering and caches, which the mock's in-order, coherent memory has already
         return True
 
