@@ -356,3 +356,27 @@ def test_aql_bad_packet_is_named():
     with pytest.raises(PacketError, match=r"dword 16 .*\(packet 1\): header 0x00001504 \(opcode 0x4 AGENT_DISPATCH\)"):
         cp.run(1)
     assert cp.read_pointer == 1                              # packet 0 ran
+
+
+def test_copy_data_release_32_bit_and_interrupts():
+    from tg_amd.queues import pm4
+    mem = PagedMemory()
+    src, out = mem.alloc(16), mem.alloc(32)
+    write(mem, src, struct.pack("<Q", 0x1122_3344_5566_7788))
+    words = [*pm4.packet("COPY_DATA", 2 | (2 << 8) | (1 << 16), src & 0xFFFFFFFF, src >> 32,
+                         out & 0xFFFFFFFF, out >> 32),                                # 64-bit memory -> memory
+             *pm4.packet("COPY_DATA", 5 | (2 << 8), 0xABCD, 0, (out + 8) & 0xFFFFFFFF, (out + 8) >> 32),  # immediate
+             *pm4.packet("COPY_DATA", 9 | (2 << 8) | (1 << 16), 0, 0, (out + 16) & 0xFFFFFFFF, (out + 16) >> 32),
+             *pm4.release_mem(out + 24, 0x9_0000_0005, pm4.DATA_SEL_32, pm4.INT_SEL_AFTER_CONFIRM)]
+    cp, n = _ring_with(mem, words)
+    got: list[int] = []
+    cp.interrupt = got.append
+    assert cp.run(n)
+    lo64, imm, clock, low32 = struct.unpack("<QIxxxxQQ", read(mem, out, 32))
+    assert lo64 == 0x1122_3344_5566_7788 and imm == 0xABCD and clock > 0
+    assert low32 == 5 and got == [0]                  # DATA_SEL 1 writes only the low dword; INT_SEL 2 interrupts
+    sd_ring, ring = mem.alloc_host(64)
+    rptr, _ = mem.alloc_host(8)
+    ring.view(np.uint32)[:2] = [6, 0x123]              # TRAP with context 0x123
+    sd = SDMAQueue("AMD COPY:0", mem, sd_ring, 64, rptr, interrupt=got.append)
+    assert sd.run(8) and got == [0, 0x123]
