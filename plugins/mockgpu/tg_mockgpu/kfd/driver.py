@@ -18,6 +18,7 @@ import ctypes
 import errno
 import itertools
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -90,6 +91,9 @@ class MockKFD:
         self.faults: list[tuple[int, int, bool]] = []  # (gpu_id, va, write) not yet reported
         self.wait_hooks: list[Callable[[], None]] = []
         self.runtime_enabled = False
+        # the device may call from several threads: ioctls and mappings change shared tables (handles, regions,
+        # queues, events), so they take this lock; re-entrant because a doorbell hook may call back in
+        self._lock = threading.RLock()
 
     # ---- the seam for command processors ----
 
@@ -155,6 +159,10 @@ class MockKFD:
     # ---- ioctl ----
 
     def ioctl(self, fd: int, request: int, args: ctypes.Structure) -> None:
+        with self._lock:
+            self._ioctl(fd, request, args)
+
+    def _ioctl(self, fd: int, request: int, args: ctypes.Structure) -> None:
         if self.fds.get(fd) != "kfd":
             raise _err(errno.EBADF if fd not in self.fds else errno.ENOTTY,
                        f"ioctl {request:#x} on fd {fd}, which is not /dev/kfd")
@@ -368,6 +376,10 @@ class MockKFD:
     # ---- memory mappings ----
 
     def mmap(self, addr: int, size: int, prot: int, flags: int, fd: int, offset: int) -> int:
+        with self._lock:
+            return self._mmap(addr, size, prot, flags, fd, offset)
+
+    def _mmap(self, addr: int, size: int, prot: int, flags: int, fd: int, offset: int) -> int:
         if fd == -1:
             return host_mmap(addr, size, prot, flags, -1, 0)
         kind = self.fds.get(fd)
