@@ -56,9 +56,10 @@ def encode_sdma(x: UOp, max_copy: int = sdma.MAX_COPY_BYTES) -> UOp | None:
     kind, queue = x.arg[0], x.arg[1]
     if kind == "copy":
         ws = sdma.copy_linear(q.addr(x.src[0]), q.addr(x.src[1]), x.arg[2], max_copy)
-    elif kind in ("signal", "store"):
-        ws = sdma.signal(x.src[0], q.u64(x.src[1])) if kind == "signal" else \
-            sdma.fence(x.src[0] + 4, pm4.hi(q.u64(x.src[1]))) + sdma.fence(x.src[0], pm4.lo(q.u64(x.src[1])))
+    elif kind == "signal":
+        ws = sdma.signal(x.src[0], q.u64(x.src[1]))
+    elif kind == "store":
+        ws = sdma.store(x.src[0], q.u64(x.src[1]))
     elif kind == "wait":
         ws = sdma.poll_regmem(x.src[0], q.u64(x.src[1]))
     elif kind == "timestamp":

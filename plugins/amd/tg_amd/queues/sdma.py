@@ -63,8 +63,12 @@ def timestamp(address: Word) -> list[Word]:
     return [OPCODES["TIMESTAMP"] | (SUB_TIMESTAMP_GET_GLOBAL << 8), lo(address), hi(address)]
 
 
+def store(address: Word, value: Word) -> list[Word]:
+    """The u64 `value` at `address` as two fences (an SDMA fence writes 32 bits; hcq's values are u64). Both
+    follow all prior work, so a waiter released by either half is released after that work."""
+    return fence(address + 4, hi(value)) + fence(address, lo(value))
+
+
 def signal(address: Word, value: Word) -> list[Word]:
-    """A signal: the u64 value as two fences (an SDMA fence writes 32 bits, hcq waits compare u64), then a trap so
-    that a sleeping host wakes. Both fences follow all prior work, so a waiter released by either half is released
-    after that work."""
-    return fence(address + 4, hi(value)) + fence(address, lo(value)) + trap()
+    """A store, then a trap so that a host sleeping on the queue's event wakes."""
+    return store(address, value) + trap()

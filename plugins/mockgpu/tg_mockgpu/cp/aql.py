@@ -18,7 +18,6 @@ time to completion, so every packet is ordered so. The completion signal is not 
 """
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -129,7 +128,3 @@ class AQLQueue:
         grid = (items[0] // local[0], items[1] // local[1], items[2] // local[2])
         w32 = CS_W32_EN if kd.kernel_code_properties >> WAVEFRONT32_BIT & 1 else 0
         self.launch(DispatchState(self.name, regs, grid, 0x5 | w32))
-
-
-def packet_bytes(words: list[int]) -> bytes:
-    return struct.pack("<16I", *words)
