@@ -3,11 +3,12 @@ compiled meanwhile is also read back by capstone and compared with asm_str."""
 import platform
 
 import pytest
-from x86_harness import CHECKED, check_disassembly
 
 from tg_core.device import Device
 from tg_core.testing import DeviceConformance
 from tg_cpu_x86.x86.renderer import X86Renderer
+
+from x86_harness import CHECKED, check_disassembly
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="needs an x86-64 host")
 
@@ -22,10 +23,19 @@ def disassemble_every_kernel():
         check_disassembly(k)
         return k
     X86Renderer.compile = checked
-    before = CHECKED["kernels"]
-    Device["CPU:X86"]._runners.clear()  # kernels compiled by earlier modules are compiled again, and checked
+    Device["CPU:X86"].forget_runners()  # kernels compiled by earlier modules are compiled again, and checked
     yield
     X86Renderer.compile = original
+
+
+def test_compiled_kernels_are_checked_against_capstone():
+    """The fixture really checks: a kernel compiled here goes through capstone. (A test of its own, not an assert
+    at module teardown: pytest-xdist may give a worker only this module's buffer tests, which compile nothing.)"""
+    from tg_core import Tensor
+    before = CHECKED["kernels"]
+    Device["CPU:X86"].forget_runners()
+    out = (Tensor([1.0, 2.0, 3.0], device="CPU:X86") * 3 + 1).numpy()
+    assert out.tolist() == [4.0, 7.0, 10.0]
     assert CHECKED["kernels"] > before
 
 
