@@ -11,7 +11,6 @@ from tg_core.device import Device
 from tg_core.testing.conformance import BufferConformance, OpConformance
 from tg_core.testing.devices import why_unavailable
 
-
 _why = why_unavailable("AMD")
 pytestmark = pytest.mark.skipif(_why is not None, reason=f"the AMD device does not open: {_why}")
 
@@ -112,8 +111,9 @@ def test_code_object_with_an_absolute_relocation():
     with image_at(its load address)."""
     import struct
 
-    from amd_kernels import ABS_IR, compile_ir
     from tg_amd.elf import load_code_object
+
+    from amd_kernels import ABS_IR, compile_ir
     iface = Device["AMD"].interface
     code = load_code_object(compile_ir(ABS_IR))
     idx = np.array([0, 1, 2, 3, 7, 6, 5, 4] * 4, np.int32)

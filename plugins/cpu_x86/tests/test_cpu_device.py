@@ -110,8 +110,8 @@ def test_int_ops(cores):
     u = a.view(np.uint32)
     np.testing.assert_array_equal((t(u) >> 3).numpy(), u >> 3)
     np.testing.assert_array_equal((t(u) // 7).numpy(), u // 7)
-    l = a.astype(np.int64) * 100003
-    np.testing.assert_array_equal((t(l) * 3 - 1).numpy(), l * 3 - 1)
+    wide = a.astype(np.int64) * 100003
+    np.testing.assert_array_equal((t(wide) * 3 - 1).numpy(), wide * 3 - 1)
 
 
 def test_casts(cores):
@@ -215,6 +215,7 @@ def test_unsupported_dtype_names_dtype_and_renderer():
 
 def test_llvm_renderer_targets_this_host():
     import llvmlite.binding as llvm
+
     from tg_cpu_x86.llvm import HOST, LLVMCompiler
     assert HOST.cpu == llvm.get_host_cpu_name() and HOST.triple == llvm.get_process_triple()
     prog = CPULLVMRenderer().program(_scale_kernel(dtypes.float32))

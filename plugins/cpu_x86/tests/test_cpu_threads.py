@@ -5,8 +5,14 @@ import threading
 import numpy as np
 import pytest
 
-from tg_core.codegen.lib.threads import (CORE_ID, core_count, parallel_ranges, partial_reduction, split_cores,
-                                     work_estimate)
+from tg_core.codegen.lib.threads import (
+    CORE_ID,
+    core_count,
+    parallel_ranges,
+    partial_reduction,
+    split_cores,
+    work_estimate,
+)
 from tg_core.device import Buffer, Device
 from tg_core.dtype import dtypes, to_numpy_dtype
 from tg_core.uop import AxisType, KernelInfo, Ops, UOp

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from x86_harness import run_x86
 
 from tg_core.dtype import dtypes
 from tg_core.testing.kernels import elementwise
 from tg_core.uop import Ops, UOp
+
+from x86_harness import run_x86
 
 RNG = np.random.default_rng(5)
 EDGES = [-2**31, -2**31 + 1, -2**30, -1001, -7, -3, -2, -1, 0, 1, 2, 3, 7, 999, 1000, 2**30, 2**31 - 2, 2**31 - 1]

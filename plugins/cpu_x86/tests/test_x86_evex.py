@@ -2,7 +2,9 @@
 choice between VEX and EVEX, write masks and broadcasts, and the errors for what EVEX cannot encode.
 Every instruction is also decoded by capstone (text and length)."""
 from __future__ import annotations
+
 import pytest
+
 from tg_cpu_x86.x86 import Assembler, EncodeError, Mem, reg
 
 capstone = pytest.importorskip("capstone")
