@@ -115,7 +115,7 @@ class HCQCompiled(Compiled):
 
     def get_runner(self, ast: Any) -> Callable[[list[Buffer], dict[str, int]], None]:
         """The engine's contract: a runner for one kernel; on an HCQ device it submits a batch of one."""
-        from tg_core.interpreter import plan_kernel
+        from tg_core.devices.python.interpreter import plan_kernel
         plan_kernel(ast)
         writes = written_params(ast)
 

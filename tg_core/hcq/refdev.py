@@ -221,7 +221,7 @@ class QueueEngine:
             arrays[i] = at(a, n).view(to_numpy_dtype(p.dtype.base)) if n else np.zeros(0, to_numpy_dtype(p.dtype.base))
         names = sorted({u.arg[0] for u in ast.toposort() if u.op is Ops.DEFINE_VAR})
         var_vals = {nm: (v - (1 << 64) if v >> 63 else v) for nm, v in zip(names, values)}
-        from tg_core.interpreter import run_kernel
+        from tg_core.devices.python.interpreter import run_kernel
         run_kernel(ast, arrays, var_vals)
         self.running = None
 
