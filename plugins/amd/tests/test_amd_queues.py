@@ -11,7 +11,7 @@ from tg_core.uop.uop import UOp
 from tg_amd.queues import pm4, rules, sdma
 
 # amd.md 2.2: opcode -> (packet, payload dwords or None when variable)
-PM4 = {0x15: ("DISPATCH_DIRECT", 4), 0x23: ("PRED_EXEC", 1), 0x3C: ("WAIT_REG_MEM", 6), 0x3F: ("INDIRECT_BUFFER", 3),
+PM4 = {0x10: ("NOP", None), 0x15: ("DISPATCH_DIRECT", 4), 0x23: ("PRED_EXEC", 1), 0x3C: ("WAIT_REG_MEM", 6), 0x3F: ("INDIRECT_BUFFER", 3),
        0x46: ("EVENT_WRITE", 1), 0x49: ("RELEASE_MEM", 7), 0x58: ("ACQUIRE_MEM", 7), 0x76: ("SET_SH_REG", None)}
 # amd.md 10: SET_SH_REG offset (absolute - 0x2C00) -> register
 SH = {0x204: "START_X", 0x20C: "PGM_LO", 0x210: "SCRATCH_BASE_LO", 0x212: "RSRC1", 0x215: "RESOURCE_LIMITS",
@@ -127,3 +127,20 @@ def test_aql_vendor_packet_and_bad_compute_kind():
     assert decode(p[1:5]) == [("INDIRECT_BUFFER", [0x40, 3, 9 | 1 << 23])] and p[5] == 10 and p[6:] == [0] * 10
     with pytest.raises(ValueError, match="compute queue kind 'bogus'; kinds: pm4, aql"):
         rules.pm_lower("bogus")
+
+
+@pytest.mark.parametrize("before", [0, *range(2, 19)])  # dwords before the kernel; at 14 a 1-dword gap pads by 17
+def test_pm4_stream_aligns_inline_kernargs(before):
+    from tg_amd.interface import KernelDescriptor, KernelSymbol
+    from tg_amd.queues.stream import PM4Stream
+    kd = KernelDescriptor(0, 0, 24, 256, 0, 2 << 1, 0, 1 << 3 | 1 << 10, 0)   # kernarg ptr in s[0:1], wave32
+    ks = KernelSymbol("k", 256, 64, 0, kd)
+    st = PM4Stream(0x10_0000)
+    if before:
+        st.add(pm4.packet("NOP", *([0] * (before - 1))))
+    st.kernel(ks, 0x20_0000, [1, 2, 3, 4, 5, 6], (1, 1, 1), (32, 1, 1))
+    packets = decode(st.words)
+    user = next(p for name, p in packets if name == "USER_DATA_0")
+    at = user[0] | user[1] << 32
+    assert at % 64 == 0 and (at - 0x10_0000) // 4 < len(st.words)
+    assert st.words[(at - 0x10_0000) // 4:][:6] == [1, 2, 3, 4, 5, 6]

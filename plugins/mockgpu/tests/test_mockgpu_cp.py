@@ -380,3 +380,58 @@ def test_copy_data_release_32_bit_and_interrupts():
     ring.view(np.uint32)[:2] = [6, 0x123]              # TRAP with context 0x123
     sd = SDMAQueue("AMD COPY:0", mem, sd_ring, 64, rptr, interrupt=got.append)
     assert sd.run(8) and got == [0, 0x123]
+
+
+@pytest.mark.parametrize("kind", ["pm4", "aql"])
+def test_a_submission_waits_runs_a_kernel_with_inline_kernargs_and_signals(kind):
+    """One command buffer: wait for a signal, saxpy (its kernargs inside the buffer), signal."""
+    from tg_amd.queues import pm4
+    from tg_amd.queues.stream import AQLStream, PM4Stream
+    from tg_mockgpu.cp.aql import AQLQueue
+    from tg_mockgpu.cp.launch import EmulatorLauncher
+    from tg_mockgpu.memory import GPUMemory
+    n = 777
+    code, name, (grid, local) = _compile_saxpy(n)
+    ks = code.kernel(name)
+    mem = GPUMemory()
+    try:
+        image_va = mem.alloc(len(code.image), 256)
+        mem.write(image_va, code.image_at(image_va))
+        a, b = np.linspace(-3, 3, n, dtype=np.float32), np.full(n, 7, np.float32)
+        va = {k: mem.alloc(4 * n) for k in ("out", "a", "b")}
+        mem.write(va["a"], a.tobytes())
+        mem.write(va["b"], b.tobytes())
+        go, done, cmd = mem.alloc(16), mem.alloc(16), mem.alloc(1 << 14)
+        args = [w for v in (va["out"], va["a"], va["b"]) for w in (v & 0xFFFFFFFF, v >> 32)]
+        st = PM4Stream(cmd) if kind == "pm4" else AQLStream(cmd)
+        st.add(pm4.wait(go, 1))
+        st.kernel(ks, image_va, args, grid, local)
+        st.add(pm4.signal(done, 2))
+        mem.write(cmd, struct.pack(f"<{len(st.words)}I", *st.words))
+        launcher = EmulatorLauncher(mem)
+        ring, rptr = mem.alloc(1024), mem.alloc(256)
+        if isinstance(st, PM4Stream):
+            packets = decode_pm4(st.words)
+            nop = [p for p in packets if p.name == "NOP"][-1]       # the last NOP holds the segment (one may pad)
+            assert nop.payload[:6] == args and len(nop.payload) == ks.descriptor.kernarg_size // 4
+            user = next(p for p in packets if p.reg == "COMPUTE_USER_DATA_0").payload
+            assert (user[1] | user[2] << 32) % 64 == 0
+            mem.write(ring, struct.pack("<4I", *pm4.indirect_buffer(cmd, len(st.words))))
+            cp: PM4Queue | AQLQueue = PM4Queue("AMD COMPUTE:0", mem, ring, 256, rptr, launch=launcher)
+            bell = 4
+        else:
+            ring_packets = st.finish()
+            assert [p[0] & 0xFF for p in ring_packets] == [0, 2, 0]   # vendor (wait), dispatch, vendor (signal)
+            kernarg = ring_packets[1][10] | ring_packets[1][11] << 32
+            assert kernarg % 64 == 0 and struct.unpack("<6I", mem.read(kernarg, 24)) == tuple(args)
+            for i, p in enumerate(ring_packets):
+                mem.write(ring + 64 * i, struct.pack("<16I", *p))
+            cp = AQLQueue("AMD COMPUTE:0", mem, ring, 16, rptr + 128, queue_va=rptr, launch=launcher)
+            bell = len(ring_packets) - 1
+        assert not cp.run(bell) and launcher.last_waves == 0      # stalled at the wait: the kernel has not run
+        mem.write(go, struct.pack("<Q", 1))
+        assert cp.run(bell)
+        np.testing.assert_allclose(np.frombuffer(mem.read(va["out"], 4 * n), np.float32), a * 2 + b)
+        assert struct.unpack("<Q", mem.read(done, 8))[0] == 2
+    finally:
+        mem.close()
