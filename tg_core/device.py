@@ -486,6 +486,13 @@ class Compiled:
             raise NotImplementedError(f"device {self.device} has no program runtime")
         return self.runtime(name, lib)
 
+    def compile_host_function(self, render: Callable[[Any], str], function: str) -> Any | None:
+        """A capability of a device that runs code on this machine's CPU: compile a host function (hcq's host
+        programs, tg_core/hcq/hostc.py). `render(renderer)` gives LLVM IR text for the device's `LLVMRenderer`
+        (its target triple and data layout); the result is the loaded code, `.address` the function named
+        `function`, valid while the result lives. None (the default): this device does not compile them."""
+        return None
+
     def synchronize(self) -> None:
         """Wait for all work queued on this device. Devices that run synchronously need not override it."""
 

@@ -6,7 +6,7 @@ per run, when the first statement needing it runs. The command words that read t
 are the same LOAD node the fence reads before bumping it, so they see this run's value (hcq.md §3.5).
 
 Core *interprets* the program (each statement a prepared closure over typed numpy views, no UOp is looked at
-per run). Compiling it with the CPU device is not done yet: it is rendered by no backend today.
+per run) unless it is compiled (hostc.py: a batch linked for replay, when the CPU device offers it).
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def _link_run(run: list[Any], inputs: list[Buffer]) -> LinkedBatch:
         items.append(Item(it.ast, refs, writes_of(it.ast)))
     devs = sorted({q.device_of(r) for it in items for r in it.refs})
     batch = build(items, copy_queues(devs))
-    return link(encode(batch), batch.devices, [(b.device, b.nbytes) for b in inputs])
+    return link(encode(batch), batch.devices, [(b.device, b.nbytes) for b in inputs], compiled=True)
 
 
 def link_captured(items: list[Any], inputs: list[Buffer]) -> list[Any] | None:

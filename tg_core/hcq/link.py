@@ -25,6 +25,7 @@ from tg_core.dtype import dtypes
 from tg_core.hcq import ops as q
 from tg_core.hcq.encode import HCQError, stats, summed
 from tg_core.hcq.host import HostProgram
+from tg_core.hcq.hostc import CompiledHostProgram, compile_host
 from tg_core.uop.alu import exec_alu
 from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
@@ -36,8 +37,8 @@ from tg_core.uop.upat import UPat
 class LinkedBatch:
     """A batch ready to run: `run(inputs, var_vals)` fills the address table and runs the host program (which
     rings the doorbells). `refs` keeps every buffer a word addresses alive as long as the batch."""
-    program: HostProgram
-    table: np.ndarray | None        # the address table (u64 per input slot), None without inputs
+    program: HostProgram | CompiledHostProgram
+    table: Any                      # the address table (u64 per input slot), None without inputs
     inputs: list[tuple[str, int]]   # per input slot: (device, nbytes)
     devices: list[str]
     refs: list[Buffer] = field(default_factory=list)
@@ -51,9 +52,9 @@ class LinkedBatch:
             got = inputs or []
             if len(got) != len(self.inputs):
                 raise ValueError(f"a linked batch of {len(self.inputs)} inputs was run with {len(got)}")
-            table = self.table
+            table, address = self.table, self._address
             for i, b in enumerate(got):
-                table[i] = _dev(b.device).address(b)
+                table[i] = address[i](b)
         # one submit at a time per device: two host programs must not push to one ring (its put value) at once
         for lock in self.locks:
             lock.acquire()
@@ -62,6 +63,15 @@ class LinkedBatch:
         finally:
             for lock in reversed(self.locks):
                 lock.release()
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the host program runs compiled (hostc.py) rather than interpreted (host.py)."""
+        return isinstance(self.program, CompiledHostProgram)
+
+    def __post_init__(self) -> None:
+        # per input slot its device's address(buf), looked up once (a replay calls it per input)
+        self._address = [_dev(d).address for d, _ in self.inputs]
 
 
 def _dev(name: str) -> Any:
@@ -161,8 +171,11 @@ def _is_const_stmt(s: UOp) -> bool:
     return s.op is Ops.INS and s.arg[0] == "blob"
 
 
-def link(lowered: UOp, devices: list[str], inputs: list[tuple[str, int]] | None = None) -> LinkedBatch:
-    """Link the encoded and lowered batch `lowered`; `inputs` are the (device, nbytes) of its input slots."""
+def link(lowered: UOp, devices: list[str], inputs: list[tuple[str, int]] | None = None,
+         compiled: bool = False) -> LinkedBatch:
+    """Link the encoded and lowered batch `lowered`; `inputs` are the (device, nbytes) of its input slots.
+    `compiled`: compile the host program when a device offers it (hostc.py; a batch linked to be replayed),
+    else interpret it (a one-shot batch: compiling takes milliseconds, interpreting it once microseconds)."""
     stats["links"] += 1
     inputs = inputs or []
     body = q.linear(*flatten(lowered))
@@ -181,7 +194,13 @@ def link(lowered: UOp, devices: list[str], inputs: list[tuple[str, int]] | None 
     per_run = [s for s in stmts if not _is_const_stmt(s)]
     view_of = _view_of
     HostProgram(once, view_of, _ring).run()
-    prog = HostProgram(per_run, view_of, _ring, _waiter)
+    prog: HostProgram | CompiledHostProgram | None = None
+    if compiled:
+        prog = compile_host(per_run, view_of, table_ref, len(inputs), _dev, _waiter)
+        if prog is not None and table is not None:
+            table = prog.args  # the compiled function reads the input addresses from its argument table
+    if prog is None:
+        prog = HostProgram(per_run, view_of, _ring, _waiter)
     refs = owned + ctx.refs
     named = {(ph.tag, ph.arg[1]): m.arg.buf for ph, m in mapping.items()}
     locks = [_dev(d).submit_lock for d in sorted(devices)]

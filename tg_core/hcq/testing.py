@@ -29,15 +29,19 @@ PLUGIN = "hcqref"
 
 
 def hcqref_registry(extensions: Sequence[tuple[str, str]] = (), order: Sequence[str] = (),
-                    env: Mapping[str, str] | None = None, execute: bool = True) -> PluginRegistry:
+                    env: Mapping[str, str] | None = None, execute: bool = True, cpu: bool = False) -> PluginRegistry:
     """A registry with PYTHON and HCQREF; each of `extensions` is (plugin name, hooks module) of a test plugin that
     extends HCQREF; `order` is the config's plugins.order; `execute=False` sets HCQREF's option `execute` (its
-    queues consume commands without running kernels or copies: host time only)."""
+    queues consume commands without running kernels or copies: host time only). `cpu=True` adds the installed
+    plugin providing the CPU device, if any (then JIT-linked host programs are compiled, hcq/hostc.py)."""
     home = tempfile.mkdtemp(prefix="tg-hcq-")
     explicit: dict[str, Any] = {"plugins": {"order": list(order)}} if order else {}
     if not execute:
         explicit["devices"] = {refisa.KIND: {"execute": False}}
     records = list(PluginRegistry.create(path=[], env=dict(env or {}), cwd=home, home=home).records)  # core only
+    if cpu:
+        installed = PluginRegistry.create(env=dict(env or {}), cwd=home, home=home).records
+        records += [r for r in installed if r.manifest is not None and "CPU" in r.manifest.devices]
     records.append(PluginRecord(PLUGIN, "tg-core", API_VERSION_STR, f"(test registration) {__name__}", None,
                                 manifest=Manifest(f"=={API_VERSION_STR}", {refisa.KIND: 0}, __name__)))
     for name, hooks in extensions:

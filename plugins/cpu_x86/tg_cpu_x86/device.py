@@ -28,6 +28,7 @@ from tg_core.plugin_api import (
     Buffer,
     Compiled,
     DType,
+    LLVMRenderer,
     Ops,
     Prepared,
     PreparedKernel,
@@ -281,6 +282,21 @@ class CPUDevice(Compiled):
                     loaded = ExecMemory(src)
                 self._loaded[src] = loaded
             return loaded
+
+    def compile_host_function(self, render: Callable[[Any], str], function: str) -> Any | None:
+        """hcq's host programs as functions of this process: `render` is given the CPU's LLVM renderer (this
+        host's triple and data layout) and its IR is JIT-compiled like a kernel's. Not cached by source: each
+        linked batch's program is its own (its addresses are constants)."""
+        cls = next((r for r in self.renderers if isinstance(r, type) and issubclass(r, LLVMRenderer)), None)
+        if cls is None:
+            return None
+        src = render(cls())
+        with self._lock:
+            if self._llvm is None:
+                from tg_cpu_x86.llvm import LLVMCompiler
+                self._llvm = LLVMCompiler()
+            llvm = self._llvm
+        return llvm.load(src, function)
 
     def synchronize(self) -> None:
         """Kernels run to completion before their runner returns: nothing is ever pending."""
