@@ -240,8 +240,23 @@ class ElementwiseMixin(TensorBase):
     def logical_xor(self, x: Operand) -> Tensor: return self._as_bool()._bitwise(Ops.XOR, self._as_bool(x))
 
     def isnan(self) -> Tensor: return self.ne(self)
-    def isinf(self) -> Tensor:
-        return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.zeros_like(dtype=dtypes.bool)
+
+    def isinf(self, detect_positive: builtins.bool = True, detect_negative: builtins.bool = True) -> Tensor:
+        """True at +inf (when detect_positive) and at -inf (when detect_negative), as tinygrad's isinf."""
+        if not isinstance(detect_positive, builtins.bool) or not isinstance(detect_negative, builtins.bool):
+            raise TypeError(f"isinf: detect_positive and detect_negative are bools, got {detect_positive!r} and "
+                            f"{detect_negative!r}")
+        if not dtypes.is_float(self.dtype) or not (detect_positive or detect_negative):
+            return self.zeros_like(dtype=dtypes.bool)
+        if detect_positive and detect_negative:
+            return self.abs().eq(math.inf)
+        return self.eq(math.inf if detect_positive else -math.inf)
+
+    def isfinite(self) -> Tensor:
+        """Neither infinite nor NaN (a NaN compares false with everything, so |x| < inf excludes it)."""
+        if not dtypes.is_float(self.dtype):
+            return self.ones_like(dtype=dtypes.bool)
+        return self.abs() < math.inf
 
     # ---- casts -------------------------------------------------------------------------------------------
 
@@ -271,3 +286,176 @@ class ElementwiseMixin(TensorBase):
     def lerp(self, end: Operand, weight: Operand) -> Tensor:
         return self + (end - self) * weight
 
+
+    # ---- more transcendental functions (PyTorch's numerics) ----------------------------------------------
+    # Where a formula has a branch that would divide by zero or overflow, the unselected branch gets a safe
+    # operand instead: WHERE's gradient sends 0 to that branch, and 0 times an infinite local derivative
+    # would otherwise be NaN.
+
+    def log10(self) -> Tensor: return self._float().log2() * (1 / math.log2(10))
+
+    def log1p(self) -> Tensor:
+        """log(1 + x), accurate for small x: log(u) * x / (u - 1) with u = 1 + x cancels u's rounding error."""
+        x = self._float()
+        small = x.abs() < 0.5
+        xs = small.where(x, 0.25)
+        u = 1 + xs
+        exact = u.eq(1)
+        near = exact.where(xs, u.log() * xs / exact.where(1, u - 1))
+        return small.where(near, (1 + small.where(0, x)).log())
+
+    def expm1(self) -> Tensor:
+        """exp(x) - 1, accurate for small x: (u - 1) * x / log(u) with u = exp(x) (Kahan's trick)."""
+        x = self._float()
+        small = x.abs() < 0.5
+        xs = small.where(x, 0.25)
+        u = xs.exp()
+        exact = u.eq(1)
+        near = exact.where(xs, (u - 1) * xs / exact.where(1, u.log()))
+        return small.where(near, small.where(0, x).exp() - 1)
+
+    def sinh(self) -> Tensor:
+        x = self._float()
+        a = x.abs()
+        small = a < 1
+        # exp(a - ln 2) rather than exp(a) / 2: overflows only where sinh itself does
+        big = (small.where(1, a) - math.log(2)).exp() - (-small.where(1, a) - math.log(2)).exp()
+        xs = small.where(x, 0.5)
+        return small.where((xs.expm1() - (-xs).expm1()) * 0.5, (x < 0).where(-big, big))
+
+    def cosh(self) -> Tensor:
+        a = self._float().abs()
+        return (a - math.log(2)).exp() + (-a - math.log(2)).exp()
+
+    def atan(self) -> Tensor:
+        """Cephes' atanf: reduce |x| to [0, tan(pi/8)] (via pi/2 - atan(1/x) and pi/4 + atan((x-1)/(x+1))),
+        then a degree-9 odd polynomial; float32 accuracy."""
+        x = self._float()
+        a = (x < 0).where(-x, x)  # not abs(): its derivative at 0 is -1, which would flip atan's there
+        big, mid = a > 2.414213562373095, a > 0.4142135623730950
+        z = big.where(-1 / big.where(a, 1), mid.where((a - 1) / (a + 1), a))
+        base = big.where(math.pi / 2, mid.where(math.pi / 4, 0.0))
+        z2 = z * z
+        poly = ((8.05374449538e-2 * z2 - 1.38776856032e-1) * z2 + 1.99777106478e-1) * z2 - 3.33329491539e-1
+        r = base + z + z * z2 * poly
+        return (x < 0).where(-r, r)
+
+    def asin(self) -> Tensor:
+        """atan(x / sqrt(1 - x^2)): +-pi/2 at +-1 (x / 0 is +-inf), NaN outside [-1, 1] (sqrt of a negative)."""
+        x = self._float()
+        end = x.abs().eq(1)
+        inner = end.where(0.5, x) / (1 - end.where(0.5, x) * end.where(0.5, x)).sqrt()
+        return end.where(x * (math.pi / 2), inner.atan())
+
+    def acos(self) -> Tensor: return math.pi / 2 - self.asin()
+
+    def atan2(self, other: Operand) -> Tensor:
+        """The angle of the point (other, self): torch.atan2(input=y, other=x), in [-pi, pi]."""
+        y, x = self._broadcasted(other)
+        y, x = y._float(), x._float()
+        zero = x.eq(0)
+        r = (y / zero.where(1, x)).atan()
+        r = (x < 0).where((y < 0).where(r - math.pi, r + math.pi), r)
+        on_axis = y.eq(0).where(y * 0, (y < 0).where(-math.pi / 2, math.pi / 2))  # x == 0: +-pi/2, or 0
+        return zero.where(on_axis, r)
+
+    def asinh(self) -> Tensor:
+        """sign(x) * log1p(a + a^2 / (1 + sqrt(1 + a^2))), a = |x|; log(2a) where a^2 would overflow."""
+        x = self._float()
+        a = (x < 0).where(-x, x)  # not abs(): see atan
+        big = a > 1e9
+        s = big.where(1, a)
+        r = big.where(big.where(a, 1).log() + math.log(2), (s + s * s / (1 + (1 + s * s).sqrt())).log1p())
+        return (x < 0).where(-r, r)
+
+    def acosh(self) -> Tensor:
+        """log1p(t + sqrt(t * (x + 1))), t = x - 1 (accurate near 1); log(2x) where x^2 would overflow;
+        NaN below 1."""
+        x = self._float()
+        big = x > 1e9
+        s = big.where(2, x)
+        t = s - 1
+        return big.where(big.where(x, 2).log() + math.log(2), (t + (t * (s + 1)).sqrt()).log1p())
+
+    def atanh(self) -> Tensor:
+        """log1p(2x / (1 - x)) / 2: +-inf at +-1, NaN outside [-1, 1]."""
+        x = self._float()
+        end = x.abs().eq(1)
+        xs = end.where(0.5, x)
+        return end.where((x < 0).where(-math.inf, math.inf), (2 * xs / (1 - xs)).log1p() * 0.5)
+
+    def _sign_bit(self) -> Tensor:
+        """The sign bit of a float (set for -0.0 and a negative NaN), read through a bitcast to a signed int."""
+        ints = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+        return self.bitcast(ints[self.dtype.itemsize]) < 0
+
+    def copysign(self, other: Operand) -> Tensor:
+        """|self| with the sign bit of other (so -0.0 counts as negative), as a float (PyTorch)."""
+        a, b = self._broadcasted(other)
+        dt = least_upper_float(a.dtype)
+        a, b = a._cast_to(dt), b._cast_to(dt)
+        mag = a.abs()
+        return b._sign_bit().where(-mag, mag)
+
+    def fmod(self, other: Operand) -> Tensor:
+        """C's fmod: the remainder of truncated division, with the sign of the dividend (unlike `%`)."""
+        a, b = self._broadcasted(other)
+        if dtypes.is_bool(a.dtype):
+            raise TypeError(f"fmod needs int or float tensors, got {a.dtype!r}")
+        if dtypes.is_float(a.dtype):
+            return a - (a / b).trunc() * b
+        return a._new(a.uop.alu(Ops.MOD, b.uop))  # the IR's MOD truncates like C
+
+    def logaddexp(self, other: Operand) -> Tensor:
+        """log(exp(self) + exp(other)) without overflow: max + log1p(exp(-|self - other|)). Equal inputs
+        (also two equal infinities, whose difference is NaN) give x + log(2)."""
+        a, b = self._broadcasted(other)
+        a, b = a._float(), b._float()
+        same = a.eq(b)
+        d = same.where(0, a - b)
+        return same.where((a + b) * 0.5 + math.log(2), a.maximum(b) + (-d.abs()).exp().log1p())
+
+    def isclose(self, other: Operand, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08,
+                equal_nan: builtins.bool = False) -> Tensor:
+        """|self - other| <= atol + rtol * |other| elementwise (PyTorch's isclose); infinities are close
+        only to themselves, NaNs only when equal_nan."""
+        for name, v in (("rtol", rtol), ("atol", atol)):
+            if isinstance(v, builtins.bool) or not isinstance(v, (builtins.int, builtins.float)) or not v >= 0:
+                raise ValueError(f"isclose: {name} must be a non-negative number, got {v!r}")
+        a, b = self._broadcasted(other)
+        same = a.eq(b)
+        if not dtypes.is_float(a.dtype):
+            a, b = a._float(), b._float()
+        near = a.isfinite() & b.isfinite() & ((a - b).abs() <= atol + rtol * b.abs())
+        out = same | near
+        return out | (a.isnan() & b.isnan()) if equal_nan else out
+
+    def allclose(self, other: Operand, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08,
+                 equal_nan: builtins.bool = False) -> builtins.bool:
+        """Whether every element isclose (a Python bool, as in PyTorch: this realizes)."""
+        return builtins.bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    # ---- more activations (PyTorch's definitions) --------------------------------------------------------
+
+    def softsign(self) -> Tensor: return self / (1 + self.abs())
+    def hardsigmoid(self) -> Tensor: return (self._float() / 6 + 0.5).clip(0, 1)
+    def hardswish(self) -> Tensor: return self * (self._float() / 6 + 0.5).clip(0, 1)
+    def mish(self) -> Tensor: return self * self.softplus().tanh()
+
+    def logsigmoid(self) -> Tensor:
+        """min(x, 0) - log1p(exp(-|x|)): never exp of a large positive number."""
+        x = self._float()
+        return x.minimum(0) - (-x.abs()).exp().log1p()
+
+    def celu(self, alpha: builtins.float = 1.0) -> Tensor:
+        """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+        if isinstance(alpha, builtins.bool) or not isinstance(alpha, (builtins.int, builtins.float)) or alpha == 0:
+            raise ValueError(f"celu: alpha must be a non-zero number, got {alpha!r}")
+        x = self._float()
+        return x.maximum(0) + (alpha * (x / alpha).expm1()).minimum(0)
+
+    def selu(self) -> Tensor:
+        """scale * (max(0, x) + min(0, alpha * (exp(x) - 1))) with the self-normalizing constants."""
+        alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+        x = self._float()
+        return scale * (x.maximum(0) + (alpha * x.minimum(0).expm1()))

@@ -10,12 +10,14 @@ s-th column (a reshape to (..., s) and a shrink) gives the (output, kernel) axes
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from tg_core.dtype import DType, dtypes, least_upper_dtype, least_upper_float
 from tg_core.tensor.base import TensorBase
 from tg_core.tensor.checks import check_range
+from tg_core.uop.ops import Ops
 
 if TYPE_CHECKING:
     from tg_core.tensor.base import Operand
@@ -79,6 +81,30 @@ class NNMixin(TensorBase):
         x = x._cast_to(least_upper_float(x.dtype))
         m = x - x._max_shift(axis)
         return m - m.exp().sum(axis, keepdim=True).log()
+
+    def softmin(self, dim: int = -1, dtype=None) -> Tensor:
+        """softmax(-x) along dim (PyTorch's softmin)."""
+        x = self if dtype is None else self.cast(dtype)
+        return (-x._cast_to(least_upper_float(x.dtype))).softmax(dim)
+
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+        """x / max(||x||_p, eps) along dim (PyTorch's F.normalize); p may be inf (the largest |x|)."""
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
+            raise ValueError(f"normalize: p must be a positive number or inf, got {p!r}")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+            raise ValueError(f"normalize: eps must be a non-negative number, got {eps!r}")
+        x = self._cast_to(least_upper_float(self.dtype))
+        d = x._axis(dim, "dim")
+        a = x.abs()
+        if p == math.inf:
+            norm = a._reduce(Ops.MAX, d, True)
+        elif p == 2:
+            norm = (x * x).sum(d, keepdim=True).sqrt()
+        elif p == 1:
+            norm = a.sum(d, keepdim=True)
+        else:
+            norm = (a ** p).sum(d, keepdim=True) ** (1 / p)
+        return x / norm.maximum(eps)
 
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
         """(x - mean) / sqrt(var + eps) over `axis` (biased variance), without scale or shift."""
