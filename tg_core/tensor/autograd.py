@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 from tg_core.dtype import dtypes
 from tg_core.tensor.base import TensorBase
 from tg_core.tensor.gradient import compute_gradient
-from tg_core.tensor.storage import live_tensors, origin_of, through_realized, track
+from tg_core.tensor.storage import live_tensors, note_view, origin_of, through_realized, track
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -127,4 +127,6 @@ class AutogradMixin(TensorBase):
 
     def detach(self) -> Tensor:
         """The same value with no gradient path; a view of a realized tensor's storage shares it."""
-        return type(self)(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
+        out = type(self)(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
+        note_view(cast("Tensor", self), out)  # an assign into it writes into this tensor
+        return out

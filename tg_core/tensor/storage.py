@@ -87,6 +87,70 @@ def buffers_in(root: UOp) -> list[UOp]:
     return out
 
 
+# ---- views of unrealized values ---------------------------------------------------------------------------
+# A view of a value (a slice of `x.permute(1, 0).contiguous()`) has no storage to write into yet. So that an
+# assign into it still lands in the tensor it views, each such view remembers its root: the tensor whose
+# node its chain of view ops starts from. id(view) -> (the view, its node then, the root, the root's node then),
+# keyed by id and dropped when the view is collected (Tensor's == is elementwise, so no WeakKeyDictionary).
+_ViewEntry = tuple["weakref.ref[Tensor]", UOp, "weakref.ref[Tensor]", UOp]
+_view_roots: dict[int, _ViewEntry] = {}
+
+
+def note_view(parent: Tensor, view: Tensor) -> None:
+    """`view` was made from `parent` by one view op (or is `parent`'s value again): remember the tensor at the bottom of its chain of views
+    (a view of storage needs nothing: it writes into the storage already)."""
+    u = view.uop
+    # a view op that changes nothing (a reshape to the same shape) gives the parent's own node
+    if u is not parent.uop and (u.op not in VIEW_OPS or u.src[0] is not parent.uop) or storage_of(u) is not None:
+        return
+    found = _view_root(parent)
+    root, start = found if found is not None else (parent, parent.uop)
+    key = id(view)
+
+    def forget(ref: weakref.ref[Tensor], key: int = key) -> None:
+        if (e := _view_roots.get(key)) is not None and e[0] is ref:
+            del _view_roots[key]
+    _view_roots[key] = (weakref.ref(view, forget), u, weakref.ref(root), start)
+
+
+def _view_root(view: Tensor) -> tuple[Tensor, UOp] | None:
+    """The live tensor `view` is still a view of, with the node the view's chain starts from (None if the
+    view has been given a value of its own since, or its root is gone)."""
+    e = _view_roots.get(id(view))
+    if e is None or e[0]() is not view or e[1] is not view.uop or (root := e[2]()) is None:
+        return None
+    return root, e[3]
+
+
+def _write_through(view: Tensor) -> bool:
+    """Make `view`, a view of an unrealized value, a view of its root's storage, realizing the root first.
+    The root's node now holds the value the view's chain was built on (it was realized from it, or written
+    into since, which a view sees too), so the chain is rebuilt over it. Every other live view of the same
+    root is rebuilt too: they are views of one tensor, and each must see the others' writes."""
+    found = _view_root(view)
+    if found is None:
+        return False
+    root, start = found
+    if storage_of(root.uop) is None:
+        root.realize()
+    if storage_of(root.uop) is None:  # an empty root
+        return False
+    for key, (vref, vu, rref, ru) in list(_view_roots.items()):
+        if rref() is root and ru is start and (v := vref()) is not None and v.uop is vu:
+            v.uop = vu.substitute({start: root.uop})
+            del _view_roots[key]
+    return True
+
+
+def _expands(u: UOp, start: UOp) -> bool:
+    """Whether the chain of views from `u` down to `start` has an EXPAND."""
+    while u is not start and u.op in VIEW_OPS:
+        if u.op is Ops.EXPAND:
+            return True
+        u = u.src[0]
+    return False
+
+
 # ---- origins and versions ----------------------------------------------------------------------------------
 
 def note_origin(buf: UOp, graph: UOp) -> None:
@@ -177,6 +241,32 @@ def distinct_values(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     return tensors
 
 
+def kept_intermediates(todo: Sequence[Tensor]) -> list[Tensor]:
+    """The live tensors that are a realize point (CONTIGUOUS, or a clone's write into its own storage) inside
+    the graphs of `todo`, and not themselves in it: the schedule computes them into a buffer on the way, so
+    realized with `todo` they keep that buffer instead of running their kernel again when read. One tensor
+    per node (equal graphs are one node, and giving two tensors one buffer would make them share storage)."""
+    points: set[UOp] = set()
+    seen: set[UOp] = set()
+    stack = [t.uop for t in todo]
+    while stack:
+        n = stack.pop()
+        if n in seen or n.op is Ops.BUFFER:
+            continue
+        seen.add(n)
+        if n.op is Ops.CONTIGUOUS or n.op is Ops.ASSIGN:
+            points.add(n)
+        stack.extend(n.src)
+    if not points:  # the common case: no live tensor scan
+        return []
+    points.difference_update(t.uop for t in todo)
+    out: dict[UOp, Tensor] = {}
+    for t in live_tensors():
+        if t.uop in points and t.uop not in out and not dtypes.is_weak(t.dtype):
+            out[t.uop] = t
+    return list(out.values())
+
+
 def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> None:
     """Write each value into the storage its tensor views, all in one schedule (simultaneously: every value
     is what it was before any of the writes), after computing the live values that read those buffers.
@@ -262,6 +352,11 @@ class StorageMixin(TensorBase):
         if v.uop is self.uop:
             return me
         base = storage_of(self.uop)
+        if base is None and (found := _view_root(me)) is not None and _expands(self.uop, found[1]):
+            raise RuntimeError(f"cannot assign to an expanded view of shape {self.shape}: several of its elements "
+                               f"are one element of the {found[0].shape} tensor it views")
+        if base is None and self.numel() and _write_through(me):
+            base = storage_of(self.uop)
         if base is None or self.numel() == 0:
             self.uop = fresh_write(v.uop, self.device) if self.numel() else v.uop
             return me

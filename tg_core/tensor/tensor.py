@@ -36,7 +36,16 @@ from tg_core.tensor.elementwise import ElementwiseMixin
 from tg_core.tensor.movement import MovementMixin
 from tg_core.tensor.nn import NNMixin
 from tg_core.tensor.reduce import ReduceMixin
-from tg_core.tensor.storage import StorageMixin, distinct_values, note_realized, storage_of
+from tg_core.tensor.storage import (
+    VIEW_OPS,
+    StorageMixin,
+    distinct_values,
+    kept_intermediates,
+    note_realized,
+    note_view,
+    storage_of,
+)
+from tg_core.tensor.weak import lower_weak
 from tg_core.uop.alu import cast_const
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
@@ -167,9 +176,15 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     # ---- realization ------------------------------------------------------------------------------------
 
-    def realize(self) -> Tensor:
-        """Compute this tensor's value now; afterwards it reads from its own buffer."""
-        Tensor.realize_all(self)
+    def realize(self, *others: Tensor) -> Tensor:
+        """Compute this tensor's value now, and those of `others` in the same schedule (work they share is
+        computed once; tinygrad's `Tensor.realize(a, b, c)`); afterwards each reads from its own buffer.
+        Returns this tensor."""
+        for i, o in enumerate(others):
+            if not isinstance(o, Tensor):
+                raise TypeError(f"realize(*others): others[{i}] is a {type(o).__name__}; only Tensors can be "
+                                f"realized")
+        Tensor.realize_all(self, *others)
         return self
 
     @staticmethod
@@ -183,6 +198,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             if dtypes.is_weak(t.dtype):
                 raise TypeError(f"cannot realize a tensor of the weak dtype {t.dtype!r} (shape {t.shape}); "
                                 f"cast it to a concrete dtype")
+        todo += kept_intermediates(todo)
         before = [(t, t.uop) for t in todo]
         results = realize([t.uop for t in todo], devices=[t.device for t in todo])
         for t in todo:
@@ -286,6 +302,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             # a Python int adopting a strong int dtype must fit it (numpy 2 and PyTorch raise too)
             arg = checked_scalar(self.uop.arg, dt) if self.dtype is dtypes.weakint else self.uop.arg
             return Tensor(UOp.const(dt, cast_const(arg, self.dtype, dt)), device=self.device)
+        if dtypes.is_weak(self.dtype) and not dtypes.is_weak(dt):  # a lazy weak value meets its consumer
+            return self._new(lower_weak(self.uop, dt))
         return self._new(self.uop.cast(dt))
 
     def _broadcast_to(self, shape: Shape) -> Tensor:
@@ -296,7 +314,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return self._new(u.expand(shape))
 
     def _new(self, u: UOp) -> Tensor:
-        return Tensor(u, device=self.device)
+        t = Tensor(u, device=self.device)
+        if u.op in VIEW_OPS or u is self.uop:  # an assign into it writes into this tensor (storage.py, views of unrealized values)
+            note_view(self, t)
+        return t
 
     def _binop(self, op: Ops, x: Operand, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
@@ -374,10 +395,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return c._new(UOp(Ops.WHERE, xt.dtype, (c.uop, xt.uop, yt.uop)))
 
     def cast(self, dtype: DType | str) -> Tensor:
-        dt = to_dtype(dtype)
-        if dtypes.is_weak(dt):
-            raise TypeError(f"cannot cast a tensor to the weak dtype {dt!r}")
-        return self._cast_to(dt)
+        """This value in `dtype`. A weak dtype gives a lazy value (tensor/weak.py): a float cast to weakint is
+        truncated for every consumer; only realizing it is an error."""
+        return self._cast_to(to_dtype(dtype))
 
     def _unary(self, op: Ops) -> Tensor:
         x = self._cast_to(least_upper_float(self.dtype))
