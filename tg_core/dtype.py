@@ -56,6 +56,16 @@ class DType:
     def base(self) -> DType:
         return self
 
+    @property
+    def min(self) -> ConstType:
+        """The smallest value this dtype holds (-inf for floats): `dtypes.min(self)`, as tinygrad's `dt.min`."""
+        return dtypes.min(self)
+
+    @property
+    def max(self) -> ConstType:
+        """The largest value this dtype holds (inf for floats): `dtypes.max(self)`, as tinygrad's `dt.max`."""
+        return dtypes.max(self)
+
     def scalar(self) -> DType:
         return self._scalar if self._scalar is not None else self
 

@@ -89,6 +89,14 @@ def _binop(op: Ops, reverse: bool = False) -> Callable[[UOp, Any], UOp]:
     return method
 
 
+def _not_a_dtype(ctor: str, dtype: object, other: object) -> None:
+    """The error for a constructor whose dtype argument is not a DType, naming tg's argument order (tinygrad
+    code and habit put the value first: `UOp.const(3, dtypes.int)` is `UOp.const(dtypes.int, 3)` here)."""
+    order = "(dtype, value)" if ctor == "const" else "(index, dtype, name=None)"
+    hint = f"; write UOp.{ctor}({other!r}, {dtype!r})" if ctor == "const" and isinstance(other, DType) else ""
+    raise TypeError(f"UOp.{ctor} takes {order}: its dtype argument is {dtype!r}, not a DType{hint}")
+
+
 class UOp(TensorOps):
     """One node: `op` applied to `src` nodes, producing `dtype`, parametrized by `arg`; `tag` is free for passes."""
     # _minmax, _ranges: lazily computed analyses; _lin: the linear form of a canonical integer sum (set by
@@ -201,6 +209,8 @@ class UOp(TensorOps):
     @staticmethod
     def const(dtype: DType, value: ConstType | tuple[ConstType, ...]) -> UOp:
         """A constant of `dtype`; a tuple value makes a vector constant with one value per lane."""
+        if not isinstance(dtype, DType):
+            _not_a_dtype("const", dtype, value)
         if isinstance(value, UOp):
             raise TypeError(f"UOp.const takes a Python value, got the UOp {value.render()}")
         if isinstance(value, tuple):
@@ -230,8 +240,22 @@ class UOp(TensorOps):
         return UOp(Ops.RANGE, dtype, (end_uop,), (axis_id, kind))
 
     @staticmethod
-    def param(index: int, dtype: DType, name: str | None = None) -> UOp:
-        """A numbered placeholder: a kernel argument or a function input."""
+    def param(index: int, dtype: DType, name: str | None = None, *, shape: Any = None) -> UOp:
+        """A numbered placeholder: a kernel argument or a function input. A buffer argument's dtype is a
+        pointer (`dtypes.int.ptr(16)`); tinygrad's shape argument (`UOp.param(0, dtypes.int, 16)`, `shape=`)
+        is an error naming that spelling, where it would otherwise name a scalar param "16"."""
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"UOp.param(index, dtype, name=None): the index is an int, got {index!r} (tinygrad's "
+                            f"placeholder(shape, dtype, slot) is UOp.param(slot, dtype.ptr(prod(shape))) here)")
+        if not isinstance(dtype, DType):
+            _not_a_dtype("param", dtype, index)
+        size = shape if shape is not None else name if name is not None and not isinstance(name, str) else None
+        if size is not None:
+            n = size if isinstance(size, int) else math.prod(size) if isinstance(size, (tuple, list)) else None
+            spelled = f"UOp.param({index}, {dtype!r}.ptr({n}))" if isinstance(n, int) else \
+                f"UOp.param({index}, {dtype!r}.ptr(size))"
+            raise TypeError(f"UOp.param(index, dtype, name=None) takes no shape (tinygrad's third argument), got "
+                            f"{size!r}: a buffer of n elements is a pointer dtype, {spelled}; name must be a str")
         return UOp(Ops.PARAM, dtype, (), index if name is None else (index, name))
 
     placeholder = param
