@@ -94,9 +94,9 @@ class MovementMixin(TensorBase):
     def pad(self, padding: Sequence, mode: str = "constant", value: float | int | bool = 0) -> Tensor:
         """Pad with `value`: one (before, after) pair (or None) per axis, or PyTorch's flat form (last axis
         first). Negative amounts remove elements."""
-        if mode != "constant":
-            raise NotImplementedError(f"pad mode {mode!r}: only 'constant' is supported")
         pairs = _pad_pairs(padding, self.shape)
+        if mode != "constant":
+            return self._pad_from_edges(pairs, mode, value)
         x = self.shrink(tuple((max(0, -b), n - max(0, -a)) for (b, a), n in zip(pairs, self.shape)))
         pos = tuple((max(0, b), max(0, a)) for b, a in pairs)
         out = x._new(x.uop.pad(pos))
@@ -104,6 +104,39 @@ class MovementMixin(TensorBase):
             return out
         inside = type(self).ones(x.shape, dtype=dtypes.bool, device=self.device)
         return inside._new(inside.uop.pad(pos)).where(out, value)
+
+    def _pad_from_edges(self, pairs: list[tuple[int, int]], mode: str, value: float | int | bool) -> Tensor:
+        """pad's modes that copy the input (PyTorch's): 'reflect' mirrors about the edge element, 'replicate'
+        repeats it, 'circular' wraps around. Each axis is a cat of slices of the input, so gradients flow."""
+        if mode not in ("reflect", "replicate", "circular"):
+            raise ValueError(f"pad mode {mode!r} is not one of 'constant', 'reflect', 'replicate', 'circular'")
+        if value != 0:
+            raise ValueError(f"pad mode {mode!r} takes no value (got value={value!r}); only 'constant' fills")
+        x = cast("Tensor", self)
+        for d, ((b, a), n) in enumerate(zip(pairs, self.shape)):
+            if b == a == 0:
+                continue
+            if b < 0 or a < 0:
+                raise ValueError(f"pad mode {mode!r}: padding {pairs[d]} of axis {d} is negative; only 'constant' "
+                                 "removes elements")
+            limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
+            if n == 0 or (limit is not None and max(b, a) > limit):
+                raise ValueError(f"pad mode {mode!r}: padding {pairs[d]} of axis {d} (size {n}) of {self.shape} is too "
+                                 f"large (allowed: at most {limit if limit is not None else 'any'} per side for a "
+                                 "non-empty axis)")
+
+            def part(lo: int, hi: int, x: Tensor = x, d: int = d) -> Tensor:
+                return x.shrink(tuple((lo, hi) if i == d else None for i in range(x.ndim)))
+            if mode == "reflect":
+                before, after = part(1, b + 1).flip(d), part(n - 1 - a, n - 1).flip(d)
+            elif mode == "circular":
+                before, after = part(n - b, n), part(0, a)
+            else:
+                ends = [part(0, 1), part(n - 1, n)]
+                grow = [tuple(k if i == d else s for i, s in enumerate(x.shape)) for k in (b, a)]
+                before, after = ends[0].expand(grow[0]), ends[1].expand(grow[1])
+            x = before.cat(x, after, dim=d)
+        return x
 
     def repeat(self, repeats: int | Sequence[int], *args: int) -> Tensor:
         reps = ints_arg(tuple(repeats) if isinstance(repeats, Sequence) and not args else (repeats, *args),
@@ -164,6 +197,104 @@ class MovementMixin(TensorBase):
         int_arg(chunks, "chunk: the number of chunks", lo=1)
         n = self.shape[self._axis(dim, "dim")]
         return self.split(max(1, -(-n // chunks)), dim)
+
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+        """Shift elements along dims, wrapping around (PyTorch's roll); dims=None rolls the flattened tensor."""
+        if dims is None:
+            if isinstance(shifts, (tuple, list)) and len(shifts) != 1:
+                raise ValueError(f"roll: without dims, shifts is one int, got {shifts!r}")
+            return self.flatten().roll(shifts, 0).reshape(self.shape)
+        sh = ints_arg(shifts, "roll: shifts") if isinstance(shifts, (tuple, list)) else (int_arg(shifts, "roll: shifts"),)
+        ds = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        if len(sh) != len(ds):
+            raise ValueError(f"roll: shifts {shifts!r} and dims {dims!r} must have the same length")
+        x = cast("Tensor", self)
+        for s, dim in zip(sh, ds):
+            d = self._axis(dim, "dim")
+            n = self.shape[d]
+            if n == 0 or s % n == 0:
+                continue
+            k = s % n   # the last k elements come first
+            parts = x.split([n - k, k], d)
+            x = parts[1].cat(parts[0], dim=d)
+        return x
+
+    def repeat_interleave(self, repeats: int | Sequence[int], dim: int | None = None) -> Tensor:
+        """Repeat each element `repeats` times along dim (the flattened tensor when dim is None), PyTorch's
+        repeat_interleave; repeats is an int or one count per element of that axis."""
+        if dim is None:
+            return self.flatten().repeat_interleave(repeats, 0)
+        d = self._axis(dim, "dim")
+        n = self.shape[d]
+        if isinstance(repeats, (tuple, list)):
+            reps = ints_arg(repeats, "repeat_interleave: repeats", lo=0)
+            if len(reps) != n:
+                raise ValueError(f"repeat_interleave: {len(reps)} repeat counts for dim {dim} of size {n} in "
+                                 f"{self.shape} (allowed: one count per element, or one int)")
+            # the counts are known on the host: each output position names its source element
+            parts = [self.shrink(tuple((j, j + 1) if i == d else None for i in range(self.ndim)))
+                     .expand(tuple(r if i == d else s for i, s in enumerate(self.shape))) for j, r in enumerate(reps) if r]
+            if not parts:
+                return self.shrink(tuple((0, 0) if i == d else None for i in range(self.ndim)))
+            return parts[0].cat(*parts[1:], dim=d)
+        r = int_arg(repeats, "repeat_interleave: repeats", lo=0)
+        x = self.unsqueeze(d + 1)
+        x = x.expand(tuple(r if i == d + 1 else s for i, s in enumerate(x.shape)))
+        return x.reshape(self.shape[:d] + (n * r,) + self.shape[d + 1:])
+
+    def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids from 1-D tensors (PyTorch's meshgrid): with 'ij' output k varies along axis k;
+        with 'xy' the first two axes are swapped (numpy's Cartesian order)."""
+        if indexing not in ("ij", "xy"):
+            raise ValueError(f"meshgrid: indexing is 'ij' or 'xy', got {indexing!r}")
+        ts = [cast("Tensor", self), *others]
+        for t in ts:
+            if t.ndim > 1:
+                raise ValueError(f"meshgrid needs 0-d or 1-d tensors, got one of shape {t.shape}")
+        ts = [t.reshape(-1) for t in ts]
+        axis_of = list(range(len(ts)))   # the output axis input k varies along
+        if indexing == "xy" and len(ts) > 1:
+            axis_of[0], axis_of[1] = 1, 0
+        shape = [0] * len(ts)
+        for k, t in enumerate(ts):
+            shape[axis_of[k]] = t.shape[0]
+        return tuple(t.reshape(tuple(-1 if i == axis_of[k] else 1 for i in range(len(ts)))).expand(tuple(shape))
+                     for k, t in enumerate(ts))
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal of the (dim1, dim2) planes as a new last axis (PyTorch's diagonal; a view): offset > 0
+        is above the main diagonal, < 0 below."""
+        off = int_arg(offset, "diagonal: offset")
+        d1, d2 = self._axis(dim1, "dim1"), self._axis(dim2, "dim2")
+        if self.ndim < 2 or d1 == d2:
+            raise ValueError(f"diagonal needs two different dims of a tensor of at least 2 dims, got dim1={dim1}, "
+                             f"dim2={dim2} for shape {self.shape}")
+        rest = [i for i in range(self.ndim) if i not in (d1, d2)]
+        x = self.permute(rest + [d1, d2])
+        n1, n2 = self.shape[d1], self.shape[d2]
+        r0, c0 = max(0, -off), max(0, off)
+        m = max(0, min(n1 - r0, n2 - c0))
+        lead = x.shape[:-2]
+        if m == 0:
+            return x.shrink(tuple(None for _ in lead) + ((0, 0), (0, 1 if n2 else 0))).reshape(lead + (0,))
+        x = x.shrink(tuple(None for _ in lead) + ((r0, r0 + m), (c0, c0 + m)))
+        # element i*(m+1) of the flattened m x m square is [i, i]: a (m, m+1) view puts them in column 0
+        x = x.reshape(lead + (m * m,)).pad(tuple((0, 0) for _ in lead) + ((0, m),)).reshape(lead + (m, m + 1))
+        return x.shrink(tuple(None for _ in lead) + (None, (0, 1))).reshape(lead + (m,))
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        """PyTorch's diag: a 1-D tensor becomes the square matrix with it on the `diagonal`-th diagonal; a 2-D
+        tensor gives that diagonal."""
+        k = int_arg(diagonal, "diag: diagonal")
+        if self.ndim == 2:
+            return self.diagonal(k)
+        if self.ndim != 1:
+            raise ValueError(f"diag needs a 1-D or 2-D tensor, got shape {self.shape}")
+        n = self.shape[0]
+        i = type(self)._iota(n, self.device)
+        sq = i.reshape(n, 1).eq(i.reshape(1, n)).where(self.unsqueeze(1), False if dtypes.is_bool(self.dtype) else 0)
+        a = abs(k)
+        return sq.pad(((0, a), (a, 0)) if k >= 0 else ((a, 0), (0, a)))
 
     # ---- indexing ------------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from tg_core.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tg_core.tensor.args import int_arg
 from tg_core.tensor.base import TensorBase
 from tg_core.tensor.checks import check_range
 from tg_core.uop.ops import Ops
@@ -164,8 +165,46 @@ class NNMixin(TensorBase):
     def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
         return _reduced(-(Y * self.log() + (1 - Y) * (1 - self).log()), reduction)
 
-    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean") -> Tensor:
-        return _reduced(self.maximum(0) - Y * self + (1 + (-self.abs()).exp()).log(), reduction)
+    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+        """PyTorch's BCE-with-logits: pos_weight (broadcast against the last axis, one per class) weighs the
+        positive term: (1 - y) * x + (1 + (pw - 1) * y) * log(1 + exp(-x)), with log(1 + exp(-x)) computed
+        as log1p(exp(-|x|)) + max(-x, 0) so that it never overflows."""
+        softplus_neg = (1 + (-self.abs()).exp()).log() + (-self).maximum(0)
+        if pos_weight is None:
+            return _reduced((1 - Y) * self + softplus_neg, reduction)
+        if not isinstance(pos_weight, TensorBase):
+            raise TypeError(f"binary_crossentropy_logits: pos_weight is a Tensor, got {type(pos_weight).__name__}")
+        return _reduced((1 - Y) * self + (1 + (pos_weight - 1) * Y) * softplus_neg, reduction)
+
+    def nll_loss(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                 reduction: str = "mean") -> Tensor:
+        """PyTorch's nll_loss on log-probabilities: classes on axis 1 ((C,) input: axis 0), target the class
+        indices; loss = -weight[t] * x[t], a mean divides by the summed weights of the targets not ignored."""
+        ax = 1 if self.ndim > 1 else 0
+        if self.ndim == 0:
+            raise ValueError("nll_loss needs an input of shape (C,), (N, C) or (N, C, d1, ...), got a 0-d tensor")
+        c = self.shape[ax]
+        expect = self.shape[:ax] + self.shape[ax + 1:]
+        if target.shape != expect:
+            raise ValueError(f"nll_loss: target of shape {target.shape} does not fit input {self.shape} (expected "
+                             f"{expect})")
+        if not dtypes.is_int(target.dtype):
+            raise TypeError(f"nll_loss: targets are class indices and must be ints, got {target.dtype!r}")
+        if weight is not None and weight.shape != (c,):
+            raise ValueError(f"nll_loss: weight of shape {weight.shape} must have one entry per class, ({c},)")
+        hot = check_range(target._one_hot(c), target, 0, c, ignore=ignore_index,
+                          describe=lambda v: f"nll_loss: target {v} is out of bounds for {c} classes (allowed: 0 to "
+                                             f"{c - 1}, or ignore_index={ignore_index})")
+        x = self._cast_to(least_upper_float(self.dtype))
+        hot = hot._cast_to(x.dtype) if weight is None else hot * weight._cast_to(x.dtype)
+        if ax != self.ndim - 1:
+            hot = hot.permute((0, hot.ndim - 1) + tuple(range(1, hot.ndim - 1)))
+        keep = target.ne(ignore_index)
+        w = keep.where(hot.sum(ax), 0)               # the weight of each target (0 where ignored)
+        loss = -(x * hot).sum(ax) * keep
+        if reduction == "mean":
+            return loss.sum() / w.sum()
+        return _reduced(loss, reduction)
 
     # ---- convolution and pooling ---------------------------------------------------------------------------
 
@@ -191,6 +230,19 @@ class NNMixin(TensorBase):
             order = list(range(axis)) + [nd - 2, nd - 1] + list(range(axis + 1, nd - 2)) + [axis]
             x = x.permute(order)
         return x
+
+    def unfold(self, dimension: int, size: int, step: int) -> Tensor:
+        """Every window of `size` elements along `dimension`, `step` apart (PyTorch's Tensor.unfold): that axis
+        becomes the number of windows and the window is a new last axis. Movement ops only."""
+        d = self._axis(dimension, "dimension")
+        k = int_arg(size, "unfold: size", lo=1)
+        s = int_arg(step, "unfold: step", lo=1)
+        n = self.shape[d] if self.ndim else 1
+        if k > n:
+            raise ValueError(f"unfold: size {k} is larger than dimension {dimension} of size {n} in {self.shape}")
+        x = self.reshape(1) if self.ndim == 0 else self
+        w = x._window(d, k, s, 1)                      # (..., windows, k, ...)
+        return w.permute([i for i in range(w.ndim) if i != d + 1] + [d + 1]) if self.ndim else w.reshape(k)
 
     def _pool(self, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
         """The last len(k) axes replaced by the output axes, followed by the kernel axes."""
@@ -350,6 +402,141 @@ class NNMixin(TensorBase):
         keep = type(self).rand(self.shape, device=self.device) >= p
         return keep.where(self * (1 / (1 - p)), 0)
 
+    # ---- einsum and attention ------------------------------------------------------------------------------
+
+    @staticmethod
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
+        """Einstein summation (PyTorch's einsum): 'ij,jk->ik', implicit output (the letters used once, in
+        alphabetical order), '...' for broadcast axes, a letter repeated in one operand takes its diagonal.
+        The operands are aligned to one order of all letters, multiplied, and summed over the letters the
+        output lacks: one elementwise product and one reduce, which the scheduler fuses."""
+        ops: list[Tensor] = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) \
+            else list(cast("Sequence[Tensor]", operands))
+        if not isinstance(formula, str):
+            raise TypeError(f"einsum: the formula is a str, got {type(formula).__name__}")
+        specs, out_spec = _einsum_specs(formula, [t.shape for t in ops])
+        sizes: dict[str, int] = {}
+        aligned: list[tuple[Tensor, list[str]]] = []
+        for t, spec in zip(ops, specs):
+            while len(set(spec)) != len(spec):          # a repeated letter: its diagonal, as a last axis
+                c = next(ch for i, ch in enumerate(spec) if ch in spec[:i])
+                p = spec.index(c)
+                q = spec.index(c, p + 1)
+                t = t.diagonal(0, p, q)
+                spec = [ch for i, ch in enumerate(spec) if i not in (p, q)] + [c]
+            for ch, n in zip(spec, t.shape):
+                if n != 1 and sizes.get(ch, 1) not in (1, n):
+                    raise ValueError(f"einsum {formula!r}: subscript {_show(ch)} has sizes {sizes[ch]} and {n} in "
+                                     f"operand shapes {[o.shape for o in ops]}")
+                if n != 1 or ch not in sizes:
+                    sizes[ch] = n
+            aligned.append((t, spec))
+        letters = sorted(sizes)
+        prod_t: Tensor | None = None
+        for t, spec in aligned:
+            # the operand's axes in the global letter order, with a 1 for each letter it lacks
+            order = sorted(range(len(spec)), key=lambda i: letters.index(spec[i]))
+            t = t.permute(order) if order != list(range(len(spec))) else t
+            have = dict(zip((spec[i] for i in order), t.shape))
+            t = t.reshape(tuple(have.get(ch, 1) for ch in letters)) if letters else t
+            prod_t = t if prod_t is None else prod_t * t
+        if prod_t is None:
+            raise ValueError(f"einsum {formula!r} needs at least one operand")
+        prod_t = prod_t._broadcast_to(tuple(sizes[ch] for ch in letters))
+        summed = [i for i, ch in enumerate(letters) if ch not in out_spec]
+        kept = [ch for ch in letters if ch in out_spec]
+        res = prod_t.sum(tuple(summed), dtype=_acc(prod_t.dtype)) if summed else prod_t
+        res = res.cast(prod_t.dtype) if res.dtype is not prod_t.dtype else res
+        perm = [kept.index(ch) for ch in out_spec]
+        return res.permute(perm) if perm != list(range(len(perm))) else res
+
+    def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                     dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                     enable_gqa: bool = False) -> Tensor:
+        """PyTorch's F.scaled_dot_product_attention: softmax(q @ k^T * scale + mask) @ v with q = self
+        (..., L, E), key (..., S, E), value (..., S, Ev). A bool attn_mask keeps where True, a float one is
+        added; is_causal keeps the lower triangle (top-left aligned). dropout_p > 0 drops attention weights
+        (always, as PyTorch's function does, not only in training). enable_gqa lets key and value have fewer
+        heads (axis -3) than the query, a divisor of its count: each is repeated for its group."""
+        q = cast("Tensor", self)
+        for name, t in (("query", q), ("key", key), ("value", value)):
+            if t.ndim < 2:
+                raise ValueError(f"scaled_dot_product_attention: {name} needs at least 2 dims (..., L, E), got shape "
+                                 f"{t.shape}")
+        if key.shape[-1] != q.shape[-1] or key.shape[-2] != value.shape[-2]:
+            raise ValueError(f"scaled_dot_product_attention: query {q.shape}, key {key.shape} and value {value.shape} "
+                             "do not fit (needed: query (..., L, E), key (..., S, E), value (..., S, Ev))")
+        if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
+            raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p!r}")
+        if is_causal and attn_mask is not None:
+            raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal=True, not both")
+        if enable_gqa and q.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != q.shape[-3]:
+            hq, hk = q.shape[-3], key.shape[-3]
+            if hk == 0 or hq % hk or value.shape[-3] != hk:
+                raise ValueError(f"scaled_dot_product_attention: with enable_gqa the query's {hq} heads must be a "
+                                 f"multiple of the key's and value's, got {hk} and {value.shape[-3]}")
+            key, value = key.repeat_interleave(hq // hk, -3), value.repeat_interleave(hq // hk, -3)
+        sc = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        qk = q.matmul(key.transpose(-1, -2)) * sc
+        if is_causal:
+            L, S = qk.shape[-2], qk.shape[-1]
+            attn_mask = type(self)._iota(L, self.device).reshape(L, 1) >= type(self)._iota(S, self.device).reshape(1, S)
+        if attn_mask is not None:
+            qk = attn_mask.where(qk, -math.inf) if dtypes.is_bool(attn_mask.dtype) else qk + attn_mask
+        # the scores are the one realized intermediate: softmax and the product with value then fuse into
+        # a second kernel (left to itself the scheduler realizes qk and also softmax's output: 3 kernels)
+        w = qk.contiguous().softmax(-1)
+        if dropout_p > 0:
+            keep = type(self).rand(w.shape, device=self.device) >= dropout_p
+            w = keep.where(w * (1 / (1 - dropout_p)), 0)
+        return w.matmul(value)
+
+
+def _show(ch: str) -> str:
+    return "'...'" if ord(ch) >= 0x100 else repr(ch)
+
+
+def _einsum_specs(formula: str, shapes: list[tuple[int, ...]]) -> tuple[list[list[str]], list[str]]:
+    """Each operand's subscripts (an ellipsis as placeholder letters, right-aligned across operands) and the
+    output's."""
+    f = formula.replace(" ", "")
+    lhs, arrow, rhs = f.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != len(shapes):
+        raise ValueError(f"einsum {formula!r} names {len(inputs)} operands, got {len(shapes)}")
+    for part in [*inputs, rhs]:
+        bad = [ch for ch in part.replace("...", "") if not ch.isalpha()]
+        if bad or part.count("...") > 1:
+            raise ValueError(f"einsum {formula!r}: subscripts are letters with at most one '...' per operand, got "
+                             f"{part!r}")
+    ell = []
+    for spec, shape in zip(inputs, shapes):
+        n = len(spec.replace("...", ""))
+        e = len(shape) - n
+        if e < 0 or (e > 0 and "..." not in spec):
+            raise ValueError(f"einsum {formula!r}: subscripts {spec!r} do not fit an operand of shape {shape}")
+        ell.append(e)
+    ne = max(ell, default=0)
+    dots = [chr(0x100 + i) for i in range(ne)]
+    specs = []
+    for spec, e in zip(inputs, ell):
+        head, _, tail = spec.partition("...")
+        specs.append(list(head) + dots[ne - e:] + list(tail) if "..." in spec else list(spec))
+    if arrow:
+        head, _, tail = rhs.partition("...")
+        out = list(head) + (dots if "..." in rhs else []) + list(tail)
+        if len(set(out)) != len(out) or any(ch not in {c for s in specs for c in s} for ch in out):
+            raise ValueError(f"einsum {formula!r}: the output names each input subscript at most once, got {rhs!r}")
+        if "..." not in rhs and ne and any(e for e in ell):
+            raise ValueError(f"einsum {formula!r}: the output must keep the '...' axes")
+    else:
+        counts: dict[str, int] = {}
+        for s in specs:
+            for ch in s:
+                counts[ch] = counts.get(ch, 0) + 1
+        out = dots + sorted(ch for ch, k in counts.items() if k == 1 and ord(ch) < 0x100)
+    return specs, out
+
 
 def _acc(dt: DType) -> DType:
     """Products of halves accumulate in float32 (as in PyTorch); other dtypes in themselves."""
@@ -375,3 +562,4 @@ def _reduced(loss: Tensor, reduction: str) -> Tensor:
     if reduction == "none":
         return loss
     raise ValueError(f"reduction is 'mean', 'sum' or 'none', got {reduction!r}")
+
