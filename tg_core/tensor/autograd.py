@@ -126,7 +126,8 @@ class AutogradMixin(TensorBase):
         return cast("Tensor", self)
 
     def detach(self) -> Tensor:
-        """The same value with no gradient path; a view of a realized tensor's storage shares it."""
+        """The same value with no gradient path; a view of this tensor: it shares a realized tensor's storage,
+        and an assign into it writes into this tensor whether or not it is realized."""
         out = type(self)(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
         note_view(cast("Tensor", self), out)  # an assign into it writes into this tensor
         return out

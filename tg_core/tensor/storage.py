@@ -5,7 +5,8 @@ A tensor whose node is a chain of view ops (RESHAPE, PERMUTE, EXPAND, SHRINK, FL
 a view of that storage: it always shows the storage's current contents. Any other tensor is a value: it
 means what its graph computed when it was built. `write` into storage runs at once, in one schedule with
 every live unrealized value that reads the storage (those are computed first, from the old contents), so
-laziness never changes what a program means. Assigning to a value gives it new storage (`fresh_write`).
+laziness never changes what a program means. Assigning to a value gives it new storage (`fresh_write`);
+assigning to a view of an unrealized value writes into that value's tensor, realized for it (`note_view`).
 
 Three registries serve that and autograd (autograd.py):
 - the live tensors (weak): a write finds the unrealized values that still read the old contents, and
@@ -345,8 +346,9 @@ class StorageMixin(TensorBase):
 
     def assign(self, x: Operand) -> Tensor:
         """Give this tensor the value `x` (broadcast and cast to this tensor's shape and dtype). A view of
-        storage has `x` written into it, seen by every view of that storage; any other tensor gets new storage.
-        A tensor on another device is copied to this one."""
+        storage has `x` written into it, seen by every view of that storage; so does a view of an unrealized
+        tensor, whose root is realized first (`_write_through`); any other tensor gets new storage. An
+        expanded view is an error. A tensor on another device is copied to this one."""
         me = cast("Tensor", self)
         v = self._operand(x).to(self.device)._cast_to(self.dtype)._broadcast_to(self.shape)
         if v.uop is self.uop:
