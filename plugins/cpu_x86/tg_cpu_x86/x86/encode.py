@@ -6,10 +6,13 @@ are resolved by assemble(), which starts every branch short (rel8) and lengthens
 reach until nothing changes (lengthening only grows code, so this reaches a fixed point).
 """
 from __future__ import annotations
+
 import functools
 from dataclasses import dataclass, field
-from .operands import Reg, Mem, Imm, Label, Operand, REGS
-from .forms import Form, FORMS, BRANCHES, CONDITION_ALIASES, CMP_PREDICATES, TUPLE_TYPES
+from typing import cast
+
+from .forms import BRANCHES, CMP_PREDICATES, CONDITION_ALIASES, FORMS, TUPLE_TYPES, Form
+from .operands import REGS, Imm, Label, Mem, Operand, Reg
 
 
 class EncodeError(ValueError):
@@ -85,7 +88,8 @@ def _kind_matches(kind: str, op: Operand) -> bool:
         return op.cls == cls
     if isinstance(op, Mem):
         is_vsib = op.index is not None and op.index.cls != "gpr"
-        if vsib is not None: return is_vsib and op.index.cls == vsib and op.size * 8 == mem and not op.bcst
+        if vsib is not None:
+            return is_vsib and op.index is not None and op.index.cls == vsib and op.size * 8 == mem and not op.bcst
         if is_vsib or mem is None: return False
         if op.bcst: return bcst is not None and op.size * 8 == bcst
         return mem == 0 or op.size * 8 == mem
@@ -171,15 +175,21 @@ def _modrm(reg_field: int, rm: Reg | Mem, n: int = 1) -> tuple[bytes, int, int, 
 def encode_form(form: Form, ops: tuple[Operand, ...]) -> tuple[bytes, int | None]:
     """Bytes of one instruction and the offset of a rip-relative disp32 inside them (None when there is none)."""
     if form.evex is not None: return _encode_evex(form, ops)
-    reg_field, rm, vvvv, opreg, imm, is4 = form.digit or 0, None, 0, None, None, None
+    reg_field, vvvv = form.digit or 0, 0
     reg_op: Reg | None = None
+    rm: Reg | Mem | None = None
+    opreg: Reg | None = None
+    imm: Imm | None = None
+    is4: Reg | None = None
+    # select_form matched each operand to its kind: an R/V/O/L operand is a register, M a register or memory,
+    # I an immediate (the casts say so to the checker; nothing is converted)
     for role, op in zip(form.roles, ops):
-        if role == "R": reg_op, reg_field = op, op.num
-        elif role == "M": rm = op
-        elif role == "V": vvvv = op.num
-        elif role == "O": opreg = op
-        elif role == "I": imm = op
-        elif role == "L": is4 = op
+        if role == "R": reg_op = cast(Reg, op); reg_field = reg_op.num
+        elif role == "M": rm = cast("Reg | Mem", op)
+        elif role == "V": vvvv = cast(Reg, op).num
+        elif role == "O": opreg = cast(Reg, op)
+        elif role == "I": imm = cast(Imm, op)
+        elif role == "L": is4 = cast(Reg, op)
     if any(isinstance(o, Reg) and o.hi for o in ops) or any(isinstance(o, Mem) and o.bcst for o in ops):
         raise EncodeError(f"{form}: registers 16-31 and broadcasts need an EVEX (AVX-512) form")
     regs = [o for o in ops if isinstance(o, Reg)]
@@ -193,8 +203,8 @@ def encode_form(form: Form, ops: tuple[Operand, ...]) -> tuple[bytes, int | None
         if rex or any(o.needs_rex for o in regs): head = form.prefixes + bytes([0x40 | rex]) + form.escape
         else: head = form.prefixes + form.escape
     else:
-        l, pp, mmmmm, w = form.vex
-        tail = ((~vvvv & 15) << 3) | (l << 2) | pp
+        vex_l, pp, mmmmm, w = form.vex
+        tail = ((~vvvv & 15) << 3) | (vex_l << 2) | pp
         if mmmmm == 1 and w == 0 and not rex_x and not rex_b: head = bytes([0xC5, ((rex_r ^ 1) << 7) | tail])
         else:
             head = bytes([0xC4, ((rex_r ^ 1) << 7) | ((rex_x ^ 1) << 6) | ((rex_b ^ 1) << 5) | mmmmm, (w << 7) | tail])
@@ -209,13 +219,15 @@ def _encode_evex(form: Form, ops: tuple[Operand, ...]) -> tuple[bytes, int | Non
     stored inverted), opcode, ModRM/SIB with the compressed displacement, immediate."""
     assert form.evex is not None
     ll, pp, mm, w = form.evex
-    reg_field, rm, vvvv, imm, aaa, z = form.digit or 0, None, 0, None, 0, 0
-    for role, op in zip(form.roles, ops):
-        if role == "R": reg_field = op.num
-        elif role == "M": rm = op
-        elif role == "V": vvvv = op.num
-        elif role == "I": imm = op
-        elif role in "KZ": aaa, z = op.num, int(role == "Z")
+    reg_field, vvvv, aaa, z = form.digit or 0, 0, 0, 0
+    rm: Reg | Mem | None = None
+    imm: Imm | None = None
+    for role, op in zip(form.roles, ops):  # the operands match their kinds (see encode_form)
+        if role == "R": reg_field = cast(Reg, op).num
+        elif role == "M": rm = cast("Reg | Mem", op)
+        elif role == "V": vvvv = cast(Reg, op).num
+        elif role == "I": imm = cast(Imm, op)
+        elif role in "KZ": aaa, z = cast(Reg, op).num, int(role == "Z")
     bcst = isinstance(rm, Mem) and rm.bcst
     n = 1
     if isinstance(rm, Mem):
@@ -243,9 +255,9 @@ def _encode(mnemonic: str, ops: tuple[Operand, ...]) -> tuple[Form, bytes, int |
         raise EncodeError(f"{mnemonic}: a label is only allowed as a branch target or as Mem('rip', disp=label)")
     form = select_form(mnemonic, ops)
     if "gather" in mnemonic:
-        mem = ops[1]
-        assert isinstance(mem, Mem) and mem.index is not None
-        if len({ops[0].num, mem.index.num, ops[2].num}) != 3:
+        dst, mem, mask = ops[0], ops[1], ops[2]
+        assert isinstance(dst, Reg) and isinstance(mem, Mem) and mem.index is not None and isinstance(mask, Reg)
+        if len({dst.num, mem.index.num, mask.num}) != 3:
             raise EncodeError(f"{mnemonic}: destination, index and mask must be three different registers "
                               "(the same register twice faults)")
     code, disp_at = encode_form(form, ops)
@@ -310,7 +322,8 @@ class Assembler:
     _code: bytes | None = None
 
     def emit(self, mnemonic: str, *operands: Operand | str | int) -> Instruction:
-        ops = operands if all(type(o) in _OPERAND_TYPES for o in operands) else tuple(map(self._operand, operands))
+        ops: tuple[Operand, ...] = (cast("tuple[Operand, ...]", operands) if all(type(o) in _OPERAND_TYPES for o in operands)
+                                    else tuple(map(self._operand, operands)))
         mnemonic = _ALIASES.get(mnemonic, mnemonic)
         if mnemonic in _CMP_PSEUDO:
             mnemonic, pred = _CMP_PSEUDO[mnemonic]
@@ -394,7 +407,7 @@ class Assembler:
             elif isinstance(it, Instruction):
                 assert len(out) == it.offset
                 out += self._final_bytes(it)
-        for lab, blob, align in self.consts:
+        for lab, blob, _align in self.consts:  # the label's position already includes the alignment
             out += bytes(self.labels[lab.name] - len(out)) + blob
         assert len(out) == end
         self._code = bytes(out)
@@ -428,7 +441,7 @@ class Assembler:
             assert isinstance(pred, Imm)
             if pred.value < len(CMP_PREDICATES):
                 mnemonic, ops, kinds = f"vcmp{CMP_PREDICATES[pred.value]}{form.mnemonic[4:]}", ops[:-1], kinds[:-1]
-        parts = []
+        parts: list[str] = []
         for kind, role, op in zip(kinds, form.roles, ops):
             if role in "KZ":  # a write mask is printed after the operand it masks: "zmm1 {k1} {z}"
                 parts[-1] += f" {{{op}}}" + (" {z}" if role == "Z" else "")

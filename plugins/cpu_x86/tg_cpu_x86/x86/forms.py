@@ -24,6 +24,7 @@ L register in imm8[7:4] (is4), K EVEX.aaa merge masking (`zmm1 {k1}`), Z EVEX.aa
 Rows are tried in order, so a shorter encoding is listed before a longer one that takes the same operands.
 """
 from __future__ import annotations
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -81,8 +82,8 @@ def parse_form(mnemonic: str, kinds: str, encoding: str, roles: str, text: str |
         if tuple_type not in TUPLE_TYPES:
             raise ValueError(f"form {mnemonic} {kinds}: tuple type {tuple_type!r} is not one of {', '.join(TUPLE_TYPES)}")
     elif toks[0].startswith("V."):
-        _, l, pp, mp, w = toks.pop(0).split(".")
-        vex = ({"128": 0, "256": 1}[l], _PP[pp], _MAPS[mp], {"W0": 0, "W1": 1}[w])
+        _, vex_l, pp, mp, w = toks.pop(0).split(".")
+        vex = ({"128": 0, "256": 1}[vex_l], _PP[pp], _MAPS[mp], {"W0": 0, "W1": 1}[w])
     else:
         while toks[0] in ("66", "F2", "F3"): prefixes += bytes.fromhex(toks.pop(0))
         if toks[0] == "W": rex_w = bool(toks.pop(0))
@@ -167,11 +168,11 @@ def _integer_rows() -> list[tuple[str, ...]]:
             add(("movsx", f"r{s} rm16", f"{p}0F BF /r", "RM"))
     add(("movsxd", "r64 rm32", "W 63 /r", "RM"))
     # BMI: shifts by any register (not only cl) and and-not, with a separate destination
-    for sz, w in ((4, "W0"), (8, "W1")):
+    for sz, vex_w in ((4, "W0"), (8, "W1")):
         s = _SIZE_SUFFIX[sz]
         for name, pp in (("shlx", "66"), ("sarx", "F3"), ("shrx", "F2")):
-            add((name, f"r{s} rm{s} r{s}", f"V.128.{pp}.0F38.{w} F7 /r", "RMV"))
-        add(("andn", f"r{s} r{s} rm{s}", f"V.128.NP.0F38.{w} F2 /r", "RVM"))
+            add((name, f"r{s} rm{s} r{s}", f"V.128.{pp}.0F38.{vex_w} F7 /r", "RMV"))
+        add(("andn", f"r{s} r{s} rm{s}", f"V.128.NP.0F38.{vex_w} F2 /r", "RVM"))
     for name, d in (("prefetchnta", 0), ("prefetcht0", 1), ("prefetcht1", 2), ("prefetcht2", 3)):
         add((name, "m8", f"0F 18 /{d}", "M"))
     for cc, name in enumerate(CONDITIONS): add((f"set{name}", "rm8", f"0F {0x90 + cc:02X} /0", "M"))
@@ -269,11 +270,11 @@ def _vex_rows() -> list[tuple[str, ...]]:
             add((f"vcvtsi2{t}", f"x x rm{s}", f"V.128.{pp}.0F.{w} 2A /r", "RVM"))
             add((f"vcvtt{t}2si", f"r{s} xm{bits}", f"V.128.{pp}.0F.{w} 2C /r", "RM"))
             add((f"vcvt{t}2si", f"r{s} xm{bits}", f"V.128.{pp}.0F.{w} 2D /r", "RM"))
-    for fam, base in (("vfmadd", 0x98), ("vfmsub", 0x9A), ("vfnmadd", 0x9C), ("vfnmsub", 0x9E)):
+    for fam, op_base in (("vfmadd", 0x98), ("vfmsub", 0x9A), ("vfnmadd", 0x9C), ("vfnmsub", 0x9E)):
         for order, off in (("132", 0x00), ("213", 0x10), ("231", 0x20)):
             for t, (_, bits) in types.items():
                 w = "W0" if bits == 32 else "W1"
-                op = f"{base + off + (t[0] == 's'):02X}"
+                op = f"{op_base + off + (t[0] == 's'):02X}"
                 if t[0] == "p": packed(f"{fam}{order}{t}", "66", "0F38", op, "V V VM", "RVM", w=w)
                 else: add((f"{fam}{order}{t}", f"x x xm{bits}", f"V.128.66.0F38.{w} {op} /r", "RVM"))
     for name, op in (("vrsqrt", "52"), ("vrcp", "53")):  # ~12-bit approximations
@@ -309,9 +310,9 @@ def _vex_rows() -> list[tuple[str, ...]]:
     packed("vmovdqu", "F3", "0F", "6F", "V VM", "RM"); packed("vmovdqu", "F3", "0F", "7F", "VM V", "MR")
     packed("vmovdqa", "66", "0F", "6F", "V VM", "RM"); packed("vmovdqa", "66", "0F", "7F", "VM V", "MR")
     for name, op, src in _triples(_INT_VECTOR_WIDEN):
-        src = int(src)
-        add((name, f"x xm{src}", f"V.128.66.0F38.W0 {op} /r", "RM"))
-        add((name, f"y xm{src * 2}", f"V.256.66.0F38.W0 {op} /r", "RM"))
+        src_bits = int(src)
+        add((name, f"x xm{src_bits}", f"V.128.66.0F38.W0 {op} /r", "RM"))
+        add((name, f"y xm{src_bits * 2}", f"V.256.66.0F38.W0 {op} /r", "RM"))
     for name, op, bits in (("vbroadcastss", "18", 32), ("vpbroadcastd", "58", 32), ("vpbroadcastq", "59", 64)):
         add((name, f"x xm{bits}", f"V.128.66.0F38.W0 {op} /r", "RM"))
         add((name, f"y xm{bits}", f"V.256.66.0F38.W0 {op} /r", "RM"))

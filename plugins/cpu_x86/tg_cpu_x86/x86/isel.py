@@ -205,14 +205,14 @@ class Selector:
     def _acc_of(self, idx: UOp) -> UOp | None:
         """The DEFINE_REG an INDEX addresses (through AFTERs), if it is an accumulator (one element)."""
         buf = buffer_of(idx)
-        return buf if buf.op is Ops.DEFINE_REG and buf.dtype.size == 1 else None
+        return buf if buf.op is Ops.DEFINE_REG and buf.ptrdtype.size == 1 else None
 
     def local(self, arr: UOp) -> FrameRef:
         """A register array of more than one element (a packed panel): a stack array in the frame."""
         if arr not in self.locals:
             self.local_bytes = -(-self.local_bytes // 32) * 32
             self.locals[arr] = self.local_bytes
-            self.local_bytes += arr.dtype.size * arr.dtype.base.itemsize
+            self.local_bytes += arr.ptrdtype.size * arr.dtype.base.itemsize
         return FrameRef("local", self.locals[arr])
 
     def _accumulator_updates(self) -> dict[UOp, UOp]:
@@ -230,6 +230,7 @@ class Selector:
             if v.op not in _IN_PLACE or self.users.get(v) != [u] or v not in self.pos:
                 continue
             acc = self._acc_of(u.src[0])
+            assert acc is not None  # checked above
             lo, hi = self.pos[v], self.pos[u]
             reads_between = any(lo < self.pos[x] < hi for w in loads.get(acc, ()) if self.pos[w] < hi
                                 for x in self.users.get(w, ()))
@@ -285,7 +286,9 @@ class Selector:
         if not self._linear(idx, rng, 1, terms):
             return None
         disp, step = terms.pop(None, 0) * size, terms.pop(rng, 0) * size
-        inv = tuple(sorted(((u, c * size) for u, c in terms.items() if c), key=lambda t: self.pos[t[0]]))
+        # the constant (the None key) is popped: the rest are nodes
+        inv = tuple(sorted(((u, c * size) for u, c in terms.items() if u is not None and c),
+                           key=lambda t: self.pos[t[0]]))
         if not all(-2**31 <= v < 2**31 for v in (disp, step, *(c for _, c in inv))):
             return None
         key = (rng, buf, frame, inv, step)
@@ -671,13 +674,13 @@ def sel_float_binary(ctx: Selector, u: UOp) -> None:
 def sel_float_max(ctx: Selector, u: UOp) -> None:
     """max propagating NaN from either side: vmax gives b when either is NaN; a NaN a is then blended in."""
     a, b = _const_last(u)
-    a, b = ctx.reg(a), ctx.fsrc(b)
+    av, bv = ctx.reg(a), ctx.fsrc(b)
     dt = u.dtype
     t, m = ctx.new(dt), VReg("vec", 16)
-    ctx.ins("vmax" + _SFX[dt], t, a, b, w=(0,), r=(1, 2))
-    ctx.ins("vcmp" + _SFX[dt], m, a, a, Imm(3), w=(0,), r=(1, 2))  # unordered: a is NaN
+    ctx.ins("vmax" + _SFX[dt], t, av, bv, w=(0,), r=(1, 2))
+    ctx.ins("vcmp" + _SFX[dt], m, av, av, Imm(3), w=(0,), r=(1, 2))  # unordered: a is NaN
     d = ctx.out(u, in_place=True)
-    ctx.ins("vblendv" + _PK[dt], d, t, a, m, w=(0,), r=(1, 2, 3))
+    ctx.ins("vblendv" + _PK[dt], d, t, av, m, w=(0,), r=(1, 2, 3))
 
 
 def sel_fused_add(ctx: Selector, u: UOp) -> UOp | None:
@@ -732,13 +735,13 @@ def sel_float_unary(ctx: Selector, u: UOp) -> None:
 
 def sel_float_compare(ctx: Selector, u: UOp, a: UOp, b: UOp) -> None:
     sfx = _SFX[a.dtype]
-    a, b = ctx.reg(a), ctx.reg(b)
+    av, bv = ctx.reg(a), ctx.reg(b)
     d = ctx.out(u)
     if u.op is Ops.CMPLT:  # a < b  <=>  b > a: "above" is false when unordered
-        ctx.ins("vucomi" + sfx, b, a, r=(0, 1))
+        ctx.ins("vucomi" + sfx, bv, av, r=(0, 1))
         ctx.bool_from_flags(d, "a")
         return
-    ctx.ins("vucomi" + sfx, a, b, r=(0, 1))
+    ctx.ins("vucomi" + sfx, av, bv, r=(0, 1))
     t = VReg("gpr", 4)
     if u.op is Ops.CMPEQ:  # equal and ordered
         ctx.ins("sete", View(d, 1), w=(0,))
@@ -792,10 +795,10 @@ def sel_int_binary(ctx: Selector, u: UOp) -> None:
     a, b = u.src
     size = gsize(u.dtype)
     op = _BOOL_OP.get(u.op, u.op) if u.dtype is dtypes.bool else u.op  # bools: + is or, * is and, max is or
-    if op is Ops.MUL and _fits_imm(b, size):
+    if op is Ops.MUL and (k := _imm(b, size)) is not None:
         av = ctx.reg(a)
         d = ctx.out(u, in_place=True)
-        ctx.ins("imul", View(d, size), View(av, size), Imm(_imm(b, size)), w=(0,), r=(1,))
+        ctx.ins("imul", View(d, size), View(av, size), Imm(k), w=(0,), r=(1,))
     else:
         av, bv = ctx.reg(a), ctx.src(b, size)
         d = ctx.out(u, in_place=True)
@@ -908,7 +911,8 @@ def _divide_by_constant(ctx: Selector, u: UOp, d: VReg, c: int) -> None:
     of two is a shift of x biased by c - 1 when x is negative; otherwise q = (x*m >> L) + (x < 0) with the
     round-up reciprocal m = 2^L // c + 1, L = 31 + bitlen(c), in 64 bits (Hacker's Delight 10-4: the error
     x*(m*c - 2^L) stays below 2^L for every int32 x, so the floor is exact; m <= 2^32 keeps x*m in int64)."""
-    x = View(ctx.reg(u.src[0]), 4)
+    xr = ctx.reg(u.src[0])
+    x = View(xr, 4)
     q = VReg("gpr", 8)
     if c & (c - 1) == 0:
         k = c.bit_length() - 1
@@ -932,7 +936,7 @@ def _divide_by_constant(ctx: Selector, u: UOp, d: VReg, c: int) -> None:
         return
     p = VReg("gpr", 4)
     ctx.ins("imul", View(p, 4), View(q, 4), Imm(c), w=(0,), r=(1,))
-    ctx.move(d, x.reg, 4)
+    ctx.move(d, xr, 4)
     ctx.ins("sub", View(d, 4), View(p, 4), w=(0,), r=(0, 1))
 
 
@@ -1294,7 +1298,7 @@ def _hreduce(ctx: Selector, g: Group) -> None:
         else:
             _vmax(ctx, View(r, size), x, View(t, size), size)
         x = View(r, size)
-    ctx.vals[g.lanes[-1]] = x.reg
+    ctx.vals[g.lanes[-1]] = r  # the last step's result, which x views
 
 
 def _const_blob(g: Group, lanes: int) -> bytes:
@@ -1359,11 +1363,12 @@ def emit_group(ctx: Selector, g: Group) -> None:
         acc = _vector(ctx, ctx.packer.acc_groups[g.accs])
         if g in ctx.fused:
             m = ctx.fused[g]
-            a, b = (vw(_vector(ctx, s)) for s in m.srcs)
-            ctx.ins("vfmadd231ps", vw(acc), a, b, w=(0,), r=(0, 1, 2))
+            fa, fb = (vw(_vector(ctx, s)) for s in m.srcs)
+            ctx.ins("vfmadd231ps", vw(acc), fa, fb, w=(0,), r=(0, 1, 2))
         elif g in ctx.in_place:  # acc = acc op x, written into the accumulator after reading it
             v = ctx.in_place[g]
-            a, b = _binary(ctx, v, *v.srcs, commutative=v.lanes[0].op is Ops.ADD)
+            gx, gy = v.srcs
+            a, b = _binary(ctx, v, gx, gy, commutative=v.lanes[0].op is Ops.ADD)
             if v.lanes[0].op is Ops.ADD:
                 ctx.ins("vaddps", vw(acc), a, b, w=(0,), r=(1, 2))
             else:
@@ -1371,6 +1376,7 @@ def emit_group(ctx: Selector, g: Group) -> None:
         else:
             ctx.ins("vmovaps", vw(acc), vw(_vector(ctx, g.srcs[0])), w=(0,), r=(1,), kind=MOVE)
         return
+    assert v0 is not None  # only "acc" groups have no lanes, and they are not emitted (their accstore is)
     if g.kind == "store":
         mem = dataclasses.replace(ctx.addrs[v0.src[0]], size=n)
         if ctx.partial(g):  # the masked-off lanes' memory is not touched (nor can it fault)
@@ -1379,8 +1385,8 @@ def emit_group(ctx: Selector, g: Group) -> None:
             ctx.ins("vmovups", mem, vw(_vector(ctx, g.srcs[0])), r=(1,))
         return
     if g.kind == "cmp":  # a mask: an opmask (zmm) or a vector of lanes
-        a, b = (_vector(ctx, s) for s in g.srcs)
-        ctx.vvals[g] = _vcmp(ctx, vw(a), vw(b), _VCMP[v0.op], n)
+        ca, cb = (_vector(ctx, s) for s in g.srcs)
+        ctx.vvals[g] = _vcmp(ctx, vw(ca), vw(cb), _VCMP[v0.op], n)
         return
     d = ctx.vvals[g] = ctx.vnew()
     if g.kind == "where":
@@ -1427,13 +1433,14 @@ def emit_group(ctx: Selector, g: Group) -> None:
             ctx.ins("vmovups", vw(d), mem, w=(0,))
     elif g in ctx.contracted:  # d = a*b + c: d starts as a, then vfmadd213ps d, b, c (c may be in memory)
         m, c = ctx.contracted[g]
-        a, b = m.srcs
-        ctx.ins("vmovaps", vw(d), vw(_vector(ctx, a)), w=(0,), r=(1,), kind=MOVE)
-        ctx.ins("vfmadd213ps", vw(d), vw(_vector(ctx, b)), _vsrc(ctx, c, g), w=(0,), r=(0, 1, 2))
+        ma, mb = m.srcs
+        ctx.ins("vmovaps", vw(d), vw(_vector(ctx, ma)), w=(0,), r=(1,), kind=MOVE)
+        ctx.ins("vfmadd213ps", vw(d), vw(_vector(ctx, mb)), _vsrc(ctx, c, g), w=(0,), r=(0, 1, 2))
     elif (op := v0.op) is Ops.SHL:  # int32 lanes by a constant (slp.py packs nothing else)
         ctx.ins("vpslld", vw(d), vw(_vector(ctx, g.srcs[0])), Imm(int(v0.src[1].arg) & 31), w=(0,), r=(1,))
     elif op in _VEC_BIN or op is Ops.MAX:
-        a, b = _binary(ctx, g, *g.srcs, commutative=op in (Ops.ADD, Ops.MUL))
+        gx, gy = g.srcs
+        a, b = _binary(ctx, g, gx, gy, commutative=op in (Ops.ADD, Ops.MUL))
         if op is Ops.MAX:
             _vmax(ctx, vw(d), a, b, n)
         else:

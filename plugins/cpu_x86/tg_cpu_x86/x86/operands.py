@@ -5,6 +5,7 @@ bit 4, which only vector registers 16-31 have, in EVEX alone). k0-k7 are AVX-512
 REX prefix, and an instruction selector never needs them.
 """
 from __future__ import annotations
+
 from dataclasses import dataclass
 
 # The register file as data: (names by width in bytes, hardware number).

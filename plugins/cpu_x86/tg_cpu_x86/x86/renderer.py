@@ -99,6 +99,7 @@ def assemble(insts: list[MInst], data: dict[bytes, str]) -> Assembler:
     asm = Assembler()
     for ins in insts:
         if ins.kind == LABEL:
+            assert ins.target is not None, "a LABEL instruction names its label"
             asm.label(ins.target)
         else:
             asm.emit(ins.op, *(_operand(o) for o in ins.operands))
@@ -136,7 +137,7 @@ def _copy_lanes(ast: UOp, opts: list[Opt]) -> list[Opt]:
     each panel row is copied by vector loads and stores instead of one float at a time."""
     packed = apply_opts(ast, opts)
     copies = [u.src[0] for u in packed.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
-              and buffer_of(u.src[0]).op is Ops.DEFINE_REG and buffer_of(u.src[0]).dtype.size > 1]
+              and buffer_of(u.src[0]).op is Ops.DEFINE_REG and buffer_of(u.src[0]).ptrdtype.size > 1]
     width = opts[0].amt
     loops = kernel_ranges(packed, AxisType.LOOP)
     cols = [r for r in loops if r.src[0].op is Ops.CONST and r.src[0].arg == width and
@@ -210,7 +211,7 @@ class X86Renderer(Renderer):
         return [o for o in opts if o.op is OptOps.UNROLL] or opts
 
     @property
-    def extra_matcher(self) -> PatternMatcher | None:  # type: ignore[override]  (imported when first needed)
+    def extra_matcher(self) -> PatternMatcher | None:  # type: ignore[override]  # imported when first needed
         return _decompositions()
 
     def compile(self, program: Program) -> X86Kernel:
@@ -220,7 +221,7 @@ class X86Renderer(Renderer):
         asm = assemble(alloc.insts, data)
         return X86Kernel(asm.assemble(), asm, alloc)
 
-    def render(self, program: Program) -> bytes:  # type: ignore[override]  (machine code, not text)
+    def render(self, program: Program) -> bytes:  # type: ignore[override]  # machine code, not text
         return self.compile(program).code
 
     def asm_str(self, program: Program) -> str:

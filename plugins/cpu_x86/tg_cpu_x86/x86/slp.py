@@ -46,7 +46,7 @@ def buffer_of(idx: UOp) -> UOp:
 def _acc_of(idx: UOp) -> UOp | None:
     """The accumulator (a one-element register) an INDEX addresses, if it does."""
     buf = buffer_of(idx)
-    return buf if buf.op is Ops.DEFINE_REG and buf.dtype.size == 1 else None
+    return buf if buf.op is Ops.DEFINE_REG and buf.ptrdtype.size == 1 else None
 
 
 def offset(idx: UOp) -> tuple[UOp, int]:
@@ -62,7 +62,7 @@ def _plain_global(idx: UOp) -> bool:
     if idx.op is not Ops.INDEX or len(idx.src) != 2 or idx.dtype.base is not dtypes.float32:
         return False
     buf = buffer_of(idx)
-    return buf.op is Ops.PARAM or buf.op is Ops.DEFINE_REG and buf.dtype.size > 1
+    return buf.op is Ops.PARAM or buf.op is Ops.DEFINE_REG and buf.ptrdtype.size > 1
 
 
 def _consecutive(idxs: tuple[UOp, ...]) -> bool:
@@ -101,7 +101,7 @@ class Packer:
         runs = self._seeds()
         if not all(trampoline(self._store_group(seed)) is not None for seed in runs):
             self._restore(([], {}, {}, {}, {}))
-            packed, taken = 0, set()
+            packed, taken = 0, set[UOp]()
             for seed in self._seeds(exclusive=False):
                 if any(s in taken for s in seed):
                     continue
@@ -141,13 +141,14 @@ class Packer:
             if u.op is Ops.STORE and _plain_global(u.src[0]):
                 base, c = offset(u.src[0])
                 by_base.setdefault((buffer_of(u.src[0]), base), {})[c] = u
-        seeds, taken = [], set()
+        seeds: list[tuple[UOp, ...]] = []
+        taken: set[UOp] = set()
         for stores in by_base.values():
             for c in sorted(stores):
-                run = tuple(stores.get(c + k) for k in range(self.lanes))
-                if all(s is not None and (s not in taken or not exclusive) for s in run):
-                    seeds.append(run)
-                    taken.update(run)
+                seed = tuple(stores[c + k] for k in range(self.lanes) if c + k in stores)
+                if len(seed) == self.lanes and all(s not in taken or not exclusive for s in seed):
+                    seeds.append(seed)
+                    taken.update(seed)
         if self.masked:  # what whole vectors leave, as partial vectors: maximal runs of at least 2 stores
             whole = {s for seed in seeds for s in seed} if exclusive else \
                 {s for seed in self._seeds() if len(seed) == self.lanes for s in seed}
@@ -202,8 +203,8 @@ class Packer:
             return self._add(Group("const", vals))
         if all(v.op is Ops.LOAD and len(v.src) == 1 for v in vals):
             idxs = tuple(v.src[0] for v in vals)
-            accs = tuple(_acc_of(i) for i in idxs)
-            if all(a is not None for a in accs):
+            accs = tuple(a for i in idxs if (a := _acc_of(i)) is not None)
+            if len(accs) == len(idxs):  # every load reads an accumulator
                 return (yield self._acc(vals, accs))
             return self._add(Group("load", vals)) if _consecutive(idxs) else None
         if v0.op is Ops.WHERE and all(v.op is Ops.WHERE for v in vals):
@@ -234,7 +235,8 @@ class Packer:
         if found is None:
             return None
         nodes, leaves = found
-        acc = yield self._acc(tuple(leaves), tuple(_acc_of(n.src[0]) for n in leaves))
+        # every leaf loads an accumulator (_tree checked it)
+        acc = yield self._acc(tuple(leaves), tuple(a for n in leaves if (a := _acc_of(n.src[0])) is not None))
         if acc is None:
             return None
         order = sorted(nodes, key=self.pos.__getitem__)
@@ -301,7 +303,7 @@ def plan(uops: tuple[UOp, ...], users: dict[UOp, list[UOp]], lanes: int = LANES)
     """A program's Packer and its groups (Packer.run) for vectors of `lanes`, computed once per program, width
     and thread: the renderer packs a program to choose vector lanes, then the selector emits the same groups
     (a second run was ~4 ms per matmul kernel of a first MLP forward)."""
-    cache = getattr(_recent, "plans", None)
+    cache: tuple[tuple[UOp, ...], dict[int, tuple[Packer, list[Group]]]] | None = getattr(_recent, "plans", None)
     if cache is None or cache[0] is not uops:
         cache = _recent.plans = (uops, {})
     if lanes not in cache[1]:
