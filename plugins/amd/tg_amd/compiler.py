@@ -11,6 +11,8 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
+from tg_core.plugin_api import Compiler
+
 TRIPLE = "amdgcn-amd-amdhsa"
 OPT_LEVEL = 2
 _lock = threading.Lock()  # LLVM contexts are not safe to use from two threads at once
@@ -32,7 +34,7 @@ def data_layout(arch: str) -> str:
     return str(target_machine(arch).target_data)
 
 
-class AMDCompiler:
+class AMDCompiler(Compiler):
     """Compiles the AMD renderer's IR for one gfx target; `compile` gives ELF bytes, `assembly` the text."""
 
     def __init__(self, arch: str = "gfx1100"):

@@ -103,7 +103,7 @@ class AMDFunction(LLVMFunction):
         name = f"@lds.{u.arg}" if isinstance(u.arg, (int, str)) else f"@lds.{len(self.declares)}"
         name = name.replace(" ", "_")
         elem = "i8" if u.dtype.base is dtypes.bool else ltype(u.dtype.base)
-        self.declare(f"{name} = internal addrspace(3) global [{u.dtype.size} x {elem}] undef, align 16")
+        self.declare(f"{name} = internal addrspace(3) global [{u.ptrdtype.size} x {elem}] undef, align 16")
         self.names[u] = name
 
     def float_alu(self, op: Ops, dt: DType, vals: list[str], *rest: str) -> str:

@@ -100,7 +100,9 @@ class CorePool:
             go.acquire()
             if self._closed:
                 return
-            fn, args = self._parts[i + 1]
+            part = self._parts[i + 1]
+            assert part is not None, "run() sets a core's part before releasing it"
+            fn, args = part
             try:
                 fn(*args)
             except BaseException as e:  # handed to the caller, which re-raises it
