@@ -401,8 +401,8 @@ class Compiled:
         self.device, self.allocator = device, allocator
         self.compiler = compiler if compiler is not None else Compiler()
         self.runtime = runtime
-        self.renderers: list[type] = []
-        self.renderer: type | None = None
+        self.renderers: list[type[Renderer]] = []
+        self.renderer: type[Renderer] | None = None
         self.renderer_reason = ""
         self._compiled: dict[Any, Any] = {}
         self._renderer_instance: Renderer | None = None

@@ -130,6 +130,7 @@ class _Blocks:
     def chain(self, b: UOp | None) -> Lineage:
         out = self.chains.get(b)
         if out is None:
+            assert b is not None  # the outermost scope's (None) chain is preset
             p = self.parent[b]
             out = self.chains[b] = [(p, b), *self.chain(p)]
             self.outer[b] = dict(out)
@@ -169,9 +170,9 @@ def _block_items(nodes: list[UOp], where: _Blocks) -> tuple[dict[UOp | None, lis
 
 def linearize(sink: UOp) -> list[UOp]:
     """The nodes under `sink` (not the SINK itself) in execution order."""
-    order = sink.toposort()
-    fill_ranges(order)
-    nodes = [u for u in order if u is not sink]
+    topo = sink.toposort()
+    fill_ranges(topo)
+    nodes = [u for u in topo if u is not sink]
     order = {u: i for i, u in enumerate(nodes)}
     scope = _scopes(nodes + [sink])
     parent, ends = _loop_tree(nodes, scope)

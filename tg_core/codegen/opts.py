@@ -136,13 +136,15 @@ def split_range(ast: UOp, rng: UOp, amt: int, kind: AxisType) -> UOp:
     end = rng.src[0]
     if end.op is not Ops.CONST and amt <= 0:
         raise OptError(f"cannot split axis {rng.arg[0]} entirely: its size {end.render()} is not a constant")
-    size = end.arg if end.op is Ops.CONST else None
-    amt = amt or size
+    size: int | None = end.arg if end.op is Ops.CONST else None
+    if amt == 0 and size is not None:  # the whole axis (an expression's size with amt 0 was rejected above)
+        amt = size
     if size is not None and not 0 < amt <= size:
         raise OptError(f"cannot split axis {rng.arg[0]} of size {size} by {amt}: the amount must be in 1..{size}")
     ids = [r.arg[0] for r in kernel_ranges(ast)]
     fresh = itertools.count(max((i for i in ids if isinstance(i, int)), default=-1) + 1)
     inner = UOp.range(UOp.const(rng.dtype, amt), next(fresh), kind, rng.dtype)
+    new: tuple[UOp, ...]
     if size is not None and size // amt == 1:  # no loop of one iteration: the scope analysis would see a loop
         new, expr = (inner,), inner           # nothing depends on
     else:

@@ -44,6 +44,11 @@ def _hex(*values: str) -> tuple[float, ...]:
     return tuple(float.fromhex(v) for v in values)
 
 
+def _hex_pair(hi: str, lo: str) -> tuple[float, float]:
+    """A constant split into hi + lo, as hex floats."""
+    return float.fromhex(hi), float.fromhex(lo)
+
+
 @dataclass(frozen=True)
 class _Format:
     dtype: DType
@@ -63,7 +68,7 @@ _F32 = _Format(
     exp2=_hex("0x1.0p+0", "0x1.62e43p-1", "0x1.ebfbep-3", "0x1.c6aeccp-5", "0x1.3b2a1cp-7", "0x1.5f48cp-10",
               "0x1.444p-13"),
     log2=_hex("0x1.555556p-1", "0x1.9999ecp-2", "0x1.245c44p-2", "0x1.ddced8p-3"),
-    ivln2=_hex("0x1.714p+0", "0x1.47652cp-12"), trim=0xFFFFF000,
+    ivln2=_hex_pair("0x1.714p+0", "0x1.47652cp-12"), trim=0xFFFFF000,
     # float32 sin is evaluated in float64: its polynomials are float64 fits of degree 4
     sin=_hex("-0x1.555555555516bp-3", "0x1.1111110fd3d43p-7", "-0x1.a019fd9b35ee5p-13", "0x1.71d9a9f41c5a9p-19",
              "-0x1.aa285788aaa42p-26"),
@@ -76,7 +81,7 @@ _F64 = _Format(
               "0x1.62bfc2c86d700p-20", "0x1.b524ebd13a55fp-24", "0x1.e6228acd1c6e5p-28", "0x1.e9ec1fcb69a7fp-32"),
     log2=_hex("0x1.5555555555555p-1", "0x1.9999999999a38p-2", "0x1.2492492476cccp-2", "0x1.c71c720159177p-3",
               "0x1.745cf9048dd95p-3", "0x1.3b1c355a8f7a2p-3", "0x1.0fbe95d716020p-3", "0x1.0c039c49989c6p-3"),
-    ivln2=_hex("0x1.71547652p+0", "0x1.705fc2eefa2p-33"), trim=0xFFFFFFFF00000000,
+    ivln2=_hex_pair("0x1.71547652p+0", "0x1.705fc2eefa2p-33"), trim=0xFFFFFFFF00000000,
     sin=_hex("-0x1.5555555555555p-3", "0x1.1111111111110p-7", "-0x1.a01a01a019938p-13", "0x1.71de3a546095bp-19",
              "-0x1.ae645412c560cp-26", "0x1.61217f0b800d5p-33", "-0x1.ab17d404de5b3p-41"),
     cos=_hex("0x1.5555555555555p-5", "-0x1.6c16c16c16c16p-10", "0x1.a01a01a019d0ap-16", "-0x1.27e4fb7712d65p-22",
@@ -232,10 +237,12 @@ def _payne_hanek(ax: UOp, fmt: _Format, words: int) -> tuple[UOp, UOp, UOp]:
                 if col < words:
                     cols[col] = part if cols[col] is None else cols[col] + part
     carry = _c(u64, 0)
+    digits: list[UOp] = []  # the columns with their carries propagated: 32-bit words
     for c in range(words):
         total = (cols[c] if cols[c] is not None else _c(u64, 0)) + carry
-        cols[c], carry = total & _c(u64, _MASK32), total >> _c(u64, 32)
-    top, w2, w3, w4 = cols[words - 1], cols[words - 2], cols[words - 3], cols[words - 4]
+        digits.append(total & _c(u64, _MASK32))
+        carry = total >> _c(u64, 32)
+    top, w2, w3, w4 = digits[words - 1], digits[words - 2], digits[words - 3], digits[words - 4]
     hi = (((top & _c(u64, (1 << 30) - 1)) << _c(u64, 32)) | w2).cast(i64)  # 62 fraction bits
     lo = (((w3 << _c(u64, 30)) | (w4 >> _c(u64, 2))) & _c(u64, (1 << 62) - 1)).cast(i64)  # the next 62
     k = (top >> _c(u64, 30)).cast(i32)

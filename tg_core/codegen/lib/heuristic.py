@@ -51,7 +51,7 @@ def _stride(index: UOp, r: UOp) -> int | None:
     idx = index.src[1]
     if r not in idx.ranges:
         return 0
-    if idx.op is Ops.MOD and idx.src[1].op is Ops.CONST and idx.src[1].arg >= index.src[0].dtype.size > 0:
+    if idx.op is Ops.MOD and idx.src[1].op is Ops.CONST and idx.src[1].arg >= index.src[0].ptrdtype.size > 0:
         idx = idx.src[0]
     terms, _ = decompose(idx)
     coeff = terms.get(r)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tg_core.renderer.isa.arch import ArchContext, Frame
@@ -98,13 +99,13 @@ def _blocks(insts: list[MInst]) -> tuple[list[tuple[int, int]], list[list[int]]]
     block_of = {s: k for k, (s, _) in enumerate(blocks)}
     succs: list[list[int]] = []
     for k, (_, last) in enumerate(blocks):
-        ins = insts[last] if last >= 0 else None
+        end = insts[last] if last >= 0 else None
         out = []
-        if ins is not None and ins.kind in (JUMP, CJUMP):
-            if ins.target not in labels:
-                raise RegallocError(f"jump to unknown label {ins.target!r}")
-            out.append(block_of[labels[ins.target]])
-        if (ins is None or ins.kind not in (JUMP, RET)) and k + 1 < len(blocks):
+        if end is not None and end.kind in (JUMP, CJUMP):
+            if end.target not in labels:
+                raise RegallocError(f"jump to unknown label {end.target!r}")
+            out.append(block_of[labels[end.target]])
+        if (end is None or end.kind not in (JUMP, RET)) and k + 1 < len(blocks):
             out.append(k + 1)
         succs.append(out)
     return blocks, succs
@@ -125,7 +126,7 @@ def _loop_depths(insts: list[MInst]) -> list[int]:
     return depths
 
 
-def _vregs(regs: list[Reg]) -> list[VReg]:
+def _vregs(regs: Iterable[Reg]) -> list[VReg]:
     return [r for r in regs if isinstance(r, VReg)]
 
 
@@ -251,7 +252,7 @@ class _Scan:
                 self.done.append(iv)
                 continue
             victims = [a for a in act if not a.tiny and not self.straddles(a, pos)
-                       and self.fixed_free(a.reg, iv.start, iv.end)]
+                       and a.reg is not None and self.fixed_free(a.reg, iv.start, iv.end)]
             if not iv.tiny:
                 victims.append(iv)
             if not victims:
@@ -332,7 +333,8 @@ def allocate(fn: MFunction, arch: ArchContext) -> Allocation:
     prologue at entry and the epilogue before each return."""
     scan = _Scan(fn.insts, arch)
     scan.run()
-    reg = {iv.vreg: iv.reg for iv in scan.done}
+    # every interval the scan finished holds a register (a spilled value's uses are renamed to temporaries)
+    reg: dict[VReg, PReg] = {iv.vreg: iv.reg for iv in scan.done if iv.reg is not None}
     for v in scan.intervals:
         if v.fixed is not None:
             reg[v] = v.fixed

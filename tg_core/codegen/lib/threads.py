@@ -110,7 +110,7 @@ def _split_reduction(ast: UOp, cores: int) -> UOp:
         return ast
     local, index = _core_rows(rng, cores)
     partial = UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: index}), local), red.arg, red.tag)
-    slots = UOp(Ops.PARAM, buf.dtype.base.ptr(cores, buf.dtype.addrspace), buf.src, buf.arg, buf.tag)
+    slots = UOp(Ops.PARAM, buf.dtype.base.ptr(cores, buf.ptrdtype.addrspace), buf.src, buf.arg, buf.tag)
     core = UOp.variable(CORE_ID, 0, cores - 1)
     store = ast.src[0]
     slot = UOp(Ops.INDEX, slots.dtype, (slots, core), target.arg, target.tag)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -109,7 +110,7 @@ class _Plan:
         self.proven: dict[UOp, int] = {}
         for u in self.order:
             if u.op is Ops.INDEX and len(u.src) == 2 and u.src[1].vmin >= 0:
-                self.proven[u] = u.src[1].vmax + 1
+                self.proven[u] = int(u.src[1].vmax) + 1  # an index's bounds are ints
             # a dtype it cannot compute in (bfloat16: loaded as raw bits) fails the kernel when it is built,
             # not half way through a run, and never as a cast of raw bits
             if u.op in _ALU or u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.REDUCE, Ops.CAST, Ops.BITCAST):
@@ -146,7 +147,8 @@ class _Run:
             self._execute(first, start, min(n, start + chunk))
 
     def _execute(self, chunked: UOp | None, start: int, end: int) -> None:
-        vals: dict[UOp, np.ndarray] = {}
+        # a node's value: an array; an INDEX's is the tuple (buffer, indices[, gate]) its LOAD/STORE unpacks
+        vals: dict[UOp, Any] = {}  # (Any: the two kinds of value do not share operations)
         nd = len(self.ranges)
         for u in self.order:
             op = u.op
@@ -186,7 +188,7 @@ class _Run:
             else:
                 raise NotImplementedError(f"the reference interpreter cannot run {op} (in kernel {self.ast.arg})")
 
-    def _load(self, buf: np.ndarray, idx: np.ndarray, valid: np.ndarray | None = None, u: UOp | None = None):
+    def _load(self, buf: np.ndarray, idx: np.ndarray, valid: np.ndarray | None, u: UOp):
         if valid is None:
             if self.plan.proven.get(u.src[0], math.inf) > buf.size:
                 self._check_bounds(buf, idx, None, u)
