@@ -49,7 +49,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from tg_core.device import Buffer
 from tg_core.engine.checks import Check
@@ -227,7 +227,7 @@ class TinyJit(Generic[R]):
         for t in outs:
             got = _view_key(t.uop)
             base = got[1] if got is not None else None
-            out_of[id(t)] = _Out(t.uop, t.device, index.get(base))
+            out_of[id(t)] = _Out(t.uop, t.device, index.get(base) if base is not None else None)
             # a replay rewrites this buffer without the graph that computed it: gradients must not follow it
             if base is not None and id(buffer_of(base)) in written:
                 forget_origin(base)
@@ -259,9 +259,10 @@ class TinyJit(Generic[R]):
                 bufs = list(it.bufs)
                 for pos, i in it.inputs:
                     bufs[pos] = in_bufs[i]
-                it.runner(bufs, var_vals)
+                # the None entries are exactly the input positions, filled above
+                it.runner(cast("list[Buffer]", bufs), var_vals)
             else:
-                it.runner(it.bufs, var_vals)
+                it.runner(cast("list[Buffer]", it.bufs), var_vals)  # no inputs: no None entries
         if cap.checks:  # the check kernels wrote their facts again: the next host read looks at them
             ran_checks(*map(list, zip(*cap.checks)))
         stats["kernels"] += cap.n_kernels

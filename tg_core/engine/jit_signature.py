@@ -152,7 +152,8 @@ def _walk(a: Any, label: str, sig: Signature) -> Any:
         return _Seq(type(a), tuple(_walk(x, _item_label(label, type(a), i), sig) for i, x in enumerate(a)))
     if isinstance(a, dict):
         return _Map(type(a), tuple(a), tuple(_walk(x, f"{label}[{k!r}]", sig) for k, x in a.items()))
-    if dataclasses.is_dataclass(a) and not isinstance(a, type) and a.__dataclass_params__.frozen:
+    # every dataclass has __dataclass_params__; typeshed's DataclassInstance protocol does not declare it
+    if dataclasses.is_dataclass(a) and not isinstance(a, type) and a.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         names = tuple(f.name for f in dataclasses.fields(a))
         return _Fields(type(a), names, tuple(_walk(getattr(a, n), f"{label}.{n}", sig) for n in names))
     if isinstance(a, (set, frozenset)):

@@ -9,7 +9,7 @@ import sys
 import threading
 import weakref
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tg_core.device import Buffer, Device
 from tg_core.engine import checks
@@ -84,14 +84,14 @@ def _plan_memory(items: list[tuple[UOp, list[UOp]]], keep: set[UOp]) -> None:
             free[(n.src[1].arg, n.arg, n.dtype)].append(_buffers[n])
 
 
-def realize(targets: list[UOp], devices: list[str] | None = None) -> dict[UOp, UOp]:
+def realize(targets: list[UOp], devices: Sequence[str | None] | None = None) -> dict[UOp, UOp]:
     """Compute `targets` (a target with no buffer in its graph goes on its entry of `devices`); returns
     each target's BUFFER node. The cyclic collector is paused throughout: scheduling and codegen allocate
     many acyclic nodes, and its collections walking them were ~30 ms of a first MLP forward."""
     return prepare(targets, devices)()
 
 
-def prepare(targets: list[UOp], devices: list[str] | None = None) -> Callable[[], dict[UOp, UOp]]:
+def prepare(targets: list[UOp], devices: Sequence[str | None] | None = None) -> Callable[[], dict[UOp, UOp]]:
     """Schedule `targets` and build every kernel, running none of them; returns the function that runs them
     (what `realize` returns). An error raised here (a kernel the device cannot compile) has run nothing:
     every buffer holds what it held, and the targets' device-side checks wait for the next realize."""
@@ -99,7 +99,7 @@ def prepare(targets: list[UOp], devices: list[str] | None = None) -> Callable[[]
         taken = checks.take(targets)
         extra = [c for _, c in taken]
         # the guarded ops' checks are computed in the same schedule: their facts are more targets
-        devs = devices if not extra else \
+        devs: Sequence[str | None] | None = devices if not extra else \
             (list(devices) if devices else [None] * len(targets)) + [c.device for c in extra]
         try:
             job = _prepare(targets + [c.facts for c in extra], devs)
@@ -119,8 +119,8 @@ def prepare(targets: list[UOp], devices: list[str] | None = None) -> Callable[[]
     return run
 
 
-def build(targets: list[UOp], devices: list[str] | None = None) -> tuple[list[tuple[UOp, list[UOp]]], dict[UOp, UOp],
-                                                                       dict[str, int], list[Callable | None]]:
+def build(targets: list[UOp], devices: Sequence[str | None] | None = None
+          ) -> tuple[list[tuple[UOp, list[UOp]]], dict[UOp, UOp], dict[str, int], list[Callable | None]]:
     """Schedule `targets` and compile every kernel (the device keeps what it compiled), running nothing and
     planning no memory: raises what building them raises. Returns the schedule's items, the targets' BUFFERs,
     the bound variables and each item's runner (None for a COPY)."""
@@ -134,7 +134,7 @@ def build(targets: list[UOp], devices: list[str] | None = None) -> tuple[list[tu
     return items, out, var_vals, runners
 
 
-def _prepare(targets: list[UOp], devices: list[str] | None) -> Callable[[], dict[UOp, UOp]]:
+def _prepare(targets: list[UOp], devices: Sequence[str | None] | None) -> Callable[[], dict[UOp, UOp]]:
     items, out, var_vals, runners = build(targets, devices)
     if len(items) > 1:  # one item's buffers have nothing to share with
         _plan_memory(items, set(out.values()))
@@ -190,6 +190,7 @@ def _run(items: list[tuple[UOp, list[UOp]]], runners: list[Callable | None], out
                   file=sys.stderr)
             if DEBUG >= 2:
                 print(ast.render(), file=sys.stderr)
+        assert runner is not None  # build() compiled a runner for every item but a COPY
         runner(bufs, var_vals)
         stats["kernels"] += 1
         if capture.active is not None:

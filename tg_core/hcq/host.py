@@ -129,9 +129,10 @@ class HostProgram:
             if idx.src[1].op is Ops.CONST:
                 cell = self._typed(idx.src[0], int(idx.src[1].arg), dt)
                 return lambda vals, vv: int(cell[0])
-            view, off, fmt = self.view_of(idx.src[0]), self._value(idx.src[1]), "<" + str(dt.fmt)
+            # struct reads the bytes through the array's buffer (a memoryview: what struct's signature names)
+            raw, off, fmt = self.view_of(idx.src[0]).data, self._value(idx.src[1]), "<" + str(dt.fmt)
             unpack = struct.Struct(fmt).unpack_from
-            return lambda vals, vv: unpack(view, vals[off])[0]
+            return lambda vals, vv: unpack(raw, vals[off])[0]
         if u.op is Ops.CAST:
             a, wrap = self._value(u.src[0]), _wrapper(dt)
             return lambda vals, vv: wrap(vals[a])
@@ -154,14 +155,14 @@ class HostProgram:
                 effect = _store_cell(cell, v)
             else:
                 # a computed offset (a ring position): struct packs at any byte, aligned or not
-                view, off, pack = self.view_of(ref), self._value(idx.src[1]), struct.Struct("<" + str(dt.fmt)).pack_into
-                limit = view.nbytes - dt.itemsize
+                raw, off, pack = self.view_of(ref).data, self._value(idx.src[1]), struct.Struct("<" + str(dt.fmt)).pack_into
+                limit = raw.nbytes - dt.itemsize
 
                 def effect(vals: list, vv: dict[str, int]) -> None:
                     o = vals[off]
                     if not 0 <= o <= limit:
                         raise IndexError(f"host store of {dt.name} at offset {o} outside a buffer of {limit + dt.itemsize} bytes")
-                    pack(view, o, vals[v])
+                    pack(raw, o, vals[v])
         elif s.op is Ops.INS and s.arg[0] == "blob":
             _, offset, data = s.arg
             view, src = self.view_of(s.src[0]), np.frombuffer(data, np.uint8)

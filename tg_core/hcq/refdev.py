@@ -257,6 +257,7 @@ class HCQRefDevice(HCQCompiled):
         opaque = buf._opaque
         if got is None or got[0] is not opaque or opaque is None:
             opaque = buf.ensure_allocated()._opaque
+            assert opaque is not None  # allocated just above
             got = self._addresses[buf] = (opaque, int(opaque.ctypes.data))
         return got[1]
 
