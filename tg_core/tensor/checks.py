@@ -65,3 +65,22 @@ def _host_values(idx: Tensor) -> np.ndarray | None:
     if u.op is Ops.BUFFER and capture.active is None:
         return idx.numpy().reshape(-1)
     return None
+
+
+def check_values(out: Tensor, source: Tensor, facts: Callable[[Tensor], Tensor],
+                 problem: Callable[[np.ndarray], str | None]) -> Tensor:
+    """`out`, once `problem(facts(source))` (a small tensor of facts about the source's data, read as numpy)
+    finds nothing wrong: at once when the source's data is on the host (a realized buffer; reading its
+    facts runs one small kernel), else as a device-side check reported at the next host read."""
+    if _host_values(source) is not None:
+        msg = problem(facts(source).numpy().reshape(-1))
+        if msg is not None:
+            raise ValueError(msg)
+        return out
+
+    def report(values: np.ndarray) -> Exception | None:
+        msg = problem(values.reshape(-1))
+        return None if msg is None else ValueError(f"{msg} (found by a device-side check; reported at the next "
+                                                   "host read)")
+    guard(out.uop, Check(facts(source).uop, source.device, report))
+    return out

@@ -14,10 +14,12 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
+
 from tg_core.dtype import DType, dtypes, least_upper_dtype, least_upper_float
-from tg_core.tensor.args import int_arg
+from tg_core.tensor.args import broadcast_shape, int_arg
 from tg_core.tensor.base import TensorBase
-from tg_core.tensor.checks import check_range
+from tg_core.tensor.checks import check_range, check_values
 from tg_core.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -390,6 +392,117 @@ class NNMixin(TensorBase):
             out = hit.where(contrib, self)
         return check_range(out, index, 0, n, lambda v: f"scatter: index {v} is out of bounds for dim {dim} with size "
                                                        f"{n} (allowed: 0 to {n - 1})")
+
+    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+        """PyTorch's scatter_reduce: self[index[i][j]][j] combined with src[i][j] (dim 0) by reduce 'sum',
+        'prod', 'mean', 'amax' or 'amin'; include_self=False leaves self's value out where anything lands.
+        A one-hot mask of the indices and one reduce, as scatter."""
+        T = type(self)
+        idents = {"sum": 0, "mean": 0, "prod": 1, "amax": dtypes.min(self.dtype), "amin": dtypes.max(self.dtype)}
+        if reduce not in idents:
+            raise ValueError(f"scatter_reduce: reduce is one of {', '.join(map(repr, idents))}, got {reduce!r}")
+        d = self._axis(dim, "dim")
+        if not isinstance(index, TensorBase) or not dtypes.is_int(index.dtype):
+            raise TypeError(f"scatter_reduce needs an int index tensor, got {getattr(index, 'dtype', type(index))!r}")
+        if index.ndim != self.ndim or any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
+            raise ValueError(f"scatter_reduce: index of shape {index.shape} does not fit {self.shape} along dim {dim}")
+        if src.ndim != index.ndim or any(a < b for a, b in zip(src.shape, index.shape)):
+            raise ValueError(f"scatter_reduce: src of shape {src.shape} is smaller than index {index.shape}")
+        n = self.shape[d]
+        src = src.shrink(tuple((0, s) for s in index.shape))._cast_to(self.dtype)
+        hot = index.unsqueeze(-1).eq(T._iota(n, self.device)).transpose(d, -1)   # [..n at d.., index pos]
+        vals = src.unsqueeze(-1).transpose(d, -1)
+        ident = idents[reduce]
+        spread = hot.where(vals, ident)
+        if reduce in ("sum", "mean"):
+            contrib = spread.sum(-1).cast(self.dtype)
+        elif reduce == "prod":
+            contrib = spread.prod(-1).cast(self.dtype)
+        else:
+            contrib = spread.max(-1) if reduce == "amax" else spread.min(-1)
+        count = hot.sum(-1, dtype=dtypes.int32)
+        grow = tuple((0, 0) if i == d else (0, s - index.shape[i]) for i, s in enumerate(self.shape))
+        contrib, count = contrib.pad(grow, value=ident), count.pad(grow)
+        hit = count > 0
+        x = cast("Tensor", self)
+        if reduce == "sum":
+            out = contrib + x if include_self else contrib
+        elif reduce == "prod":
+            out = contrib * x if include_self else contrib
+        elif reduce == "mean":
+            total, k = (contrib + x, count + 1) if include_self else (contrib, count)
+            out = total / k.maximum(1)
+            out = out if dtypes.is_float(self.dtype) else out.floor().cast(self.dtype)  # PyTorch floors int means
+        else:
+            out = (contrib.maximum(x) if reduce == "amax" else contrib.minimum(x)) if include_self else contrib
+        out = hit.where(out, x)
+        return check_range(out, index, 0, n, lambda v: f"scatter_reduce: index {v} is out of bounds for dim {dim} "
+                                                       f"with size {n} (allowed: 0 to {n - 1})")
+
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """int32 category indices drawn from the rows of non-negative weights (1-D: one row), PyTorch's
+        multinomial. With replacement: inverse-CDF sampling; without: the num_samples largest log(u) / w
+        (Efraimidis-Spirakis), so a zero weight is never drawn. A row with a negative, infinite or NaN
+        weight, or no positive one, is a ValueError (at once for realized weights, else at the next read)."""
+        k = int_arg(num_samples, "multinomial: num_samples", lo=1)
+        if self.ndim not in (1, 2):
+            raise ValueError(f"multinomial needs 1-D or 2-D weights, got shape {self.shape}")
+        if not dtypes.is_float(self.dtype):
+            raise TypeError(f"multinomial needs float weights, got {self.dtype!r}")
+        w = self.reshape(1, -1) if self.ndim == 1 else cast("Tensor", self)
+        rows, n = w.shape
+        if not replacement and k > n:
+            raise ValueError(f"multinomial: cannot draw {k} samples without replacement from {n} categories "
+                             f"(allowed: at most {n}, or replacement=True)")
+        T = type(self)
+        u = T.rand((rows, k), device=self.device)
+        if replacement:
+            cdf = w.cumsum(-1)
+            target = u * cdf[:, n - 1:n]
+            out = (cdf.unsqueeze(1) <= target.unsqueeze(-1)).sum(-1, dtype=dtypes.int32).minimum(n - 1)
+        else:
+            keys = (T.rand((rows, n), device=self.device).maximum(1e-30).log()) / w
+            out = keys.topk(k, -1)[1]
+        out = out.reshape(k) if self.ndim == 1 else out
+
+        def facts(x: Tensor) -> Tensor:
+            x2 = x.reshape(1, -1) if x.ndim == 1 else x
+            bad = (x2 < 0) | x2.isnan() | x2.isinf()
+            positive = (x2 > 0).sum(-1, dtype=dtypes.int32).min()
+            return bad.any().cast(dtypes.float32).reshape(1).cat(positive.cast(dtypes.float32).reshape(1))
+
+        def problem(v) -> str | None:
+            if v[0]:
+                return "multinomial: the weights must be finite and non-negative; a row has a negative, inf or NaN one"
+            if not v[1]:
+                return "multinomial: a row of weights has no positive entry (all zero): nothing can be drawn"
+            if not replacement and v[1] < k:
+                return (f"multinomial: a row has only {int(v[1])} positive weights, fewer than the {k} samples drawn "
+                        "without replacement (allowed: at most that many, or replacement=True)")
+            return None
+        return check_values(out, cast("Tensor", self), facts, problem)
+
+    def masked_select(self, mask: Tensor) -> Tensor:
+        """The elements where mask (broadcast against self) is True, as a 1-D tensor. Its length depends on the
+        mask's data, so this realizes the mask (the selection itself is a lazy gather, differentiable)."""
+        if not isinstance(mask, TensorBase) or not dtypes.is_bool(mask.dtype):
+            raise TypeError(f"masked_select needs a bool mask tensor, got {getattr(mask, 'dtype', type(mask))!r}")
+        shape = broadcast_shape(self.shape, mask.shape)
+        x, m = self._broadcast_to(shape), mask._broadcast_to(shape)
+        pos = np.flatnonzero(m.numpy())
+        flat = x.flatten()
+        if pos.size == 0:
+            return flat.shrink(((0, 0),))
+        return flat[type(self)(pos.astype(np.int32), device=self.device)]
+
+    def nonzero(self, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
+        """The indices of the non-zero elements, (count, ndim) int32 (as_tuple: one 1-D tensor per axis), in
+        row-major order. The count depends on the data, so this realizes the tensor."""
+        pos = np.argwhere(self.numpy()).astype(np.int32)
+        T = type(self)
+        if as_tuple:
+            return tuple(T(np.ascontiguousarray(pos[:, i]), device=self.device) for i in range(max(self.ndim, 1)))
+        return T(pos.reshape(-1, self.ndim), device=self.device)
 
     def dropout(self, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1/(1-p), when Tensor.training."""

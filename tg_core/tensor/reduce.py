@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from tg_core.dtype import DType, dtypes, least_upper_float, sum_acc_dtype
+from tg_core.tensor.args import int_arg
 from tg_core.tensor.base import TensorBase
 from tg_core.uop.ops import Ops
 
@@ -134,3 +135,85 @@ class ReduceMixin(TensorBase):
         if op is not Ops.MAX and self.dtype in (dtypes.float16, dtypes.bfloat16):
             out = out.cast(self.dtype)
         return out.transpose(a, -1) if a != self.ndim - 1 else out
+
+    def cummin(self, axis: int = 0) -> Tensor:
+        """The running minimum along axis (values, as cummax): cummax of the order-reversing map."""
+        return self._reversed_order().cummax(axis)._reversed_order()
+
+    def logcumsumexp(self, axis: int = 0) -> Tensor:
+        """log(cumsum(exp(x))) along axis without overflow or underflow: each output is the logsumexp of its
+        own triangular window (shifted by that window's max, not the whole axis's), as cumsum's windows."""
+        x = self._cast_to(least_upper_float(self.dtype))
+        if x.ndim == 0:
+            return x
+        a = x._axis(axis)
+        n = x.shape[a]
+        if n == 0:
+            return x
+        T = type(self)
+        xt = x.transpose(a, -1) if a != x.ndim - 1 else x
+        row = T._iota(n, self.device)
+        tri = row.reshape(n, 1) >= row.reshape(1, n)
+        out = tri.where(xt.unsqueeze(-2), -math.inf).logsumexp(-1)
+        return out.transpose(a, -1) if a != x.ndim - 1 else out
+
+    # ---- sorting: ranks ------------------------------------------------------------------------------------
+    # An element's place in the sorted order is its rank: how many elements of its row come before it (in
+    # the order, or equal and at a smaller index: a stable sort). Output position p then picks the element
+    # of rank p with a one-hot mask and a sum. No data-dependent control flow, so it is the same graph on
+    # every device and differentiable in the values; the cost is n*n comparisons per row.
+
+    def _ranks(self, descending: bool) -> Tensor:
+        """int32 ranks along the last axis; NaN sorts as the largest value (numpy, PyTorch)."""
+        n = self.shape[-1]
+        # [..., i, j]: element i against element j, both expanded to (n, n) before any op, so that
+        # isnan is computed per pair in the kernel rather than realized as a buffer and broadcast
+        full = self.shape + (n,)
+        xi, xj = self.unsqueeze(-1).expand(full), self.unsqueeze(-2).expand(full)
+        before = xj > xi if descending else xj < xi          # j comes before i in the order
+        tie = xi.eq(xj)
+        if dtypes.is_float(self.dtype):
+            ni, nj = xi.isnan(), xj.isnan()
+            before = before | (nj & ni.logical_not() if descending else ni & nj.logical_not())
+            tie = tie | (ni & nj)
+        idx = type(self)._iota(n, self.device)
+        earlier = idx.reshape(1, n) < idx.reshape(n, 1)      # j < i
+        return (before | (tie & earlier)).cast(dtypes.int32).sum(-1, dtype=dtypes.int32)
+
+    def _select_ranks(self, k: int, descending: bool) -> tuple[Tensor, Tensor]:
+        """The first k of the sorted order along the last axis: (values, int32 indices)."""
+        n = self.shape[-1]
+        T = type(self)
+        hot = self._ranks(descending).unsqueeze(-2).eq(T._iota(k, self.device).reshape(k, 1))   # [..., p, i]
+        zero = False if dtypes.is_bool(self.dtype) else 0
+        vals = hot.where(self.unsqueeze(-2), zero)
+        vals = vals.max(-1) if dtypes.is_bool(self.dtype) else vals.sum(-1).cast(self.dtype)
+        idx = hot.where(T._iota(n, self.device), 0).sum(-1, dtype=dtypes.int32)
+        return vals, idx
+
+    def _sorted_along(self, dim: int, k: int | None, descending: bool) -> tuple[Tensor, Tensor]:
+        if self.ndim == 0:
+            return cast("Tensor", self), self.zeros_like(dtype=dtypes.int32)
+        d = self._axis(dim, "dim")
+        x = self.transpose(d, -1) if d != self.ndim - 1 else cast("Tensor", self)
+        vals, idx = x._select_ranks(x.shape[-1] if k is None else k, descending)
+        if d != self.ndim - 1:
+            vals, idx = vals.transpose(d, -1), idx.transpose(d, -1)
+        return vals, idx
+
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> tuple[Tensor, Tensor]:
+        """(values, indices) sorted along dim, as PyTorch's sort; always stable (equal elements keep their
+        order), indices are int32. NaN sorts as the largest value."""
+        return self._sorted_along(dim, None, descending)
+
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+        return self._sorted_along(dim, None, descending)[1]
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+        """The k largest (or smallest, largest=False) elements along dim and their int32 indices, in sorted
+        order (also when sorted=False, which PyTorch allows); ties keep the smaller index first."""
+        n = self.shape[self._axis(dim, "dim")] if self.ndim else 1
+        kk = int_arg(k, "topk: k", lo=0)
+        if kk > n:
+            raise ValueError(f"topk: k={kk} is larger than dim {dim} of size {n} in {self.shape} (allowed: 0 to {n})")
+        return self._sorted_along(dim, kk, largest)
