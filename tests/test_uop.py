@@ -398,3 +398,14 @@ def test_ptrdtype_is_a_buffer_nodes_pointer_dtype():
     assert buf.ptrdtype is buf.dtype and buf.ptrdtype.size == 16
     with pytest.raises(TypeError, match="CONST has the value dtype dtypes.int, not a pointer"):
         UOp.const(dtypes.int32, 3).ptrdtype
+
+
+def test_tensor_shape_is_the_shape_of_a_tensor_level_node():
+    buf = UOp.new_buffer("PYTHON", 6, dtypes.float32).reshape((2, 3))
+    assert buf.tensor_shape == (2, 3) == buf.shape and buf.ndim == 2 and buf.numel == 6
+    rng = UOp.range(UOp.const(dtypes.weakint, 4), 0, AxisType.LOOP)
+    assert rng.shape is None
+    with pytest.raises(TypeError, match="RANGE is a kernel-level node: it has no shape"):
+        rng.tensor_shape
+    with pytest.raises(TypeError, match="RANGE is a kernel-level node"):
+        rng.ndim
