@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from tg_core.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tg_core.tensor import resample
 from tg_core.tensor.args import broadcast_shape, int_arg
 from tg_core.tensor.base import TensorBase
 from tg_core.tensor.checks import check_range, check_values
@@ -295,13 +296,46 @@ class NNMixin(TensorBase):
         return pad, tuple(extra)
 
     def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
-                   padding: int | Sequence[int] = 0, ceil_mode: bool = False) -> Tensor:
+                   padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+                   return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """The max of each window; with return_indices also the flat H*W index of each window's first
+        maximum (int32), which max_unpool2d takes."""
         k = _pair(kernel_size)
         st, dl = _pair(stride if stride is not None else k), _pair(dilation)
         pad, extra = self._pool_pads(k, st, dl, padding, ceil_mode)
         full = tuple((b + eb, a + ea) for (b, a), (eb, ea) in zip(pad, extra))
         x = self.pad(((0, 0),) * (self.ndim - 2) + full, value=dtypes.min(self.dtype))
-        return x._pool(k, st, dl).max((-2, -1))
+        out = x._pool(k, st, dl).max((-2, -1))
+        if not return_indices:
+            return out
+        return out, resample.pool_indices(cast("Tensor", self), k, st, dl, full)
+
+    def max_unpool2d(self, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride=None,
+                     padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+        """The inverse of max_pool2d(return_indices=True): each value goes to its flat index of the output
+        (H, W), zeros elsewhere (PyTorch's max_unpool2d)."""
+        return resample.max_unpool(cast("Tensor", self), indices, kernel_size, stride, padding, output_size)
+
+    def conv_transposeNd(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                         stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+                         padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
+        """PyTorch's conv_transpose1d/2d/3d for any number of spatial axes: x (N, Cin, *spatial), weight
+        (Cin, Cout/groups, *kernel)."""
+        return resample.conv_transpose(cast("Tensor", self), weight, bias, groups, stride, dilation, padding,
+                                       output_padding)
+
+    def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                         stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+                         padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
+        if self.ndim != 4 or weight.ndim != 4:
+            raise ValueError(f"conv_transpose2d needs a 4-D input and weight, got {self.shape} and {weight.shape}")
+        return self.conv_transposeNd(weight, bias, groups, stride, dilation, padding, output_padding)
+
+    def interpolate(self, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
+                    mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
+        """PyTorch's F.interpolate over the axes after (N, C): modes 'nearest', 'nearest-exact', 'linear'
+        (3-D input), 'bilinear' (4-D), 'trilinear' (5-D); align_corners for the linear modes."""
+        return resample.interpolate(cast("Tensor", self), size, scale_factor, mode, align_corners)
 
     def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
                    padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
