@@ -26,13 +26,27 @@ def test_tensor_is_the_primitives_plus_the_mixins():
     assert Tensor.__mro__ == (Tensor, *MIXINS, TensorBase, object)
 
 
+# class-level flags users set on Tensor itself (`Tensor.training = True`, as in tinygrad): the mixin holds the default
+_USER_FLAGS = {"training", "no_grad"}
+
+
 def test_each_name_is_defined_once():
     # with real mixins a second definition would silently win by the MRO (the old setattr install raised)
     where: dict[str, str] = {}
     for cls in (Tensor, *MIXINS):
-        for name in set(vars(cls)) - _CLASS_BOOKKEEPING:
+        for name in set(vars(cls)) - _CLASS_BOOKKEEPING - (_USER_FLAGS if cls is Tensor else set()):
             assert name not in where, f"{name} is defined in both {where[name]} and {cls.__name__}"
             where[name] = cls.__name__
+
+
+def test_seeding_and_train_scopes_leave_the_class_definitions_alone():
+    """Random tensors and the train/test scopes run before the check above in one process must not make it fail:
+    the generator's state is not a class attribute, and the flags are the user-settable ones."""
+    Tensor.manual_seed(7)
+    Tensor.rand(3).realize()
+    with Tensor.train():
+        pass
+    test_each_name_is_defined_once()
 
 
 def test_tensor_base_holds_the_data_slots_only():

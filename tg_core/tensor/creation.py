@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -52,10 +53,19 @@ def _shape(shape: Sequence[int] | int, rest: tuple[int, ...]) -> tuple[int, ...]
     return out
 
 
+class _RNGState:
+    """The generator's seed and call counter: one per process, shared by every thread (a lock orders the calls),
+    kept out of the Tensor classes so that seeding never sets class attributes."""
+
+    def __init__(self) -> None:
+        self.seed, self.counter, self.lock = 0, 0, threading.Lock()
+
+
+_rng = _RNGState()
+
+
 class CreationMixin(TensorBase):
     __slots__ = ()
-    _seed: int = 0
-    _rng_counter: int = 0
 
     # ---- constants ----------------------------------------------------------------------------------------
 
@@ -183,14 +193,16 @@ class CreationMixin(TensorBase):
     @classmethod
     def manual_seed(cls, seed: int = 0) -> None:
         """Seed the generator: the random tensors made after it are the same on every run."""
-        cls._seed, cls._rng_counter = int(seed), 0
+        with _rng.lock:
+            _rng.seed, _rng.counter = int(seed), 0
 
     @classmethod
     def _next_rng_key(cls) -> np.ndarray:
         """The key (k0, k1) of the next random op: the seed mixed with the call counter, which advances."""
-        counter = cls._rng_counter
-        cls._rng_counter += 1
-        k0 = _hash32_py(_hash32_py(cls._seed & _M32) ^ _hash32_py((cls._seed >> 32) + 0x9E3779B9) ^ counter)
+        with _rng.lock:
+            seed, counter = _rng.seed, _rng.counter
+            _rng.counter += 1
+        k0 = _hash32_py(_hash32_py(seed & _M32) ^ _hash32_py((seed >> 32) + 0x9E3779B9) ^ counter)
         return np.array([k0, _hash32_py(k0 ^ 0x85EBCA6B)], dtype=np.uint32)
 
     @classmethod
