@@ -107,7 +107,7 @@ def test_atan2_every_quadrant_and_gradient(device):
     np.testing.assert_allclose(ty.atan2(tx).numpy(), np.arctan2(y, x), rtol=1e-6, atol=1e-7)
     keep = x != 0  # the derivative at x == 0 is not the point of the test
     (ty.atan2(tx) * Tensor(keep.astype(np.float32), device=device)).sum().backward()
-    r2 = x * x + y * y
+    r2 = np.where(keep, x * x + y * y, 1.0)
     np.testing.assert_allclose(ty.grad.numpy(), np.where(keep, x / r2, 0), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(tx.grad.numpy(), np.where(keep, -y / r2, 0), rtol=1e-5, atol=1e-6)
     # broadcasting and a Python scalar
