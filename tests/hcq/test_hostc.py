@@ -184,3 +184,13 @@ def test_missing_variable_and_out_of_bounds_store_are_errors(hcq_cpu):
             prog.run({"hostc_off": 13})
         with pytest.raises(ValueError, match="needs a value for the variable hostc_off"):
             prog.run({})
+
+
+def test_interpreted_division_is_exact_for_64_bit_values():
+    """The interpreter divides like C in exact integers (through floats, 2**60 + 1 would round)."""
+    from tg_core.hcq.host import _INT_ALU
+    from tg_core.uop.ops import Ops
+    idiv, mod = _INT_ALU[Ops.IDIV], _INT_ALU[Ops.MOD]
+    for a, b in [((1 << 60) + 1, 3), (-(1 << 62) - 7, 5), ((1 << 63) - 1, 4096), (-7, 2), (7, -2)]:
+        q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+        assert (idiv(a, b), mod(a, b)) == (q, a - q * b)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tg_core.dtype import DType, dtypes, to_numpy_dtype
-from tg_core.helpers import ContextVar
+from tg_core.helpers import ContextVar, cdiv, cmod
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -45,7 +45,8 @@ _INT_ALU: dict[Ops, Callable[[int, int], int]] = {
     Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
     Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
     Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,
-    Ops.IDIV: lambda a, b: int(a / b) if b else 0, Ops.MOD: lambda a, b: a - int(a / b) * b if b else 0,
+    # C division in exact integers (through floats it rounds past 2**53, and addresses are 64-bit)
+    Ops.IDIV: lambda a, b: cdiv(a, b) if b else 0, Ops.MOD: lambda a, b: cmod(a, b) if b else 0,
     Ops.MAX: max, Ops.CMPLT: lambda a, b: int(a < b),
 }
 
