@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from tg_core.codegen.program import param_index
 from tg_core.device import Buffer, BufferSpec, LRUAllocator, host_memory
 from tg_core.dtype import dtypes, to_numpy_dtype
 from tg_core.hcq import ops as q
@@ -213,10 +214,10 @@ class QueueEngine:
         values = [int(b[k + 1 + 2 * j]) | (int(b[k + 2 + 2 * j]) << 32) for j in range(nvars)]
         if not self.dev.execute:
             return
-        params = sorted((u for u in ast.toposort() if u.op is Ops.PARAM), key=_param_index)
+        params = sorted((u for u in ast.toposort() if u.op is Ops.PARAM), key=param_index)
         arrays: list[np.ndarray] = [np.zeros(0)] * nbufs
         for p in params:
-            i = _param_index(p)
+            i = param_index(p)
             a, n = spans[i]
             arrays[i] = at(a, n).view(to_numpy_dtype(p.dtype.base)) if n else np.zeros(0, to_numpy_dtype(p.dtype.base))
         names = sorted({u.arg[0] for u in ast.toposort() if u.op is Ops.DEFINE_VAR})
@@ -233,10 +234,6 @@ class QueueEngine:
 
 class _Aborted(Exception):
     pass
-
-
-def _param_index(p: UOp) -> int:
-    return p.arg if isinstance(p.arg, int) else p.arg[0]
 
 
 class HCQRefDevice(HCQCompiled):

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 import struct
 
-from tg_core.codegen.program import Program
+from tg_core.codegen.program import Program, param_index
 from tg_core.dtype import AddrSpace, ConstType, DType, PtrDType, as_const, dtypes
 from tg_core.renderer import Renderer
 from tg_core.uop.alu import bitcast_const, float_to_int_range
@@ -150,7 +150,7 @@ class LLVMFunction:
 
     def text(self) -> str:
         args = []
-        by_index = {(p.arg[0] if isinstance(p.arg, tuple) else p.arg): p for p in self.prog.params}
+        by_index = {param_index(p): p for p in self.prog.params}
         for idx in range(max(by_index, default=-1) + 1):
             p = by_index.get(idx)
             if p is None:  # an argument the kernel never mentions still holds its place in the signature

@@ -50,6 +50,7 @@ from tg_core.plugin_api import (
     dtypes,
     float_to_int_range,
     label,
+    param_index,
 )
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
 from tg_cpu_x86.x86.slp import Group, buffer_of, widest_plan
@@ -469,7 +470,7 @@ class Selector:
 def _arg_position(ctx: Selector, u: UOp) -> int:
     if u.op is Ops.PARAM:
         return u.arg[0] if isinstance(u.arg, tuple) else u.arg
-    nparams = max(((p.arg[0] if isinstance(p.arg, tuple) else p.arg) for p in ctx.prog.params), default=-1) + 1
+    nparams = max((param_index(p) for p in ctx.prog.params), default=-1) + 1
     names = [v.arg[0] for v in ctx.prog.variables]
     return nparams + names.index(u.arg[0])
 
