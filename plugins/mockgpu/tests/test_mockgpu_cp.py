@@ -216,6 +216,18 @@ def _compile_saxpy(n: int):
     return code, r.function_name(prog), pk.launch.evaluate({})
 
 
+def _saxpy_on(mem, n: int, a: np.ndarray, b: np.ndarray):
+    """The compiled saxpy loaded into `mem` with its three buffers (a and b written): (kernel, image address,
+    buffer addresses by name, grid, local)."""
+    code, name, (grid, local) = _compile_saxpy(n)
+    image_va = mem.alloc(len(code.image), 256)
+    mem.write(image_va, code.image_at(image_va))
+    va = {k: mem.alloc(4 * n) for k in ("out", "a", "b")}
+    mem.write(va["a"], a.tobytes())
+    mem.write(va["b"], b.tobytes())
+    return code.kernel(name), image_va, va, grid, local
+
+
 @pytest.mark.parametrize("xccs", [1, 2])
 def test_dispatch_direct_runs_a_compiled_kernel(xccs):
     from tg_amd.queues import pm4
@@ -223,17 +235,11 @@ def test_dispatch_direct_runs_a_compiled_kernel(xccs):
     from tg_mockgpu.cp.launch import EmulatorLauncher
     from tg_mockgpu.memory import GPUMemory
     n = 1000
-    code, name, (grid, local) = _compile_saxpy(n)
-    ks = code.kernel(name)
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     mem = GPUMemory()
     try:
-        image_va = mem.alloc(len(code.image), 256)
-        mem.write(image_va, code.image_at(image_va))
-        rng = np.random.default_rng(1)
-        a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-        va = {k: mem.alloc(4 * n) for k in ("out", "a", "b")}
-        mem.write(va["a"], a.tobytes())
-        mem.write(va["b"], b.tobytes())
+        ks, image_va, va, grid, local = _saxpy_on(mem, n, a, b)
         kernargs = mem.alloc(ks.descriptor.kernarg_size)
         mem.write(kernargs, struct.pack("<QQQ", va["out"], va["a"], va["b"]).ljust(ks.descriptor.kernarg_size, b"\0"))
         scratch = [mem.alloc(1 << 16) for _ in range(xccs)]
@@ -305,17 +311,10 @@ def test_aql_kernel_dispatch_runs_a_compiled_kernel():
     from tg_mockgpu.cp.launch import EmulatorLauncher
     from tg_mockgpu.memory import GPUMemory
     n = 1000
-    code, name, (grid, local) = _compile_saxpy(n)
-    ks = code.kernel(name)
+    a, b = np.arange(n, dtype=np.float32), np.full(n, 0.5, np.float32)
     mem = GPUMemory()
     try:
-        image_va = mem.alloc(len(code.image), 256)
-        mem.write(image_va, code.image_at(image_va))
-        a = np.arange(n, dtype=np.float32)
-        b = np.full(n, 0.5, np.float32)
-        va = {k: mem.alloc(4 * n) for k in ("out", "a", "b")}
-        mem.write(va["a"], a.tobytes())
-        mem.write(va["b"], b.tobytes())
+        ks, image_va, va, grid, local = _saxpy_on(mem, n, a, b)
         kernargs = mem.alloc(64)
         mem.write(kernargs, struct.pack("<QQQ", va["out"], va["a"], va["b"]))
         sig = mem.alloc(16)
@@ -391,16 +390,10 @@ def test_a_submission_waits_runs_a_kernel_with_inline_kernargs_and_signals(kind)
     from tg_mockgpu.cp.launch import EmulatorLauncher
     from tg_mockgpu.memory import GPUMemory
     n = 777
-    code, name, (grid, local) = _compile_saxpy(n)
-    ks = code.kernel(name)
+    a, b = np.linspace(-3, 3, n, dtype=np.float32), np.full(n, 7, np.float32)
     mem = GPUMemory()
     try:
-        image_va = mem.alloc(len(code.image), 256)
-        mem.write(image_va, code.image_at(image_va))
-        a, b = np.linspace(-3, 3, n, dtype=np.float32), np.full(n, 7, np.float32)
-        va = {k: mem.alloc(4 * n) for k in ("out", "a", "b")}
-        mem.write(va["a"], a.tobytes())
-        mem.write(va["b"], b.tobytes())
+        ks, image_va, va, grid, local = _saxpy_on(mem, n, a, b)
         go, done, cmd = mem.alloc(16), mem.alloc(16), mem.alloc(1 << 14)
         args = [w for v in (va["out"], va["a"], va["b"]) for w in (v & 0xFFFFFFFF, v >> 32)]
         st = PM4Stream(cmd) if kind == "pm4" else AQLStream(cmd)
