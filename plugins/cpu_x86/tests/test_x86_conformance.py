@@ -57,7 +57,8 @@ class TestX86ConformanceAVX2(DeviceConformance):
     device = "CPU:X86"
 
     @pytest.fixture(autouse=True, scope="class")
-    def avx2_code(self):
+    @classmethod
+    def avx2_code(cls):
         dev, patch = Device["CPU:X86"], pytest.MonkeyPatch()
         patch.setenv("TG_X86_ISA", "avx2")
         _rebuild_renderer(dev)
