@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tg_amd.interface import DESCRIPTOR_SIZE, USER_SGPR_FIELDS, KernelDescriptor
-from tg_mockgpu.cp.memory import Memory, PacketError, dwords, read, write64
+from tg_mockgpu.cp.memory import Memory, PacketError, dwords, read, read64, write64
 from tg_mockgpu.cp.pm4 import DispatchState, PM4Queue
 
 PACKET = 64
@@ -60,8 +60,7 @@ class AQLQueue:
 
     @property
     def read_pointer(self) -> int:
-        lo, hi = dwords(self.mem, self.rptr, 2)
-        return lo | (hi << 32)
+        return read64(self.mem, self.rptr)
 
     def run(self, doorbell: int) -> bool:
         """Packets up to index `doorbell`; True when idle, False when stalled (at a PM4 wait)."""

@@ -67,6 +67,10 @@ def read32(mem: Memory, va: int) -> int:
     return dwords(mem, va, 1)[0]
 
 
+def read64(mem: Memory, va: int) -> int:
+    return int(struct.unpack("<Q", read(mem, va, 8))[0])
+
+
 class PagedMemory:
     """Virtual pages mapped onto shuffled pages of one backing store. `alloc` gives scattered pages; `alloc_host`
     gives pages contiguous in the store, with the numpy view of them (host-visible memory the CPU writes directly,

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tg_mockgpu.cp.memory import Memory, PacketError, dwords, read32, write32, write64
+from tg_mockgpu.cp.memory import Memory, PacketError, dwords, read32, read64, write32, write64
 
 # the processor's own view of the packets and registers (amd.md 2.2, 10): absolute dword register addresses
 OPCODES = {0x10: "NOP", 0x15: "DISPATCH_DIRECT", 0x23: "PRED_EXEC", 0x3C: "WAIT_REG_MEM", 0x3F: "INDIRECT_BUFFER",
@@ -81,8 +81,7 @@ class PM4Queue:
     def read_pointer(self) -> int:
         if self.rptr is None:
             raise ValueError(f"{self.name} has no ring (it runs indirect buffers given by run_ib)")
-        lo, hi = dwords(self.mem, self.rptr, 2)
-        return lo | (hi << 32)
+        return read64(self.mem, self.rptr)
 
     def run(self, doorbell: int) -> bool:
         """Execute the ring up to the doorbell value (dwords); True when idle, False when stalled at a wait."""

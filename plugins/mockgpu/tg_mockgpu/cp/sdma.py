@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tg_mockgpu.cp.memory import PAGE, Memory, PacketError, dwords, read, read32, write, write32, write64
+from tg_mockgpu.cp.memory import PAGE, Memory, PacketError, dwords, read, read32, read64, write, write32, write64
 from tg_mockgpu.cp.pm4 import gpu_clock
 
 OPCODES = {0: "NOP", 1: "COPY", 5: "FENCE", 6: "TRAP", 8: "POLL_REGMEM", 13: "TIMESTAMP", 17: "GCR_REQ",
@@ -40,8 +40,7 @@ class SDMAQueue:
 
     @property
     def read_pointer(self) -> int:
-        lo, hi = dwords(self.mem, self.rptr, 2)
-        return lo | (hi << 32)
+        return read64(self.mem, self.rptr)
 
     def run(self, doorbell: int) -> bool:
         """Execute up to the doorbell value (bytes); True when idle, False when stalled at a poll."""
