@@ -43,6 +43,26 @@ def test_matmul_packs_b_then_tiles_the_panel():
     assert cpu_opts(matmul(64, 40, 32)) == packed_tile
 
 
+def test_fewer_columns_than_lanes_tile_with_the_widest_vector_they_fill():
+    """An MLP's 10 classes on AVX-512 (16 lanes): the tile of 8 lanes (10 columns, 4 rows), as on AVX2, not no
+    tile at all; below 4 columns (an xmm vector) there is none."""
+    avx512, avx2 = CPUTarget(vector_bytes=64, pack=False), CPUTarget(vector_bytes=32, pack=False)
+    tile = [Opt(OptOps.UPCAST, 1, 10), Opt(OptOps.UPCAST, 0, 4)]
+    assert cpu_opts(matmul(64, 10, 32), avx512) == tile == cpu_opts(matmul(64, 10, 32), avx2)
+    assert cpu_opts(matmul(64, 10, 32), CPUTarget(vector_bytes=64))[0] == Opt(OptOps.PACK, 1, 10)
+    assert cpu_opts(matmul(64, 5, 32), avx512) == [Opt(OptOps.UPCAST, 1, 5), Opt(OptOps.UPCAST, 0, 4)]
+    assert cpu_opts(matmul(64, 3, 32), avx512) == []
+
+
+@pytest.mark.parametrize("n,m,k", [(9, 10, 33), (8, 5, 16)])
+def test_narrow_tile_values_on_a_wide_target(n, m, k):
+    x, y, out = randn(n, k), randn(k, m), np.zeros((n, m), np.float32)
+    opts = cpu_opts(matmul(n, m, k), CPUTarget(vector_bytes=64))
+    assert opts and opts[0].op is OptOps.PACK
+    run(matmul(n, m, k), [x, y, out], opts=opts, renderer=FastCPU())
+    np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)
+
+
 def test_elementwise_and_row_reductions_left_to_the_loop_vectorizer():
     assert cpu_opts(ew_2d(64, 64)) == []
     assert cpu_opts(row_sum(64, 64)) == []

@@ -18,6 +18,7 @@ from tg_cpu_x86 import plugin  # noqa: E402
 from tg_cpu_x86.device import CPUDevice  # noqa: E402
 from tg_cpu_x86.llvm import CPULLVMRenderer  # noqa: E402
 from tg_cpu_x86.memory import ALIGN  # noqa: E402
+from tg_cpu_x86.x86.isa import UnsupportedISAError  # noqa: E402
 
 DEV = "CPU"
 RNG = np.random.default_rng(0)
@@ -218,13 +219,15 @@ def test_llvm_renderer_targets_this_host():
 
     from tg_cpu_x86.llvm import HOST, LLVMCompiler
     assert HOST.cpu == llvm.get_host_cpu_name() and HOST.triple == llvm.get_process_triple()
-    prog = CPULLVMRenderer().program(_scale_kernel(dtypes.float32))
-    src = CPULLVMRenderer().render(prog)
-    assert f'target triple = "{HOST.triple}"' in src
+    renderer = CPULLVMRenderer()
+    src = renderer.render(renderer.program(_scale_kernel(dtypes.float32)))
+    assert f'target triple = "{HOST.triple}"' in src and f'"target-cpu"="{HOST.cpu}"' in src
     asm = LLVMCompiler().assembly(src)
-    # vectorized for the host's widest float vectors: LLVM's AVX-512 Xeon tuning alone stays at ymm
-    widest = {"avx512": "zmm", "avx2": "ymm"}.get(HOST.vector_isa)
-    assert f'"prefer-vector-width"="{HOST.vector_bytes * 8}"' in src
+    # vectorized for the widest float vectors of the ISA (the host's unless TG_X86_ISA limits it): LLVM's
+    # AVX-512 Xeon tuning alone stays at ymm
+    target = renderer.target
+    widest = {"avx512": "zmm", "avx2": "ymm"}.get(target.vector_isa)
+    assert f'"prefer-vector-width"="{target.vector_bytes * 8}"' in src
     if widest:
         assert widest in asm
 
@@ -239,10 +242,48 @@ def test_llvm_vector_width_follows_the_host_features(monkeypatch):
     assert HostTarget(*host, "+sse2,-avx2").vector_bytes == 16
     # the heuristic picks lanes from the host's width (16 float32 lanes with AVX-512)
     seen = []
+    monkeypatch.delenv("TG_X86_ISA", raising=False)
     monkeypatch.setattr(llvm_mod, "HOST", avx512)
     monkeypatch.setattr(llvm_mod, "cpu_opts", lambda ast, target: seen.append(target) or [])
     CPULLVMRenderer().opts_for(_scale_kernel(dtypes.float32))
     assert [t.vector_bytes for t in seen] == [64]
+
+
+def test_llvm_avx2_turns_avx512_off(monkeypatch):
+    """TG_X86_ISA=avx2 holds for CPU:LLVM too: no AVX-512 feature reaches LLVM, the vectors are ymm wide, and
+    the heuristic plans 8 float32 lanes."""
+    import tg_cpu_x86.llvm as llvm_mod
+    from tg_cpu_x86.llvm import HOST, HostTarget, LLVMCompiler
+    host = HostTarget("x86_64-unknown-linux-gnu", "x", "+avx2,+fma,+avx512f,+avx512vl,-avx512fp16,+avx10.1,+sse2")
+    assert host.for_isa("avx2").features == "+avx2,+fma,-avx512f,-avx512vl,-avx512fp16,-avx10.1,+sse2"
+    assert host.for_isa("avx2").vector_isa == "avx2" and host.for_isa("avx512") is host
+    with pytest.raises(UnsupportedISAError, match="avx512 .*TG_X86_ISA.*lacks"):
+        HostTarget("x86_64-unknown-linux-gnu", "x", "+avx2,-avx512f").for_isa("avx512")
+    monkeypatch.setenv("TG_X86_ISA", "avx2")
+    assert CPULLVMRenderer.vector_isa == "avx2"
+    r = CPULLVMRenderer()
+    assert r.vector_isa == "avx2" and "+avx512" not in r.target.features
+    seen = []
+    monkeypatch.setattr(llvm_mod, "cpu_opts", lambda ast, target: seen.append(target) or [])
+    r.opts_for(_scale_kernel(dtypes.float32))
+    assert [t.vector_bytes for t in seen] == [32]
+    monkeypatch.undo()
+    if HOST.vector_isa == "sse":
+        pytest.skip("this host has no AVX2")
+    for isa, widest in (("avx2", "ymm"), ("avx512", "zmm")):
+        if isa == "avx512" and HOST.vector_isa != "avx512":
+            continue
+        r = CPULLVMRenderer(isa)
+        src = r.render(r.program(_scale_kernel(dtypes.float32)))
+        asm = LLVMCompiler().assembly(src)  # the host's target machine: the function's attributes decide
+        assert widest in asm and (isa == "avx512" or "zmm" not in asm)
+
+
+def test_llvm_isa_value_is_checked(monkeypatch):
+    monkeypatch.setenv("TG_X86_ISA", "avx1024")
+    with pytest.raises(ValueError, match=r"TG_X86_ISA='avx1024' is not a vector ISA of CPU:LLVM; allowed: auto, "
+                                         r"avx2, avx512"):
+        CPULLVMRenderer()
 
 
 def test_renderer_order_and_choice(cpu):

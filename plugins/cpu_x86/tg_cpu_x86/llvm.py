@@ -1,12 +1,15 @@
 """CPU:LLVM: core's LLVM IR renderer aimed at this host, optimized and JIT-compiled in process by llvmlite.
 
 The target is the host's triple, CPU name and feature set (AVX2/AVX-512/FMA when present), and every
-function prefers the host's full vector width, so LLVM vectorizes for the machine it runs on. Each module is optimized by the new pass manager at `OPT_LEVEL`
+function prefers the full vector width of its ISA, so LLVM vectorizes for the machine it runs on. The ISA is
+`TG_X86_ISA` as for the X86 renderer (auto: the host's widest; avx2 turns AVX-512 off in the function's target
+features, so AVX2 code can be measured and tested on an AVX-512 host). Each module is optimized by the new pass manager at `OPT_LEVEL`
 and loaded by MCJIT, which resolves calls LLVM emits for intrinsics (sinf, exp2f, ...) in the process;
 no C compiler or linker is involved.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import llvmlite.binding as llvm
 
 from tg_core.plugin_api import CPUTarget, LLVMRenderer, Opt, UOp, cpu_opts, decomp, pm_int_pow
+from tg_cpu_x86.x86 import isa as _isa
 
 # the new pass manager's speed level. -O2 already runs the loop and SLP vectorizers; -O3 took twice as long to
 # compile the MLP forward's kernels (0.34 s against 0.15 s here) and ran them no faster
@@ -57,13 +61,54 @@ class HostTarget:
         """The width of the host's widest float vector register."""
         return {"avx512": 64, "avx2": 32}.get(self.vector_isa, 16)
 
+    @property
+    def x86(self) -> bool:
+        return self.triple.split("-")[0] in ("x86_64", "amd64", "i386", "i686")
+
+    def for_isa(self, isa: str) -> HostTarget:
+        """This target limited to vector ISA `isa` ("avx2" or "avx512"): avx2 turns every AVX-512 (and AVX10,
+        which implies it) feature off, so LLVM emits no EVEX code and no zmm register. An ISA the host lacks is an
+        isa.UnsupportedISAError: LLVM would emit instructions this CPU faults on."""
+        if isa not in _isa.ISAS:
+            raise ValueError(f"vector ISA {isa!r} is not one of {', '.join(_isa.ISAS)}")
+        if self.vector_isa == "sse" or isa == "avx512" and self.vector_isa != "avx512":
+            raise _isa.UnsupportedISAError(
+                f"CPU:LLVM's vector ISA {isa} ({_isa.ENV}) needs CPU features this host lacks (it has "
+                f"{self.vector_isa}); use {_isa.ENV}=auto")
+        if isa == "avx512":
+            return self
+        flags = [f"-{f[1:]}" if f.startswith("+") and f[1:].startswith(_NOT_AVX2) else f
+                 for f in self.features.split(",")]
+        return HostTarget(self.triple, self.cpu, ",".join(flags))
+
     def target_machine(self) -> Any:
         # a fresh one per engine: an MCJIT engine takes ownership of its target machine
         return llvm.Target.from_triple(self.triple).create_target_machine(cpu=self.cpu, features=self.features,
                                                                           opt=3, codemodel="jitdefault")
 
 
+# the feature-name prefixes AVX2 code must not use (AMX's avx512 flavour starts "amx-" and needs avx512f)
+_NOT_AVX2 = ("avx512", "avx10", "evex512", "amx-avx512")
 HOST = HostTarget.detect()
+
+
+def isa_target(isa: str | None = None) -> HostTarget:
+    """The target CPU:LLVM compiles for: HOST limited to `isa` (default TG_X86_ISA; auto: HOST as it is). Off
+    x86 the variable means nothing (HOST)."""
+    if not HOST.x86:
+        return HOST
+    value = (os.environ.get(_isa.ENV, "") if isa is None else isa).strip().lower() or "auto"
+    if value not in _isa.CHOICES:
+        source = f"{_isa.ENV}={os.environ.get(_isa.ENV)!r}" if isa is None else f"isa={isa!r}"
+        raise ValueError(f"{source} is not a vector ISA of CPU:LLVM; allowed: {', '.join(_isa.CHOICES)}")
+    return HOST if value == "auto" else HOST.for_isa(value)
+
+
+class _VectorISA:
+    """CPULLVMRenderer.vector_isa: the instance's, or on the class the one a renderer built now would use."""
+
+    def __get__(self, obj: CPULLVMRenderer | None, cls: type | None = None) -> str:
+        return obj.target.vector_isa if obj is not None else isa_target().vector_isa
 
 
 class CPULLVMRenderer(LLVMRenderer):
@@ -78,13 +123,19 @@ class CPULLVMRenderer(LLVMRenderer):
     # exp2/log2/sin/pow as arithmetic: it vectorizes, where a libm call per element does not (softmax 4x faster);
     # integer pow as multiplies (LLVM has no intrinsic for it)
     extra_matcher = decomp + pm_int_pow
-    vector_isa = HOST.vector_isa
-    # LLVM's tuning for AVX-512 Xeons (prefer-256-bit) keeps its vectorizers at ymm width unless the function
-    # asks for more: without this attribute no kernel used a zmm register on a Sapphire/Emerald Rapids host
-    function_attributes = f'nounwind "prefer-vector-width"="{HOST.vector_bytes * 8}"'
+    vector_isa = _VectorISA()
+
+    def __init__(self, isa: str | None = None):
+        self.target = isa_target(isa)
+        # LLVM's tuning for AVX-512 Xeons (prefer-256-bit) keeps its vectorizers at ymm width unless the function
+        # asks for more: without this attribute no kernel used a zmm register on a Sapphire/Emerald Rapids host.
+        # The CPU and features ride on the function, so the device's one compiler (a host target machine)
+        # compiles each kernel for the ISA it was rendered for, and equal IR is equal code
+        self.function_attributes = (f'nounwind "prefer-vector-width"="{self.target.vector_bytes * 8}" '
+                                    f'"target-cpu"="{self.target.cpu}" "target-features"="{self.target.features}"')
 
     def opts_for(self, ast: UOp) -> list[Opt]:
-        return cpu_opts(ast, CPUTarget(vector_bytes=HOST.vector_bytes))
+        return cpu_opts(ast, CPUTarget(vector_bytes=self.target.vector_bytes))
 
 
 class LLVMKernel:
