@@ -113,15 +113,28 @@ class HCQCompiled(Compiled):
             while self._inflight and self._inflight[0][0] <= done:
                 self._inflight.popleft()
 
+    def plan_of(self, ast: UOp) -> Any:
+        """What the device's encoder needs of a kernel AST, built once: by default what core's stages make of it
+        (Compiled.get_runner: prepare .. make_runner, cached per AST). A build error surfaces here, when the engine
+        prepares a schedule, before any of its kernels runs."""
+        return Compiled.get_runner(self, ast)
+
     def get_runner(self, ast: Any) -> Callable[[list[Buffer], dict[str, int]], None]:
         """The engine's contract: a runner for one kernel; on an HCQ device it submits a batch of one."""
-        from tg_core.devices.python.interpreter import plan_kernel
-        plan_kernel(ast)
+        self.plan_of(ast)
         writes = written_params(ast)
 
         def run(bufs: list[Buffer], var_vals: dict[str, int]) -> None:
             run_items([Item(ast, [q.mem(b.ensure_allocated()) for b in bufs], writes)], var_vals)
         return run
+
+    def copy_buffers(self, dst: Buffer, src: Buffer) -> None:
+        """Copy `src` into `dst` (equal sizes; either on this device or another HCQ device) on the source's copy
+        queue, as a batch of one, without waiting: ordered after earlier work by the timeline, and the buffers
+        stay alive until the copy is done (the batch holds them)."""
+        if dst.nbytes != src.nbytes:
+            raise ValueError(f"copy of {src!r} ({src.nbytes} bytes) into {dst!r} ({dst.nbytes} bytes)")
+        run_items([Item(_COPY, [q.mem(dst.ensure_allocated()), q.mem(src.ensure_allocated())], (0,))])
 
     def close(self) -> None:
         try:
@@ -129,6 +142,9 @@ class HCQCompiled(Compiled):
         except HCQTimeout:
             pass
         super().close()
+
+
+_COPY = UOp(Ops.COPY, dtypes.void)  # the exec item of a plain buffer copy (batch.py reads only its op)
 
 
 def is_hcq(device: str) -> bool:

@@ -15,10 +15,8 @@ plugins whose matchers were summed.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-from tg_core.dtype import dtypes
 from tg_core.hcq import ops as q
 from tg_core.hcq.batch import Batch
 from tg_core.uop.ops import Ops
@@ -67,39 +65,17 @@ def summed(hook: str, devices: list[str]) -> tuple[PatternMatcher | None, list[s
 
 # ---- core's encode rules ----------------------------------------------------------------------------------
 
-def _word_bytes(w: UOp) -> bytes | None:
-    """The blob bytes of a constant word, None for a symbolic one."""
-    c = w
-    while c.op is Ops.CAST and c.src[0].op is Ops.CONST:
-        c = UOp.const(c.dtype, c.src[0].arg)
-    if c.op is not Ops.CONST:
-        return None
-    return struct.pack("<Q" if c.dtype.itemsize == 8 else "<I", int(c.arg) & ((1 << (8 * c.dtype.itemsize)) - 1))
-
-
 def make_cmdbuf(ctx: EncodeCtx, s: UOp) -> UOp | None:
-    """A submit whose ops are all encoded -> `INS("cmdbuf")`: the command-buffer placeholder and the host statements
-    writing it (one blob of the constant words, one store per symbolic word)."""
+    """A submit whose ops are all encoded -> `INS("cmdbuf")` (ops.py `command_buffer`): the command-buffer
+    placeholder and the host statements writing it (one blob of the constant words, one store per symbolic word)."""
     body = s.src[0]
     if body.op is not Ops.LINEAR or not all(u.op is Ops.INS and u.arg[0] == "words" for u in body.src):
         return None
     queue = s.arg.queue
-    blob = bytearray()
-    patches: list[tuple[int, UOp]] = []
-    for ws in body.src:
-        for w in ws.src:
-            if w.dtype not in (dtypes.uint32, dtypes.uint64):
-                raise HCQError(f"{queue}: a command word must be uint32 or uint64, got {w.dtype!r} ({w.render()[:80]})")
-            got = _word_bytes(w)
-            if got is None:
-                patches.append((len(blob), w))
-                got = bytes(w.dtype.itemsize)
-            blob += got
-    if not blob:
-        raise HCQError(f"{queue}: the submit encodes to no command words")
-    buf = q.placeholder(f"cmdbuf_{queue.slug}", len(blob), queue.device, key=ctx.batch.uid)
-    stmts = [q.host_blob(buf, 0, bytes(blob))] + [q.host_store(buf, off, w) for off, w in patches]
-    cmd = UOp(Ops.INS, dtypes.void, (buf, q.linear(*stmts)), ("cmdbuf", queue, len(blob)))
+    try:
+        cmd = q.command_buffer(queue, [w for ws in body.src for w in ws.src], ctx.batch.uid)
+    except (TypeError, ValueError) as e:
+        raise HCQError(str(e)) from e
     return s.replace(src=(cmd,))
 
 

@@ -26,6 +26,7 @@ Everything from a batch on is a UOp graph that `PatternMatcher`s rewrite (docs/a
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,3 +178,34 @@ def doorbell(queue: Queue, ref: UOp, value: UOp) -> UOp:
 
 def linear(*stmts: UOp) -> UOp:
     return UOp(Ops.LINEAR, dtypes.void, tuple(stmts))
+
+
+def _word_bytes(w: UOp) -> bytes | None:
+    """The blob bytes of a constant word, None for a symbolic one."""
+    c = w
+    while c.op is Ops.CAST and c.src[0].op is Ops.CONST:
+        c = UOp.const(c.dtype, c.src[0].arg)
+    if c.op is not Ops.CONST:
+        return None
+    return struct.pack("<Q" if c.dtype.itemsize == 8 else "<I", int(c.arg) & ((1 << (8 * c.dtype.itemsize)) - 1))
+
+
+def command_buffer(queue: Queue, ws: list[UOp], key: Any, *extra: UOp) -> UOp:
+    """The command buffer of `queue` holding words `ws`: `INS("cmdbuf", queue, nbytes)` whose sources are the
+    placeholder `cmdbuf_<queue>` (keyed by `key`, e.g. the batch), the host statements writing it (one blob of
+    the constant words, one store per symbolic word) and `extra` (what a device's lower rule needs besides)."""
+    blob = bytearray()
+    patches: list[tuple[int, UOp]] = []
+    for w in ws:
+        if w.dtype not in (dtypes.uint32, dtypes.uint64):
+            raise TypeError(f"{queue}: a command word must be uint32 or uint64, got {w.dtype!r} ({w.render()[:80]})")
+        got = _word_bytes(w)
+        if got is None:
+            patches.append((len(blob), w))
+            got = bytes(w.dtype.itemsize)
+        blob += got
+    if not blob:
+        raise ValueError(f"{queue}: the submit encodes to no command words")
+    buf = placeholder(f"cmdbuf_{queue.slug}", len(blob), queue.device, key=key)
+    stmts = [host_blob(buf, 0, bytes(blob))] + [host_store(buf, off, w) for off, w in patches]
+    return UOp(Ops.INS, dtypes.void, (buf, linear(*stmts), *extra), ("cmdbuf", queue, len(blob)))

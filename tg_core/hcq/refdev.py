@@ -248,6 +248,11 @@ class HCQRefDevice(HCQCompiled):
         super().__init__(device, RefAllocator(self))
         self.engines = {qu.slug: QueueEngine(self, qu) for qu in (q.Queue(device, "COMPUTE:0"), q.Queue(device, "COPY:0"))}
 
+    def plan_of(self, ast: UOp) -> Any:
+        """The reference interpreter's plan of the kernel (its queues interpret the AST itself)."""
+        from tg_core.devices.python.interpreter import plan_kernel
+        return plan_kernel(ast)
+
     def address(self, buf: Buffer) -> int:
         # cached per buffer and allocation (numpy's .ctypes.data costs a microsecond; a replay asks per input)
         got = self._addresses.get(buf)
