@@ -84,3 +84,35 @@ def test_the_renderers_vector_isa_is_reported():
 def _isa_cell(table: str) -> str:
     header, row = table.splitlines()[1:3]
     return row[header.index("  isa ") + 2:].split()[0]
+
+
+def test_gflops_rows_give_their_fraction_of_the_devices_peak():
+    class Peaked:
+        def fp32_peak_gflops(self) -> float:
+            return 200.0
+
+    flops = bench.Result("matmul", "n", verified=True, tg_s=1.0, numpy_s=1.0, ratio=1.0, throughput=50.0,
+                         unit="GFLOP/s")
+    memory = bench.Result("sum", "n", verified=True, tg_s=1.0, numpy_s=1.0, ratio=1.0, throughput=9.0, unit="GB/s")
+    assert bench._peak(Peaked(), [flops, memory]) == 200.0
+    assert flops.extra["peak_fraction"] == 0.25 and "peak_fraction" not in memory.extra
+    assert bench._peak(object(), [flops]) is None  # a device that measures no peak: no fraction
+    report = {"device": "X", "renderer": None, "quick": True, "repeat": 1, "fp32_peak_gflops": 200.0,
+              "cases": [bench.asdict(flops), bench.asdict(memory)]}
+    table = bench.format_report(report)
+    assert "fp32 peak 200 GFLOP/s" in table.splitlines()[0]
+    assert "50 GFLOP/s, 25% of peak" in table and "of peak" not in table.splitlines()[-1]  # the GB/s row
+    report = bench.run("PYTHON", ["matmul"], quick=True, repeat=1)
+    assert report["fp32_peak_gflops"] is None and all("peak_fraction" not in c["extra"] for c in report["cases"])
+
+
+def test_cpu_matmul_reports_its_fraction_of_the_measured_peak():
+    from tg_core.device import Device
+    if not callable(getattr(Device["CPU"], "fp32_peak_gflops", None)) or Device["CPU"].fp32_peak_gflops() is None:
+        return
+    report = bench.run("CPU", ["matmul", "sum"], quick=True, repeat=1)
+    assert report["fp32_peak_gflops"] > 0
+    for c in report["cases"]:
+        assert ("peak_fraction" in c["extra"]) == (c["name"] == "matmul")
+        if c["name"] == "matmul":
+            assert c["extra"]["peak_fraction"] == c["throughput"] / report["fp32_peak_gflops"]

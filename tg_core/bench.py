@@ -7,7 +7,9 @@ numpy; a wrong result is reported and not timed. Then tg and numpy are each time
 its device synchronize), and the case prints both times, the ratio numpy_time / tg_time (> 1: tg is
 faster) and the throughput (GFLOP/s for compute, GB/s for memory-bound
 cases, microseconds per kernel for launch overhead), beside the vector ISA of the renderer's code (`avx2`,
-`avx512`; "-" for a renderer without one).
+`avx512`; "-" for a renderer without one). GFLOP/s rows also give the fraction of the machine's fp32 peak they
+reach, where the device measures one (`fp32_peak_gflops()`: the CPU runs a loop of FMAs as wide as the host's
+vectors, tg_cpu_x86/peak.py), measured in the same run after the cases; the report's header names the peak.
 
 Cases (full size; `--quick` uses small sizes for smoke runs):
   elementwise  a*b+1 on 16M float32               sum         sum of 16M float32
@@ -296,15 +298,32 @@ def run(device: str | None = None, cases: list[str] | None = None, quick: bool =
         except Exception as e:  # one broken case must not hide the others' numbers
             results.append(Result(name, "", error=f"{type(e).__name__}: {e}"))
     renderer = b.dev.renderer.name if b.dev.renderer is not None else None
-    isa = b.dev.renderer.vector_isa if b.dev.renderer is not None else None
-    return {"device": b.dev.device, "renderer": renderer, "vector_isa": isa, "quick": quick, "repeat": b.repeat,
-            "numpy": np.__version__, "cases": [asdict(r) for r in results]}
+    # the instance the cases rendered with (an ISA may be chosen when it is built, e.g. by TG_X86_ISA)
+    isa = b.dev.render_with.vector_isa if b.dev.renderer is not None else None
+    peak = _peak(b.dev, results)
+    return {"device": b.dev.device, "renderer": renderer, "vector_isa": isa, "fp32_peak_gflops": peak, "quick": quick,
+            "repeat": b.repeat, "numpy": np.__version__, "cases": [asdict(r) for r in results]}
+
+
+def _peak(dev: Any, results: list[Result]) -> float | None:
+    """The device's fp32 peak (GFLOP/s) when it measures one and some case reports GFLOP/s; each such case's
+    `extra["peak_fraction"]` is set to its share of it."""
+    flops = [r for r in results if r.verified and r.unit == "GFLOP/s" and r.throughput is not None]
+    measure = getattr(dev, "fp32_peak_gflops", None)
+    peak = measure() if flops and callable(measure) else None
+    if peak is None or peak <= 0:
+        return None
+    for r in flops:
+        assert r.throughput is not None
+        r.extra["peak_fraction"] = r.throughput / peak
+    return float(peak)
 
 
 def format_report(report: dict[str, Any]) -> str:
     head = (f"tg bench on {report['device']}" + (f" ({report['renderer']} renderer)" if report["renderer"] else "")
             + f", best of {report['repeat']}" + (", quick sizes" if report["quick"] else "")
-            + "; ratio = numpy time / tg time (> 1: tg is faster)")
+            + "; ratio = numpy time / tg time (> 1: tg is faster)"
+            + (f"; fp32 peak {report['fp32_peak_gflops']:.0f} GFLOP/s" if report.get("fp32_peak_gflops") else ""))
     # the renderer's vector ISA beside each row's throughput: an avx2 and an avx512 run differ mostly there
     isa = report.get("vector_isa") or "-"
     rows = [("case", "size", "tg", "numpy", "ratio", "isa", "throughput (tg CPU time)")]
@@ -313,6 +332,8 @@ def format_report(report: dict[str, Any]) -> str:
             rows.append((r["name"], r["size"], "-", "-", "-", "-", f"WRONG/FAILED: {r['error']}"))
             continue
         extra = f"{r['throughput']:.3g} {r['unit']}" if r["throughput"] is not None else ""
+        if "peak_fraction" in r["extra"]:
+            extra += f", {r['extra']['peak_fraction']:.0%} of peak"
         if r["tg_cpu_s"] is not None:
             extra += f" (CPU {_fmt_time(r['tg_cpu_s'])})"
         if "import_s" in r["extra"]:

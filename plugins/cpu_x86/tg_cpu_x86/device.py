@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import sys
 import threading
 import weakref
@@ -192,6 +193,7 @@ class CPUDevice(Compiled):
         self._loaded: dict[str | bytes, Any] = {}
         self._llvm: Any = None
         self._pools: dict[int, CorePool] = {}
+        self._peaks: dict[str, float | None] = {}  # fp32_peak_gflops of one core, measured when first asked
         self.pool: CorePool | None = None
         self.configure_threads(options.get("threads", 0), options.get("thread_min_work", MIN_WORK))
 
@@ -299,6 +301,22 @@ class CPUDevice(Compiled):
                 self._llvm = LLVMCompiler()
             llvm = self._llvm
         return llvm.load(src, function)
+
+    def fp32_peak_gflops(self) -> float | None:
+        """The machine's fp32 peak in GFLOP/s on the cores kernels run on (`threads`): peak.py's loop of FMAs at
+        the host's widest vectors on one core, times the cores, measured once; None off x86-64 or without AVX2."""
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            return None
+        from tg_cpu_x86 import peak
+        from tg_cpu_x86.x86.isa import UnsupportedISAError
+        with self._lock:
+            if "core" not in self._peaks:
+                try:
+                    self._peaks["core"] = peak.measure(peak.machine_isa())
+                except UnsupportedISAError:
+                    self._peaks["core"] = None
+            one, cores = self._peaks["core"], self.threads
+        return None if one is None else one * cores
 
     def synchronize(self) -> None:
         """Kernels run to completion before their runner returns: nothing is ever pending."""
