@@ -25,6 +25,8 @@ import numpy as np
 
 from tg_core.dtype import DType, from_numpy_dtype, to_dtype, to_numpy_dtype
 from tg_core.helpers import ContextVar
+from tg_core.profile import events as profile_events
+from tg_core.profile import state as profiling
 
 if TYPE_CHECKING:
     from tg_core.codegen.lib.gpudims import LaunchDims
@@ -237,14 +239,17 @@ class Buffer:
             self._base.ensure_allocated()
             self._opaque = opaque if opaque is not None else allocator.offset(self._base._opaque, self.offset,
                                                                               self.nbytes)
-        elif opaque is not None:
-            self._opaque = opaque
         else:
-            try:
-                self._opaque = allocator.alloc(self.nbytes, self.options)
-            except MemoryError as e:  # the allocator says why; the user needs what was asked for and where
-                raise MemoryError(f"cannot allocate {format_bytes(self.nbytes)} ({self.size} x {self.dtype!r}) on "
-                                  f"{self.device}: {e or 'out of memory'}") from e
+            if opaque is not None:
+                self._opaque = opaque
+            else:
+                try:
+                    self._opaque = allocator.alloc(self.nbytes, self.options)
+                except MemoryError as e:  # the allocator says why; the user needs what was asked for and where
+                    raise MemoryError(f"cannot allocate {format_bytes(self.nbytes)} ({self.size} x {self.dtype!r}) "
+                                      f"on {self.device}: {e or 'out of memory'}") from e
+            if profiling.on:  # the memory counter of the device (views share their base's bytes)
+                profile_events.memory(self.device, self.nbytes)
         return self
 
     def ensure_allocated(self) -> Buffer:
@@ -259,6 +264,8 @@ class Buffer:
             if live:
                 raise RuntimeError(f"cannot free {self!r}: {len(live)} allocated view(s) still use its memory")
             self.allocator.free(self._opaque, self.nbytes, self.options)
+            if profiling.on:
+                profile_events.memory(self.device, -self.nbytes)
         self._opaque = None
 
     def view(self, size: int, dtype: DType | str, offset: int = 0) -> Buffer:
@@ -309,6 +316,8 @@ class Buffer:
         if self._base is None and self._opaque is not None and not sys.is_finalizing():
             try:
                 self._allocator.free(self._opaque, self.nbytes, self.options)
+                if profiling.on:
+                    profile_events.memory(self.device, -self.nbytes)
             except Exception as e:
                 log.debug("freeing %r in __del__ failed: %s", self, e)
 
@@ -426,11 +435,16 @@ class Compiled:
     def build_runner(self, ast: UOp) -> RunnerFn:
         """Every stage for `ast`, uncached (get_runner caches what this returns)."""
         from tg_core.uop.rewrite import gc_paused
+        start = profile_events.now() if profiling.on else 0
         with gc_paused():  # codegen allocates many acyclic objects: collections would only slow it down
             prepared = self.prepare(ast)
             programs = [self.lower(k) for k in prepared.kernels]
             loaded = [self.load(p, self.compile(self.render(p))) for p in programs]
-        return self.make_runner(prepared, programs, loaded)
+        runner = self.make_runner(prepared, programs, loaded)
+        if start:
+            name = ast.arg.name if getattr(ast, "arg", None) is not None else "kernel"
+            profile_events.host_event("compile", f"compile {name}", start, {"device": self.device})
+        return runner
 
     def forget_runners(self) -> None:
         """Drop the cached runners (after a change of renderer or of what `prepare` does); compiled code stays."""

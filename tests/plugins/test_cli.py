@@ -138,7 +138,7 @@ def test_config_error_exit_code(run_tg, tmp_path):
     res = run_tg("config")
     assert res.returncode == 2
     assert res.stderr.strip() == (f"tg config: error: {tmp_path / 'tg.yaml'}: unknown key for devcie: 'MULTI'; "
-                                  "allowed: keys device, plugins, devices; did you mean 'device' or 'devices'?")
+                                  "allowed: keys device, plugins, devices, profile; did you mean 'device' or 'devices'?")
 
 
 def test_doctor(run_tg):

@@ -61,7 +61,7 @@ def _error(files, text, env=None, explicit=None) -> str:
 
 def test_unknown_top_level_key(files):
     msg = _error(files, "devcie: AMD\n")
-    assert msg == (f"{files['local']}: unknown key for devcie: 'AMD'; allowed: keys device, plugins, devices; "
+    assert msg == (f"{files['local']}: unknown key for devcie: 'AMD'; allowed: keys device, plugins, devices, profile; "
                    "did you mean 'device' or 'devices'?")
 
 
@@ -96,7 +96,7 @@ def test_lower_case_device_section(files):
 
 def test_not_a_mapping_and_bad_yaml(files):
     assert _error(files, "- a\n- b\n") == (f"{files['local']}: the top level must be a mapping of device, plugins, "
-                                          "devices, got a list")
+                                          "devices, profile, got a list")
     msg = _error(files, "device: [unclosed\n")
     assert msg.startswith(f"{files['local']}: not valid YAML")
 

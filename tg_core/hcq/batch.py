@@ -16,6 +16,9 @@ The signals live in one host placeholder per device and batch (tag `slots`): 16 
 the "sched" slot, where the host fence records the timeline value this batch's last run reached. The batch is
 `SINK(fence, *submits)`; the fence (host statements) runs first at every run: wait until this batch's previous
 run is done, bump the device's host timeline value, re-arm the queue signals (values restart at tag + 1).
+
+When profiling is on (tg_core/profile), every exec and copy sits between two `timestamp` ops (after its waits,
+before its signal) whose slots tg_core/profile/hcq.py reads back after each run.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from tg_core.dtype import dtypes
 from tg_core.hcq import ops as q
 from tg_core.hcq.deps import DepsTracker, Region
 from tg_core.hcq.ops import Queue
+from tg_core.profile import state as profiling
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -57,6 +61,11 @@ class Batch:
     queues: dict[str, list[Queue]] = field(default_factory=dict)
 
 
+def new_batch_id() -> int:
+    """A batch id no other batch of this process has (it keys the batch's own command buffers)."""
+    return next(_batch_ids)
+
+
 def _region(ref: UOp) -> Region:
     if ref.op is Ops.BUFFER:
         buf = ref.arg.buf
@@ -77,7 +86,7 @@ def build(items: list[Item], copy_queue: dict[str, bool] | None = None) -> Batch
     if not items:
         raise ValueError("a batch needs at least one exec item")
     copy_queue = copy_queue or {}
-    uid = next(_batch_ids)
+    uid = new_batch_id()
     queues_of: dict[str, list[Queue]] = {}
     placed = []
     for item in items:
@@ -112,6 +121,10 @@ def build(items: list[Item], copy_queue: dict[str, bool] | None = None) -> Batch
     signal_tags.update(t for queue, t in last.items() if queue != epilogue[queue.device])
 
     # pass 2: the queue ops, per queue in item order
+    stamps = None
+    if profiling.on:
+        from tg_core.profile.hcq import Stamps
+        stamps = Stamps.for_batch(placed, queues_of, SLOT)
     ops: dict[Queue, list[UOp]] = {}
     for tag, (item, queue) in enumerate(zip(items, placed)):
         lst = ops.get(queue)
@@ -120,7 +133,10 @@ def build(items: list[Item], copy_queue: dict[str, bool] | None = None) -> Batch
                                                                tv[queue.device])]
         for pq, ptag in waits[tag].items():
             lst.append(q.ins("wait", queue, signal_addr(pq), q.u64(ptag + 1)))
-        lst.append(_item_op(item, queue))
+        if stamps is None:
+            lst.append(_item_op(item, queue))
+        else:
+            lst.extend(stamps.around(item, queue, _item_op(item, queue)))
         if tag in signal_tags:
             lst.append(q.ins("signal", queue, signal_addr(queue), q.u64(tag + 1)))
     for d, queue in epilogue.items():

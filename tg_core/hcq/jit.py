@@ -18,6 +18,8 @@ from tg_core.hcq.device import copy_queues
 from tg_core.hcq.encode import encode
 from tg_core.hcq.engine import writes_of
 from tg_core.hcq.link import LinkedBatch, link
+from tg_core.profile import events as profile_events
+from tg_core.profile import state as profiling
 from tg_core.uop.ops import Ops
 
 
@@ -66,10 +68,12 @@ def replay(segments: list[Any], inputs: list[Buffer], var_vals: dict[str, int]) 
         if isinstance(seg, LinkedBatch):
             seg.run(inputs, var_vals)
             continue
+        bufs = seg.bufs
         if seg.inputs:
             bufs = list(seg.bufs)
             for pos, i in seg.inputs:
                 bufs[pos] = inputs[i]
-            seg.runner(bufs, var_vals)
+        if profiling.on:
+            profile_events.timed_item(seg.runner, bufs, var_vals, seg.ast)
         else:
-            seg.runner(seg.bufs, var_vals)
+            seg.runner(bufs, var_vals)

@@ -26,6 +26,7 @@ from tg_core.hcq import ops as q
 from tg_core.hcq.encode import HCQError, stats, summed
 from tg_core.hcq.host import HostProgram
 from tg_core.hcq.hostc import CompiledHostProgram, compile_host
+from tg_core.profile.hcq import Stamps
 from tg_core.uop.alu import exec_alu
 from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
@@ -46,8 +47,16 @@ class LinkedBatch:
     buffers: dict[tuple[str, str], Buffer] = field(default_factory=dict)  # (placeholder tag, device) -> buffer
 
     locks: list[Any] = field(default_factory=list)  # its devices' submit locks, in name order
+    stamps: Any = None  # profiling: the batch's device timestamps (tg_core/profile/hcq.py), None when off
 
     def run(self, inputs: list[Buffer] | None = None, var_vals: dict[str, int] | None = None) -> None:
+        """Submit one run of the batch with these input buffers (one per input slot) and variable values."""
+        if self.stamps is not None:  # profiled: read the previous run's timestamps first, remember this run's
+            self.stamps.run(self, inputs, var_vals)
+        else:
+            self.submit(inputs, var_vals)
+
+    def submit(self, inputs: list[Buffer] | None = None, var_vals: dict[str, int] | None = None) -> None:
         if self.table is not None:
             got = inputs or []
             if len(got) != len(self.inputs):
@@ -208,7 +217,9 @@ def link(lowered: UOp, devices: list[str], inputs: list[tuple[str, int]] | None 
     refs = owned + ctx.refs
     named = {(ph.tag, ph.arg[1]): m.arg.buf for ph, m in mapping.items()}
     locks = [_dev(d).submit_lock for d in sorted(devices)]
-    return LinkedBatch(prog, table, inputs, list(devices), refs, len(once), named, locks)
+    # profiling: the batch's timestamp placeholders are keyed by its Stamps (tg_core/profile/hcq.py)
+    stamps = next((ph.arg[3] for ph in mapping if ph.tag == "timestamps" and isinstance(ph.arg[3], Stamps)), None)
+    return LinkedBatch(prog, table, inputs, list(devices), refs, len(once), named, locks, stamps)
 
 
 def _view_of(ref: UOp) -> np.ndarray:

@@ -12,6 +12,7 @@ Keys:
       allow: [template]         # null: every plugin; a list: only these (by entry-point or distribution name)
       deny: [broken]            # never load these
       order: [profiler, amd]    # plugin order for hooks; unlisted plugins follow (see hookspecs)
+    profile: false              # true: record a profile (tg_core/profile; also PROFILE=1)
     devices:
       CPU:
         plugin: tg-cpu-x86      # which plugin provides CPU when several do
@@ -36,15 +37,16 @@ from typing import Any
 from tg_core.plugins.errors import ConfigError, DeviceStringError, suggest
 from tg_core.plugins.specs import DEVICE_NAME, RESERVED_DEVICE_KEYS, Option, accepts
 
-DEFAULTS: dict[str, Any] = {"device": None, "plugins": {"allow": None, "deny": [], "order": []}, "devices": {}}
+DEFAULTS: dict[str, Any] = {"device": None, "plugins": {"allow": None, "deny": [], "order": []}, "devices": {},
+                            "profile": False}
 DEFAULTS_SOURCE = "built-in defaults"
-_TOP_KEYS = ("device", "plugins", "devices")
+_TOP_KEYS = ("device", "plugins", "devices", "profile")
 _PLUGIN_KEYS = ("allow", "deny", "order")
 _ENV_SOURCE = "environment"  # the source of the environment variables' layer
 # environment variables read by the config, with the key each sets; TG_<DEVICE>_<OPTION> is read per device
 ENV_KEYS: dict[str, tuple[str, ...]] = {
     "DEV": ("device",), "TG_PLUGINS_ALLOW": ("plugins", "allow"), "TG_PLUGINS_DENY": ("plugins", "deny"),
-    "TG_PLUGINS_ORDER": ("plugins", "order")}
+    "TG_PLUGINS_ORDER": ("plugins", "order"), "PROFILE": ("profile",)}
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 RENDERER_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
@@ -131,6 +133,9 @@ def check_layer(layer: Layer) -> None:
             raise ConfigError(layer.source_of(("device",)), "device", layer.data["device"],
                               "NAME, NAME:INDEX, NAME:RENDERER (e.g. AMD, AMD:1, CPU:LLVM) or null",
                               problem=f"bad device ({e})") from None
+    if "profile" in layer.data and not isinstance(layer.data["profile"], bool):
+        raise ConfigError(layer.source_of(("profile",)), "profile", layer.data["profile"], "true or false",
+                          problem=f"wrong type ({_type_name(layer.data['profile'])})")
     plugins = layer.data.get("plugins", {})
     _check_mapping(layer, ("plugins",), plugins, "a mapping of " + ", ".join(_PLUGIN_KEYS))
     for k, v in plugins.items():
@@ -241,12 +246,23 @@ def _env_layer(env: Mapping[str, str]) -> Layer:
         value: Any = raw if key == ("device",) else [p.strip() for p in raw.split(",") if p.strip()]
         if key == ("device",) and raw == "":
             continue
+        if key == ("profile",):
+            value = _env_bool(var, raw)
         target = data
         for part in key[:-1]:
             target = target.setdefault(part, {})
         target[key[-1]] = value
         sources[key] = f"environment variable {var}"
     return Layer(_ENV_SOURCE, data, sources)
+
+
+def _env_bool(var: str, raw: str) -> bool:
+    """A yes/no environment variable (PROFILE): the spellings _TRUE and _FALSE, any other is a ConfigError."""
+    low = raw.strip().lower()
+    if low not in _TRUE + _FALSE:
+        raise ConfigError(f"environment variable {var}", var, raw, "1/true/yes/on or 0/false/no/off",
+                          problem="not a yes/no value")
+    return low in _TRUE
 
 
 def _explicit_layer(explicit: Mapping[str, Any], source: str) -> Layer:
@@ -282,6 +298,11 @@ class Config:
     @property
     def device(self) -> str | None:
         return self.get("device")
+
+    @property
+    def profile(self) -> bool | None:
+        """The `profile` key when a layer other than the built-in defaults set it, else None."""
+        return None if self.source("profile") in (None, DEFAULTS_SOURCE) else bool(self.get("profile"))
 
     @property
     def allow(self) -> list[str] | None:
@@ -322,7 +343,7 @@ class Config:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"device": self.device, "plugins": {k: self.get("plugins", k) for k in _PLUGIN_KEYS},
-                               "devices": {}}
+                               "devices": {}, "profile": bool(self.get("profile"))}
         for name in self.mentioned_devices:
             out["devices"].setdefault(name, {})
         for k, (v, _) in self._values.items():
@@ -387,11 +408,13 @@ class Config:
                                   suggest(key, allowed), problem="unknown option")
             out[key] = _check_option(source, f"devices.{dev}.{key}", schema[key], value)
         prefix = f"TG_{name}_"
-        env_allowed = [f"{prefix}{k.upper()}" for k in schema]
+        by_var = {f"{prefix}{k.upper()}": k for k in schema}
+        env_allowed = list(by_var)
+        by_var.update({f"{prefix}{ENV_ALIASES[k]}": k for k in schema if k in ENV_ALIASES})
         for var, raw in sorted(self.env.items()):
             if not var.startswith(prefix):
                 continue
-            key = var[len(prefix):].lower()
+            key = by_var.get(var, var[len(prefix):].lower() + " (not an option's variable)")
             if key not in schema:
                 raise ConfigError(f"environment variable {var}", var, raw,
                                   "variables " + (", ".join(env_allowed) or f"none (device {name} has no options)"),
@@ -405,9 +428,10 @@ class Config:
         """Where each set option of device `name` came from (for --explain)."""
         out = {key: source for (_, _, key), (_, source) in self._device_values(name)}
         prefix = f"TG_{name}_"
-        out.update({var[len(prefix):].lower(): f"environment variable {var}"
-                    for var in self.env
-                    if var.startswith(prefix) and not self._set_after_env(name, var[len(prefix):].lower())})
+        keys = {var[len(prefix):]: var[len(prefix):].lower() for var in self.env if var.startswith(prefix)}
+        keys.update({suffix: key for key, suffix in ENV_ALIASES.items() if suffix in keys})
+        out.update({key: f"environment variable {prefix}{suffix}" for suffix, key in keys.items()
+                    if not self._set_after_env(name, key)})
         return out
 
     def _set_after_env(self, name: str, key: str) -> bool:
@@ -417,6 +441,11 @@ class Config:
 
     def _device_values(self, name: str) -> list[tuple[Key, tuple[Any, str]]]:
         return [(k, vs) for k, vs in self._values.items() if k[0] == "devices" and k[1] == name]
+
+
+# a second environment variable for an option besides TG_<DEVICE>_<OPTION>: `count` (how many devices of the
+# name exist, for multi-device tensors) is also TG_<DEVICE>_DEVICES, e.g. TG_CPU_DEVICES=4
+ENV_ALIASES = {"count": "DEVICES"}
 
 
 def _from_env(opt: Option, raw: str) -> Any:

@@ -430,6 +430,7 @@ def get_registry() -> PluginRegistry:
     with _registry_lock:
         if _registry is None:
             _registry = PluginRegistry.create()
+            _apply_process_config(_registry)
         return _registry
 
 
@@ -438,3 +439,11 @@ def set_registry(registry: PluginRegistry | None) -> None:
     global _registry
     with _registry_lock:
         _registry = registry
+        if registry is not None:
+            _apply_process_config(registry)
+
+
+def _apply_process_config(registry: PluginRegistry) -> None:
+    """Config keys that are process-wide switches rather than plugin settings: `profile` (tg_core/profile)."""
+    from tg_core.profile import state
+    state.configure(registry.config)
