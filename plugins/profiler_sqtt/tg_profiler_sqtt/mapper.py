@@ -38,6 +38,29 @@ INST_ENCODINGS: dict[str, frozenset[str]] = {
 NO_PACKET = frozenset({"s_delay_alu"})  # instructions that issue no instruction packet
 
 
+class Mapped(tuple[Packet, str, int]):
+    """One issued instruction: the tuple (packet, instruction text, PC offset), plus `.wave`, the wave slot that
+    issued it (an IMMEDIATE_MASK packet stands for one instruction of each wave in its mask)."""
+    wave: int
+
+    def __new__(cls, packet: Packet, text: str, pc: int, wave: int) -> Mapped:
+        self = super().__new__(cls, (packet, text, pc))
+        self.wave = wave
+        return self
+
+    @property
+    def packet(self) -> Packet:
+        return self[0]
+
+    @property
+    def text(self) -> str:
+        return self[1]
+
+    @property
+    def pc(self) -> int:
+        return self[2]
+
+
 class MappingError(ValueError):
     """The trace and the code object disagree: the message names the packet, the wave and the instruction."""
 
@@ -107,8 +130,9 @@ def _traced_unit(trace: Trace) -> tuple[int, int, int]:
 
 
 def map_instructions(trace: Trace | bytes, code: KernelCode | bytes, kernel: str | None = None,
-                     unit: tuple[int, int, int] | None = None) -> Iterator[tuple[Packet, str, int]]:
-    """(packet, instruction text, PC offset) for every instruction a traced wave issued, in stream order: INST,
+                     unit: tuple[int, int, int] | None = None) -> Iterator[Mapped]:
+    """(packet, instruction text, PC offset) for every instruction a traced wave issued, in stream order (each a
+    `Mapped`, which also names the wave): INST,
     VALUINST, IMMEDIATE, each wave of an IMMEDIATE_MASK, and WAVEEND (its s_endpgm). `code` is the kernel's
     KernelCode or its ELF; `unit` the (sa, wgp, simd) the trace follows (default: SA 0, WGP 0, the header's
     SIMD)."""
@@ -147,14 +171,14 @@ def map_instructions(trace: Trace | bytes, code: KernelCode | bytes, kernel: str
             if inst.op != "s_endpgm":
                 raise mismatch(p, p.wave, pc, "s_endpgm")
             del pcs[p.wave]
-            yield p, code.text(pc), pc
+            yield Mapped(p, code.text(pc), pc, p.wave)
         elif kind == "IMMEDIATE_MASK":
             for wave in (w for w in range(16) if p.mask >> w & 1):
                 pc, inst = issue(p, wave)
                 if inst.enc != "SOPP":
                     raise mismatch(p, wave, pc, "a SOPP instruction")
                 pcs[wave] = pc + inst.size
-                yield p, code.text(pc), pc
+                yield Mapped(p, code.text(pc), pc, wave)
         elif kind in ("INST", "VALUINST", "IMMEDIATE"):
             if kind == "INST" and p.op_name.startswith("OTHER_SIMD"):
                 continue  # issued on a SIMD the trace does not follow
@@ -168,4 +192,4 @@ def map_instructions(trace: Trace | bytes, code: KernelCode | bytes, kernel: str
             if branch != jump:
                 raise mismatch(p, p.wave, pc, "a JUMP or JUMP_NO packet for a branch, and only for one")
             pcs[p.wave] = branch_target(inst) if kind == "INST" and p.op_name == "JUMP" else pc + inst.size
-            yield p, code.text(pc), pc
+            yield Mapped(p, code.text(pc), pc, p.wave)
