@@ -53,8 +53,9 @@ def test_vram_is_scattered_and_byte_exact(kfd):
     view = mock.gpu_view(0)
     region = mock.space.find(mem.va)
     vram = mock.gpus[0].vram
-    first = (region.backing - 0x7F10_0000_0000) >> 12
+    first = (mem.va - vram.va_base) >> 12
     phys = vram.ptab[first:first + 10]
+    assert len(phys) == 10 and (phys == region.phys).all()   # the GPU's page table maps the VA to its pages
     assert not np.any(phys[1:] == phys[:-1] + 1)   # no two neighbouring pages are neighbours in the store
     rng = np.random.default_rng(3)
     ref = bytearray(mem.size)

@@ -11,7 +11,12 @@ then one fancy-indexed read or write of the backing store. Host copies (`read`/`
 Every access is checked: an address that is not mapped raises `PageFault` with the address and the index of the
 element that faulted (the emulator adds the instruction, wave and lane).
 
-Mapping changes (`alloc`, `free`) hold a lock: the device may be used from several threads, and two allocations
+The mock KFD driver (kfd/) builds each GPU's VM from the same parts at addresses the host chose: `take_pages`
+(scattered VRAM pages), `alias_pages` (store pages replaced by a shared mapping of host memory, a memfd, so kernels
+reach GTT and USERPTR memory through the same page table and the same gather/scatter as VRAM), `map_pages` /
+`unmap_pages` and `release_pages`.
+
+Mapping changes (`alloc`, `free` and the page calls) hold a lock: the device may be used from several threads, and two allocations
 interleaving would hand out the same physical pages. Reads and writes need none: they touch only mapped pages.
 """
 from __future__ import annotations
@@ -21,6 +26,8 @@ import sys
 import threading
 
 import numpy as np
+
+from tg_amd.kfd.oslayer import MAP_FIXED, MAP_SHARED, PROT_READ, PROT_WRITE, host_mmap
 
 PAGE_SHIFT = 12
 PAGE_SIZE = 1 << PAGE_SHIFT          # 4 KiB, the GPU VM's base page
@@ -46,19 +53,23 @@ class GPUMemory:
     """A GPU virtual address space. `alloc` maps fresh zeroed pages at a new virtual range (followed by an unmapped
     guard page), `free` unmaps them."""
 
-    def __init__(self, seed: int = 0x7A11, limit: int = BACKING_LIMIT):
+    def __init__(self, seed: int = 0x7A11, limit: int = BACKING_LIMIT, va_base: int = VA_BASE):
+        if va_base % PAGE_SIZE or va_base <= 0:
+            raise ValueError(f"va_base {va_base:#x}: a positive multiple of {PAGE_SIZE}")
+        self.va_base = va_base                         # virtual page 0 of the page table
         self._store = mmap.mmap(-1, limit, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE)
         self.mem8 = np.frombuffer(self._store, np.uint8)
         self.mem32 = self.mem8.view(np.uint32)
         self.pages = self.mem8.reshape(-1, PAGE_SIZE)
         self.limit_pages = limit >> PAGE_SHIFT
-        self.ptab = np.full(1024, -1, np.int64)      # virtual page (from VA_BASE) -> physical page, -1 unmapped
+        self.ptab = np.full(1024, -1, np.int64)      # virtual page (from va_base) -> physical page, -1 unmapped
         self.va_top = 0                                # first virtual page never handed out
         self.va_free: list[tuple[int, int]] = []       # (first virtual page, count) ranges freed for reuse
         self.pool = np.empty(0, np.int64)              # free physical pages
         self.pool_top = 0                              # first physical page never added to the pool
         self.rng = np.random.default_rng(seed)
         self.allocs: dict[int, int] = {}               # va -> pages mapped
+        self.aliased: dict[int, int] = {}              # first physical page -> pages showing host memory (alias)
         self._mapping = threading.Lock()               # serializes alloc/free (page table, pools, free ranges)
 
     # ---- mapping ----
@@ -79,7 +90,7 @@ class GPUMemory:
             phys = self._physical_pages(npages)
             self.pages[phys] = 0
             self.ptab[first:first + npages] = phys
-            va = VA_BASE + (first << PAGE_SHIFT)
+            va = self.va_base + (first << PAGE_SHIFT)
             self.allocs[va] = npages
         return va
 
@@ -88,7 +99,7 @@ class GPUMemory:
             npages = self.allocs.pop(va, None)
             if npages is None:
                 raise ValueError(f"free of {va:#x}, which is not the start of a live allocation")
-            first = (va - VA_BASE) >> PAGE_SHIFT
+            first = (va - self.va_base) >> PAGE_SHIFT
             self.pool = np.concatenate([self.pool, self.ptab[first:first + npages]])
             self.ptab[first:first + npages] = -1
             self.va_free.append((first, npages + 1))   # with its guard page
@@ -105,11 +116,15 @@ class GPUMemory:
                 return first
         first = -(-self.va_top // align_pages) * align_pages
         self.va_top = first + npages + 1
-        if self.va_top > len(self.ptab):
-            grown = np.full(max(self.va_top, 2 * len(self.ptab)), -1, np.int64)
+        self._grow(self.va_top)
+        return first
+
+    def _grow(self, vpages: int) -> None:
+        """Make the page table cover virtual pages [0, vpages)."""
+        if vpages > len(self.ptab):
+            grown = np.full(max(vpages, 2 * len(self.ptab)), -1, np.int64)
             grown[:len(self.ptab)] = self.ptab
             self.ptab = grown
-        return first
 
     def _physical_pages(self, npages: int) -> np.ndarray:
         if len(self.pool) < npages:
@@ -132,6 +147,82 @@ class GPUMemory:
                 phys[i], phys[j] = phys[j], phys[i]
         return phys
 
+    # ---- physical pages mapped at given addresses (the mock KFD's GPU VMs, kfd/vm.py) ----
+
+    def take_pages(self, npages: int) -> np.ndarray:
+        """`npages` fresh zeroed physical pages, scattered (VRAM); not mapped anywhere yet."""
+        with self._mapping:
+            free = len(self.pool) + self.limit_pages - self.pool_top
+            if npages > free:
+                raise MemoryError(f"mock GPU out of memory: {npages * PAGE_SIZE} bytes asked, {free * PAGE_SIZE} free")
+            phys = self._physical_pages(npages)
+            self.pages[phys] = 0
+            return phys
+
+    def alias_pages(self, fd: int, offset: int, npages: int) -> np.ndarray:
+        """`npages` physical pages of the store that show the pages of file `fd` from `offset` (host memory, a
+        memfd): the store's pages are replaced by a shared mapping of the file, so the emulator's gather/scatter
+        reach host memory with no extra step. One contiguous run, given back by `release_pages`."""
+        with self._mapping:
+            if self.pool_top + npages > self.limit_pages:
+                raise MemoryError(f"mock GPU: no room in its store for {npages} pages of host memory")
+            first = self.pool_top
+            self.pool_top += npages
+            host_mmap(self.mem8.ctypes.data + (first << PAGE_SHIFT), npages << PAGE_SHIFT, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_FIXED, fd, offset)
+            self.aliased[first] = npages
+            return np.arange(first, first + npages, dtype=np.int64)
+
+    def release_pages(self, phys: np.ndarray) -> None:
+        """Give physical pages back to the pool (an alias run gets anonymous memory back first)."""
+        with self._mapping:
+            first = int(phys[0]) if len(phys) else -1
+            if first in self.aliased:
+                n = self.aliased.pop(first)
+                host_mmap(self.mem8.ctypes.data + (first << PAGE_SHIFT), n << PAGE_SHIFT, PROT_READ | PROT_WRITE,
+                          mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0)
+            self.pool = np.concatenate([self.pool, np.asarray(phys, np.int64)])
+
+    def map_pages(self, va: int, phys: np.ndarray) -> None:
+        """Map physical pages at virtual address `va` (page aligned, at or above va_base, not mapped yet)."""
+        first = (va - self.va_base) >> PAGE_SHIFT
+        if va % PAGE_SIZE or first < 0:
+            raise ValueError(f"map of {va:#x}: page-aligned addresses from {self.va_base:#x}")
+        with self._mapping:
+            self._grow(first + len(phys) + 1)
+            if (self.ptab[first:first + len(phys)] >= 0).any():
+                raise ValueError(f"map of {len(phys)} pages at {va:#x}: some are mapped already")
+            self.ptab[first:first + len(phys)] = phys
+            self.va_top = max(self.va_top, first + len(phys) + 1)   # `alloc` never hands these out
+
+    def unmap_pages(self, va: int, npages: int) -> None:
+        first = (va - self.va_base) >> PAGE_SHIFT
+        with self._mapping:
+            self.ptab[first:first + npages] = -1
+
+    def read_pages(self, phys: np.ndarray, offset: int, nbytes: int) -> bytes:
+        """Bytes [offset, offset + nbytes) of the allocation made of physical pages `phys` (host access to memory
+        whether or not this GPU maps it)."""
+        return b"".join(self.mem8[p:p + n].tobytes() for p, n in self._phys_runs(phys, offset, nbytes))
+
+    def write_pages(self, phys: np.ndarray, offset: int, data: bytes | memoryview) -> None:
+        src = memoryview(data).cast("B")
+        at = 0
+        for p, n in self._phys_runs(phys, offset, len(src)):
+            self._store[p:p + n] = src[at:at + n]
+            at += n
+
+    @staticmethod
+    def _phys_runs(phys: np.ndarray, offset: int, nbytes: int) -> list[tuple[int, int]]:
+        out, end = [], offset + nbytes
+        if offset < 0 or end > len(phys) << PAGE_SHIFT:
+            raise PageFault(offset if offset < 0 else len(phys) << PAGE_SHIFT, False, what="past the allocation")
+        while offset < end:
+            n = min(end - offset, PAGE_SIZE - (offset & PAGE_MASK))
+            out.append(((int(phys[offset >> PAGE_SHIFT]) << PAGE_SHIFT) | (offset & PAGE_MASK), n))
+            offset += n
+        return out
+
     def mapped(self, va: int, nbytes: int = 1) -> bool:
         try:
             self._span(va, nbytes, False)
@@ -145,8 +236,8 @@ class GPUMemory:
         """(physical byte offset, length) runs covering [va, va + nbytes), one per page."""
         out, end = [], va + nbytes
         while va < end:
-            vpn = (va - VA_BASE) >> PAGE_SHIFT
-            if va < VA_BASE or vpn >= len(self.ptab) or self.ptab[vpn] < 0:
+            vpn = (va - self.va_base) >> PAGE_SHIFT
+            if va < self.va_base or vpn >= len(self.ptab) or self.ptab[vpn] < 0:
                 raise PageFault(va, write, what="host copy")
             n = min(end - va, PAGE_SIZE - (va & PAGE_MASK))
             out.append(((int(self.ptab[vpn]) << PAGE_SHIFT) | (va & PAGE_MASK), n))
@@ -176,7 +267,7 @@ class GPUMemory:
     def translate(self, addrs: np.ndarray, nbytes: int, write: bool) -> np.ndarray:
         """Physical byte offsets (int64) of `addrs` (uint64) for accesses of `nbytes` each. Raises PageFault for the
         first address whose access touches an unmapped byte."""
-        off = addrs.astype(np.uint64, copy=False).view(np.int64) - VA_BASE
+        off = addrs.astype(np.uint64, copy=False).view(np.int64) - self.va_base
         vpn = off >> PAGE_SHIFT                        # negative below the address space
         ppn = self.ptab.take(vpn, mode="clip")
         ok = (vpn.view(np.uint64) < len(self.ptab)) & (ppn >= 0)
@@ -196,7 +287,7 @@ class GPUMemory:
         """(n, nbytes) physical offsets of every byte, each translated on its own (accesses crossing a page)."""
         ks = np.arange(nbytes, dtype=np.uint64)
         flat = (addrs.astype(np.uint64)[:, None] + ks).ravel()
-        vpn = ((flat - np.uint64(VA_BASE)) >> np.uint64(PAGE_SHIFT)).astype(np.intp)
+        vpn = ((flat - np.uint64(self.va_base)) >> np.uint64(PAGE_SHIFT)).astype(np.intp)
         return ((self.ptab[vpn] << PAGE_SHIFT) | (flat & np.uint64(PAGE_MASK)).astype(np.int64)).reshape(-1, nbytes)
 
     def gather(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:

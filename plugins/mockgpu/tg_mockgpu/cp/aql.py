@@ -6,8 +6,10 @@ the last packet written). Packets:
 
 - KERNEL_DISPATCH (type 2): the wave state comes from the 64-byte kernel descriptor at `kernel_object` (RSRC
   words, entry offset, the user SGPR fields it enables: dispatch ptr = the packet's address, queue ptr = the
-  queue descriptor, kernarg ptr = `kernarg_address`), LDS from `group_segment_size`, scratch from
-  `private_segment_size`; the grid is `grid_size / workgroup_size` workgroups. It runs through the same launcher
+  queue descriptor, kernarg ptr = `kernarg_address`), LDS from `group_segment_size`; a kernel whose
+  `private_segment_size` is non-zero runs with the scratch the queue descriptor (amd_queue_t at `queue_va`)
+  programs, and one needing more per work-item than it gives is refused naming both sizes; the grid is
+  `grid_size / workgroup_size` workgroups. It runs through the same launcher
   as PM4's DISPATCH_DIRECT (launch.py), as the register state that descriptor would have written;
 - VENDOR_SPECIFIC (type 0) with format 1: the embedded INDIRECT_BUFFER runs on a PM4 engine (pm4.py), which may
   stall at a wait and resume;
@@ -33,6 +35,9 @@ FORMAT_PM4_IB = 1
 PGM_LO, PGM_HI, RSRC1, RSRC2, RSRC3, TMPRING = 0x2E0C, 0x2E0D, 0x2E12, 0x2E13, 0x2E28, 0x2E18
 NUM_THREAD_X, USER_DATA_0 = 0x2E07, 0x2E40
 CS_W32_EN, WAVEFRONT32_BIT = 1 << 15, 10
+# the scratch fields of the queue descriptor (amd_queue_t, ROCR's amd_hsa_queue.h; amd.md 3.3): byte offset, size
+QUEUE_SCRATCH = {"compute_tmpring_size": (140, 4), "scratch_backing_memory_location": (160, 8),
+                 "scratch_backing_memory_byte_size": (168, 8), "scratch_wave64_lane_byte_size": (176, 4)}
 
 
 @dataclass
@@ -47,11 +52,13 @@ class AQLQueue:
     queue_va: int = 0
     launch: Callable[[DispatchState], None] | None = None
     xccs: int = 1
+    interrupt: Callable[[int], None] | None = None   # the vendor packets' RELEASE_MEM interrupts
     pm4: PM4Queue = field(init=False)
     dispatch_id: int = 0
 
     def __post_init__(self) -> None:
-        self.pm4 = PM4Queue(f"{self.name} (PM4 in AQL)", self.mem, 0, 0, None, self.launch, self.xccs)
+        self.pm4 = PM4Queue(f"{self.name} (PM4 in AQL)", self.mem, 0, 0, None, self.launch, self.xccs,
+                            self.interrupt)
         write64(self.mem, self.rptr, 0)
 
     @property
@@ -118,12 +125,29 @@ class AQLQueue:
                 user[at] = private
             elif at + n > len(user):
                 raise bad(f"descriptor at {kobj:#x} enables {fname} past USER_SGPR_COUNT {kd.user_sgpr_count}")
-        per_wave = -(-max(private, 1) * 64 // 256)
+        tmpring, scratch = self._scratch(private, kobj, bad) if private else (1 | (1 << 12), ())
         regs = {PGM_LO: (code >> 8) & 0xFFFFFFFF, PGM_HI: code >> 40, RSRC1: kd.compute_pgm_rsrc1,
                 RSRC2: kd.compute_pgm_rsrc2 | ((-(-max(group, kd.group_segment_fixed_size) // 512)) << 15),
-                RSRC3: kd.compute_pgm_rsrc3, TMPRING: 1 | (per_wave << 12),
+                RSRC3: kd.compute_pgm_rsrc3, TMPRING: tmpring,
                 **{NUM_THREAD_X + i: x for i, x in enumerate(local)},
                 **{USER_DATA_0 + i: u for i, u in enumerate(user)}}
         grid = (items[0] // local[0], items[1] // local[1], items[2] // local[2])
         w32 = CS_W32_EN if kd.kernel_code_properties >> WAVEFRONT32_BIT & 1 else 0
-        self.launch(DispatchState(self.name, regs, grid, 0x5 | w32))
+        self.launch(DispatchState(self.name, regs, grid, 0x5 | w32, scratch))
+
+    def _scratch(self, private: int, kobj: int, bad: Callable[[str], PacketError]) -> tuple[int, tuple[int, ...]]:
+        """The TMPRING_SIZE and scratch base a dispatch needing `private` bytes per work-item runs with: what the
+        queue descriptor programs (the hardware takes scratch from it, not from the packet)."""
+        if not self.queue_va:
+            raise bad(f"the kernel (descriptor {kobj:#x}) needs {private} bytes of scratch per work-item and this "
+                      "queue has no queue descriptor (amd_queue_t) to hold scratch")
+        f = {k: int.from_bytes(read(self.mem, self.queue_va + at, n), "little") for k, (at, n) in QUEUE_SCRATCH.items()}
+        lane, base, size = (f["scratch_wave64_lane_byte_size"], f["scratch_backing_memory_location"],
+                            f["scratch_backing_memory_byte_size"])
+        if lane < private or not base or size < lane * 64:
+            raise bad(f"the kernel (descriptor {kobj:#x}) needs {private} bytes of scratch per work-item; the queue "
+                      f"descriptor at {self.queue_va:#x} programs {lane} (scratch_wave64_lane_byte_size) in "
+                      f"{size} bytes at {base:#x} (scratch_backing_memory_byte_size/_location)")
+        per_wave = -(-lane * 64 // 256)            # TMPRING WAVESIZE: 256-byte units per 64 lanes
+        waves = max(1, min(size // (per_wave * 256), 0xFFF))
+        return waves | (per_wave << 12), (base,)

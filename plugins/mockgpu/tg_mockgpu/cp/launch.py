@@ -5,7 +5,10 @@ hardware's wave launcher takes it (amd.md 2.5), not from a kernel descriptor.
 - COMPUTE_PGM_RSRC1/2/3: VGPR granules, float modes, USER_SGPR_COUNT, workgroup-id SGPR enables, LDS granules;
 - COMPUTE_USER_DATA_0..: s[0 .. USER_SGPR_COUNT-1];
 - COMPUTE_NUM_THREAD_X/Y/Z: the workgroup size; the DISPATCH_DIRECT payload: the grid in workgroups;
-- COMPUTE_TMPRING_SIZE.WAVESIZE: the scratch each lane may use (256-byte units per 64 lanes);
+- COMPUTE_TMPRING_SIZE.WAVESIZE: the scratch each lane may use (256-byte units per 64 lanes); when RSRC2 enables
+  scratch, TMPRING must program some and each XCC's COMPUTE_DISPATCH_SCRATCH_BASE must point at WAVES x WAVESIZE
+  mapped bytes, else the dispatch is refused naming the sizes. The emulator keeps each lane's private memory in its
+  own arrays (emu/machine.py), not in that memory: an access past the programmed per-lane size is a GPUFault;
 - the initiator's CS_W32_EN: wave32 (the emulator runs wave32 only).
 
 The waves start as the mock interface's do (interface.py `start_waves`, `resident_batches`), and run on the
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from tg_amd.interface import WAVEFRONT_SIZE32_BIT, KernelDescriptor
 from tg_mockgpu.cp.pm4 import DispatchState
+from tg_mockgpu.emu.machine import EmulatorError
 from tg_mockgpu.emu.program import Program
 from tg_mockgpu.emu.run import run
 from tg_mockgpu.interface import check_launch, resident_batches, start_waves
@@ -27,6 +31,7 @@ TMPRING_SIZE = 0x2E18
 NUM_THREAD = (0x2E07, 0x2E08, 0x2E09)
 USER_DATA_0 = 0x2E40
 CS_W32_EN = 1 << 15
+SCRATCH_EN = 1                # COMPUTE_PGM_RSRC2 bit 0: the kernel has a private segment
 MAX_CODE = 1 << 20            # bytes of code read after the entry point (bounded by the mapping)
 
 
@@ -67,6 +72,8 @@ class EmulatorLauncher:
                               kernel_code_properties=(1 << WAVEFRONT_SIZE32_BIT) if st.initiator & CS_W32_EN else 0,
                               kernarg_preload=0)
         name = f"kernel at {code:#x}"
+        if rsrc2 & SCRATCH_EN:
+            self._check_scratch(st, name)
         local = tuple(r[a] & 0xFFFF for a in NUM_THREAD)
         grid = st.grid
         check_launch(name, kd, grid, local)  # type: ignore[arg-type]
@@ -77,3 +84,22 @@ class EmulatorLauncher:
             m = start_waves(self.mem, kd, name, groups, local, user)  # type: ignore[arg-type]
             run(m, prog, code)
             self.last_waves += m.nwaves
+
+    def _check_scratch(self, st: DispatchState, name: str) -> None:
+        """A kernel with a private segment needs the scratch its queue programmed: TMPRING_SIZE's waves x wave size
+        of mapped memory at each XCC's scratch base."""
+        tmpring = st.regs.get(TMPRING_SIZE, 0)
+        waves, wavesize = tmpring & 0xFFF, ((tmpring >> 12) & 0x7FFF) * 256
+        if not waves or not wavesize:
+            raise EmulatorError(f"{st.queue}: {name} has a private segment (RSRC2 SCRATCH_EN) but COMPUTE_TMPRING_SIZE "
+                                f"{tmpring:#x} programs {waves} waves of {wavesize} bytes of scratch")
+        need = waves * wavesize
+        for x, base in enumerate(st.scratch or (0,)):
+            have = 0
+            while base and have < need and self.mem.mapped(base + have, min(PAGE_SIZE - (base + have) % PAGE_SIZE,
+                                                                              need - have)):
+                have += min(PAGE_SIZE - (base + have) % PAGE_SIZE, need - have)
+            if have < need:
+                raise EmulatorError(f"{st.queue}: {name} has a private segment: TMPRING_SIZE programs {waves} waves of "
+                                    f"{wavesize} bytes ({need} bytes of scratch per XCC), but XCC {x}'s "
+                                    f"COMPUTE_DISPATCH_SCRATCH_BASE {base:#x} has {have} bytes mapped")

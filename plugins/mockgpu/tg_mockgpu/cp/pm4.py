@@ -26,6 +26,7 @@ PAYLOAD = {"DISPATCH_DIRECT": (4,), "PRED_EXEC": (1,), "WAIT_REG_MEM": (6,), "IN
            "COPY_DATA": (5,), "EVENT_WRITE": (1, 3), "RELEASE_MEM": (7,), "ACQUIRE_MEM": (6, 7)}
 SH_BASE, SH_END, UCONFIG_BASE = 0x2C00, 0x3000, 0xC000
 HDP_FLUSH_REQ, HDP_FLUSH_DONE = 0xE26, 0xE27
+SCRATCH_BASE_LO = 0x2E10      # COMPUTE_DISPATCH_SCRATCH_BASE_LO/HI: each XCC's scratch, >> 8
 MAX_IB_DEPTH = 2              # the ring's IB, and one chained level inside it
 CLOCKS_PER_NS = 0.1           # GPU clock ticks: 100 per microsecond (amd.md 5)
 
@@ -189,7 +190,8 @@ class PM4Queue:
         elif name == "DISPATCH_DIRECT":
             if self.launch is None:
                 raise bad("this queue has no launcher (no GPU to run kernels on)")
-            self.launch(DispatchState(self.name, dict(self.regs[0]), (p[0], p[1], p[2]), p[3]))
+            scratch = tuple((r.get(SCRATCH_BASE_LO, 0) | r.get(SCRATCH_BASE_LO + 1, 0) << 32) << 8 for r in self.regs)
+            self.launch(DispatchState(self.name, dict(self.regs[0]), (p[0], p[1], p[2]), p[3], scratch))
         # NOP, EVENT_WRITE, ACQUIRE_MEM: ordering and caches, which the mock's in-order, coherent memory has already
         return True
 
@@ -263,8 +265,9 @@ class PM4Queue:
 @dataclass(frozen=True)
 class DispatchState:
     """What a DISPATCH_DIRECT launches: the queue, XCC 0's registers (absolute addresses), the grid in
-    workgroups and the dispatch initiator."""
+    workgroups, the dispatch initiator, and the scratch base address of each XCC (what the queue programmed)."""
     queue: str
     regs: dict[int, int]
     grid: tuple[int, int, int]
     initiator: int
+    scratch: tuple[int, ...] = ()

@@ -27,7 +27,13 @@ class EmulatorError(RuntimeError):
 
 
 class GPUFault(MemoryError):
-    """A memory access the GPU would fault on, with the address, the instruction and the wave and lane."""
+    """A memory access the GPU would fault on, with the address, the instruction and the wave and lane. A page
+    fault (an unmapped address) also carries `address` and `write`, which the mock KFD reports as the hardware's
+    VM fault does; LDS and scratch range faults leave them None."""
+
+    def __init__(self, message: str, address: int | None = None, write: bool | None = None):
+        super().__init__(message)
+        self.address, self.write = address, write
 
 
 @dataclass

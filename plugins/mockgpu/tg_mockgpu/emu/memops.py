@@ -27,11 +27,14 @@ STORE_KIND = {"b8": (1, 0), "b16": (2, 0), "b32": (4, 0), "b64": (8, 0), "b96": 
               "d16_hi_b8": (1, 16), "d16_hi_b16": (2, 16)}
 
 
-def fault(bt: Batch, where: np.ndarray | None, i: int, address: int, what: str) -> GPUFault:
-    """GPUFault for element i of the active-lane list `where` (flat wave*32+lane positions; None: every lane)."""
+def fault(bt: Batch, where: np.ndarray | None, i: int, address: int, what: str,
+          page_write: bool | None = None) -> GPUFault:
+    """GPUFault for element i of the active-lane list `where` (flat wave*32+lane positions; None: every lane);
+    `page_write` given: a page fault (a read or a write of unmapped memory) at `address`."""
     pos = int(where[i]) if where is not None else i
     wave, lane = int(bt.waves[pos // WAVE]), pos % WAVE
-    return GPUFault(f"{what} at address {address:#x}, {bt.m.wave_name(wave)} lane {lane}")
+    return GPUFault(f"{what} at address {address:#x}, {bt.m.wave_name(wave)} lane {lane}",
+                    address if page_write is not None else None, page_write)
 
 
 def _active(bt: Batch) -> np.ndarray | None:
@@ -131,7 +134,7 @@ def compile_smem(inst) -> Callable:
         except PageFault as e:
             wave = int(bt.waves[e.index])
             raise GPUFault(f"GPU page fault: scalar read of unmapped memory at address {e.address:#x}, "
-                           f"{m.wave_name(wave)}") from None
+                           f"{m.wave_name(wave)}", e.address, False) from None
         for j in range(count):
             m.s[sdata + j][bt.idx] = data[:, j]
     return run
@@ -245,14 +248,14 @@ def _global_read(m: Machine, bt: Batch, a: np.ndarray, nbytes: int, where: np.nd
     try:
         return m.mem.gather(a, nbytes)
     except PageFault as e:
-        raise fault(bt, where, e.index, e.address, "GPU page fault: read of unmapped memory") from None
+        raise fault(bt, where, e.index, e.address, "GPU page fault: read of unmapped memory", False) from None
 
 
 def _global_write(m: Machine, bt: Batch, a: np.ndarray, payload: np.ndarray, where: np.ndarray | None) -> None:
     try:
         m.mem.scatter(a, payload)
     except PageFault as e:
-        raise fault(bt, where, e.index, e.address, "GPU page fault: write of unmapped memory") from None
+        raise fault(bt, where, e.index, e.address, "GPU page fault: write of unmapped memory", True) from None
 
 
 def _aperture(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -51,7 +51,7 @@ def run(m: Machine, prog: Program, entry: int) -> None:
                 try:
                     r = c.fn(m, bt)
                 except GPUFault as e:
-                    raise GPUFault(f"{e}, executing {c.where}") from None
+                    raise GPUFault(f"{e}, executing {c.where}", e.address, e.write) from None
                 except EmulatorError as e:
                     raise EmulatorError(f"{e}, executing {c.where}") from None
                 executed += bt.n

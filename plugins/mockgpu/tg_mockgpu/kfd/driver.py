@@ -1,16 +1,21 @@
 """MockKFD: an OS layer (tg_amd/kfd/oslayer.py) that is /dev/kfd, the render nodes and the KFD sysfs topology of
-`gpus` emulated gfx1100s with `xccs` XCCs each.
+`gpus` emulated gfx1100s with `xccs` XCCs each, whose GPU side is the RDNA3 emulator.
 
 Files: `open` of /dev/kfd or a render node gives a virtual fd; `read`/`listdir` answer the topology
 (kfd/topology.py). ioctls on the /dev/kfd fd are checked (the request number must be the one amd.md 6 gives for
 its nr: direction and struct size included; the struct passed must have that size) and answered here. Memory:
-VRAM lives in the GPU's paged `GPUMemory`; GTT is a memfd mapped for the GPU side at ALLOC and for the host where
-it mmaps the render node (MAP_FIXED at the VA); USERPTR is the host's memory (kfd/vm.py). Doorbells: a 0x2000-byte
-host page per GPU, mmapped from /dev/kfd at the doorbell offset CREATE_QUEUE returns; `write64` into it stores the
-value and calls the queue's `MockQueue.doorbell` (kfd/queue.py). Events: signal events fire by SET_EVENT or
-`interrupt(event_id)` (what a RELEASE_MEM with an interrupt does); `report_fault` queues a memory exception that the
-next WAIT_EVENTS on a MEMORY event returns. WAIT_EVENTS first runs the wait hooks (`add_wait_hook`: the command
-processors run their queues there), and never sleeps: with nothing fired it answers timeout at once.
+the host's anonymous mmaps (the VA reservations of allocations, USERPTR host memory) come from one window of
+address space the mock reserved, which each GPU's `GPUMemory` page table covers; VRAM is pages of the GPU's paged
+`GPUMemory`; GTT is a memfd mapped for the GPU side at ALLOC and for the host where it mmaps the render node
+(MAP_FIXED at the VA); USERPTR is the host's memory (a memfd the mock backs MAP_SHARED anonymous mmaps with);
+MAP_MEMORY_TO_GPU puts the pages in that GPU's page table (host memory aliased into its store), so kernels reach
+all of it (kfd/vm.py). Doorbells: a 0x2000-byte host page per GPU, mmapped from /dev/kfd at the doorbell offset
+CREATE_QUEUE returns; `write64` into it stores the value and calls the queue's `MockQueue.doorbell`, which runs the
+queue's command processor (kfd/engines.py). Events: signal events fire by SET_EVENT or `interrupt(event_id)` (what
+a RELEASE_MEM with an interrupt does); `report_fault` queues a memory exception that the next WAIT_EVENTS on a
+MEMORY event returns, `queue_fault` a hardware exception (and the text `fault_detail` returns). WAIT_EVENTS first
+runs the wait hooks (`add_wait_hook`; the stalled queues run there), and never sleeps: with nothing fired it
+answers timeout at once.
 """
 from __future__ import annotations
 
@@ -24,10 +29,23 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from tg_amd.kfd import ioctl as K
-from tg_amd.kfd.oslayer import MAP_ANONYMOUS, MAP_FIXED, MAP_SHARED, PROT_READ, PROT_WRITE, host_mmap, host_munmap
+from tg_amd.kfd.oslayer import (
+    MAP_ANONYMOUS,
+    MAP_FIXED,
+    MAP_NORESERVE,
+    MAP_PRIVATE,
+    MAP_SHARED,
+    PROT_NONE,
+    PROT_READ,
+    PROT_WRITE,
+    host_mmap,
+    host_munmap,
+)
+from tg_mockgpu.cp.launch import EmulatorLauncher
+from tg_mockgpu.kfd.engines import Engines
 from tg_mockgpu.kfd.queue import KIND_OF_TYPE, MockQueue
 from tg_mockgpu.kfd.topology import gpu_id_of, render_node, sysfs_files
-from tg_mockgpu.kfd.vm import AddressSpace, GPUView, Region
+from tg_mockgpu.kfd.vm import AddressSpace, GPUView, Region, VAWindow
 from tg_mockgpu.memory import PAGE_SIZE, GPUMemory
 
 KFD_PATH = "/dev/kfd"
@@ -35,6 +53,9 @@ VERSION = (1, 14)
 DOORBELL_PAGES = 0x2000
 MMAP_TYPE_DOORBELL = 3 << 62          # KFD's mmap offset encoding: type in bits 62-63, gpu id in bits 46-61
 MAX_SIGNAL_SLOTS = 0x8000 // 8
+VA_WINDOW = 64 << 30                  # bytes of host address space the mock's GPU VAs come from (reserved, not used)
+# hw_exception_data of a queue fault (kfd_ioctl.h): a per-engine reset (the queue's), caused by a GPU hang
+HW_EXCEPTION_PER_ENGINE_RESET, HW_EXCEPTION_GPU_HANG = 1, 0
 _KINDS = {K.AllocFlags.VRAM: "vram", K.AllocFlags.GTT: "gtt", K.AllocFlags.USERPTR: "userptr"}
 
 
@@ -59,6 +80,7 @@ class MockGPU:
     vram: GPUMemory
     view: GPUView
     doorbell_page: int
+    launcher: EmulatorLauncher
     vm_drm_fd: int = -1
     queues: dict[int, MockQueue] = field(default_factory=dict)     # doorbell slot -> queue
 
@@ -74,9 +96,13 @@ class MockKFD:
             raise ValueError(f"mock XCCs: {xccs!r}; allowed: 1..8")
         self.files = sysfs_files(gpus, xccs)
         self.space = AddressSpace()
-        vram = [GPUMemory(seed=0x7A11 + i) for i in range(gpus)]
+        base = host_mmap(0, VA_WINDOW, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+        self.window = VAWindow(base, VA_WINDOW)
+        self.host_memory: dict[int, tuple[int, int]] = {}   # MAP_SHARED anonymous mmaps: va -> (memfd, size)
+        vram = [GPUMemory(seed=0x7A11 + i, va_base=base) for i in range(gpus)]
         self.gpus = [MockGPU(i, gpu_id_of(i), xccs, vram[i], GPUView(self.space, vram, i),
-                             host_mmap(0, DOORBELL_PAGES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS))
+                             host_mmap(0, DOORBELL_PAGES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS),
+                             EmulatorLauncher(vram[i]))
                      for i in range(gpus)]
         self._by_id = {g.gpu_id: g for g in self.gpus}
         self.fds: dict[int, str] = {}
@@ -89,11 +115,15 @@ class MockKFD:
         self._next_event = itertools.count(0x100)   # memory / hw-exception event ids (signal ids are slots)
         self.event_page: Region | None = None
         self.faults: list[tuple[int, int, bool]] = []  # (gpu_id, va, write) not yet reported
+        self.hw_exceptions: list[tuple[int, int, int]] = []  # (gpu_id, reset_type, reset_cause) not yet reported
+        self.fault_details: dict[int, list[str]] = {g.gpu_id: [] for g in self.gpus}
         self.wait_hooks: list[Callable[[], None]] = []
         self.runtime_enabled = False
         # the device may call from several threads: ioctls and mappings change shared tables (handles, regions,
         # queues, events), so they take this lock; re-entrant because a doorbell hook may call back in
         self._lock = threading.RLock()
+        self.engines = Engines(self)
+        self.add_wait_hook(self.engines.run)
 
     # ---- the seam for command processors ----
 
@@ -109,9 +139,43 @@ class MockKFD:
         if ev is not None and ev.type == K.EventType.SIGNAL:
             ev.signaled = True
 
+    def signal_interrupt(self, gpu: int, ctxid: int) -> None:
+        """An interrupt a queue of GPU `gpu` (index) raised (RELEASE_MEM INT_SEL, SDMA TRAP) with context id
+        `ctxid`: the signal event of that id fires. tg-amd's signals send ctxid 0 (no event id), and then every
+        signal event fires, as KFD does when the context id names no event: a woken waiter checks its signal
+        again, so a wake-up too many is harmless, and one too few would hang it."""
+        ev = self.events.get(ctxid) if ctxid else None
+        if ev is not None and ev.type == K.EventType.SIGNAL:
+            ev.signaled = True
+            return
+        for ev in self.events.values():
+            if ev.type == K.EventType.SIGNAL:
+                ev.signaled = True
+
     def report_fault(self, gpu: int, va: int, write: bool) -> None:
         """A GPU page fault on mock GPU `gpu` (index): reported by the next WAIT_EVENTS on a MEMORY event."""
         self.faults.append((self.gpus[gpu].gpu_id, va, write))
+
+    def queue_fault(self, gpu: int, detail: str, page: tuple[int, bool] | None = None) -> None:
+        """A queue of GPU `gpu` (index) faulted: a page fault (`page` = (address, write)) goes to the MEMORY
+        event, anything else to the HW_EXCEPTION event; `detail` waits for `fault_detail`."""
+        g = self.gpus[gpu]
+        with self._lock:
+            self.fault_details[g.gpu_id].append(detail)
+            if page is not None:
+                self.report_fault(gpu, *page)
+            else:
+                self.hw_exceptions.append((g.gpu_id, HW_EXCEPTION_PER_ENGINE_RESET, HW_EXCEPTION_GPU_HANG))
+
+    def fault_detail(self, gpu_id: int) -> str | None:
+        """The oldest fault message of GPU `gpu_id` not yet returned (the queue, the dword offset, the header and
+        opcode of a bad packet; the emulator's address, instruction, kernel and lane), or None."""
+        with self._lock:
+            pending = self.fault_details.get(gpu_id)
+            if pending is None:
+                raise ValueError(f"fault_detail: gpu_id {gpu_id:#x} is not a GPU; GPUs: "
+                                 + ", ".join(f"{g.gpu_id:#x}" for g in self.gpus))
+            return pending.pop(0) if pending else None
 
     def release(self) -> None:
         """Free what the mock itself holds (each GPU's VRAM store and doorbell page); the driver is unusable after."""
@@ -123,6 +187,10 @@ class MockKFD:
                 host_munmap(r.backing, r.size)
                 os.close(r.memfd)
         self.handles.clear()
+        for fd, _ in self.host_memory.values():
+            os.close(fd)
+        self.host_memory.clear()
+        host_munmap(self.window.base, self.window.size)
 
     # ---- files ----
 
@@ -215,24 +283,64 @@ class MockKFD:
         if kind == "vram" and a.flags & K.AllocFlags.PUBLIC:
             raise _err(errno.EINVAL, "ALLOC_MEMORY_OF_GPU: the mock's VRAM is not CPU-visible (its pages are "
                        "scattered): allocate host-visible memory as GTT or USERPTR")
+        if kind == "userptr" and a.mmap_offset == 0:
+            raise _err(errno.EINVAL, "ALLOC_MEMORY_OF_GPU: USERPTR needs the host address in mmap_offset")
+        if not (self.window.contains(a.va_addr) and self.window.contains(a.va_addr + a.size - 1)):
+            raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: [{a.va_addr:#x}, +{a.size:#x}) is outside the mock's GPU "
+                       f"address window [{self.window.base:#x}, +{self.window.size:#x}): reserve the VA with this OS "
+                       "layer's mmap (fd -1, address 0)")
+        host = self._host_memory(a.mmap_offset, a.size) if kind == "userptr" else None
         if self.space.find(a.va_addr) or self.space.find(a.va_addr + a.size - 1):
             raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: [{a.va_addr:#x}, +{a.size:#x}) overlaps an allocation")
         handle = g.gpu_id << 32 | next(self._next_handle)
         region = Region(a.va_addr, a.size, kind, g.index, handle, a.flags, 0)  # type: ignore[arg-type]
         if kind == "vram":
-            region.backing = g.vram.alloc(a.size)
+            region.phys = g.vram.take_pages(a.size // PAGE_SIZE)
         elif kind == "gtt":
-            region.memfd = os.memfd_create(f"tg-mock-gtt-{handle:x}", os.MFD_CLOEXEC)
+            region.memfd = region.host_fd = os.memfd_create(f"tg-mock-gtt-{handle:x}", os.MFD_CLOEXEC)
             os.ftruncate(region.memfd, a.size)
             region.backing = host_mmap(0, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, region.memfd, 0)
         else:
-            if a.mmap_offset == 0:
-                raise _err(errno.EINVAL, "ALLOC_MEMORY_OF_GPU: USERPTR needs the host address in mmap_offset")
-            region.backing = a.mmap_offset
+            assert host is not None
+            region.backing, (region.host_fd, region.host_offset) = a.mmap_offset, host
         region.mmap_offset = (handle & 0xFFFFFFFF) << 24
         self.space.add(region)
         self.handles[handle] = region
         a.handle, a.mmap_offset = handle, region.mmap_offset if kind != "userptr" else a.mmap_offset
+
+    def _host_memory(self, addr: int, size: int) -> tuple[int, int]:
+        """(memfd, offset) of host memory [addr, +size) the mock mapped (USERPTR must be such memory: the mock shows
+        it to a GPU by mapping the same file into that GPU's store)."""
+        for start, (fd, n) in self.host_memory.items():
+            if start <= addr and addr + size <= start + n:
+                return fd, addr - start
+        raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: USERPTR [{addr:#x}, +{size:#x}) is not host memory this OS "
+                   "layer mapped; the mock reaches host memory from mmap(0, size, PROT_READ|PROT_WRITE, "
+                   "MAP_SHARED|MAP_ANONYMOUS, -1, 0) through it")
+
+    def _map_on(self, r: Region, g: MockGPU) -> None:
+        """Put `r` in GPU `g`'s page table: its own VRAM pages, or host memory aliased into its store (another
+        GPU's VRAM is reached by g's engines through GPUView only)."""
+        if g.index in r.mapped_on:
+            return
+        if r.phys is not None:
+            if r.gpu == g.index:
+                g.vram.map_pages(r.va, r.phys)
+        else:
+            phys = g.vram.alias_pages(r.host_fd, r.host_offset, r.size // PAGE_SIZE)
+            g.vram.map_pages(r.va, phys)
+            r.aliases[g.index] = phys
+        r.mapped_on.add(g.index)
+
+    def _unmap_from(self, r: Region, g: MockGPU) -> None:
+        if g.index not in r.mapped_on:
+            return
+        r.mapped_on.discard(g.index)
+        if r.phys is None or r.gpu == g.index:
+            g.vram.unmap_pages(r.va, r.size // PAGE_SIZE)
+        alias = r.aliases.pop(g.index, None)
+        if alias is not None:
+            g.vram.release_pages(alias)
 
     def _region(self, handle: int, what: str) -> Region:
         if handle not in self.handles:
@@ -247,11 +355,15 @@ class MockKFD:
             self.event_page = None
         del self.handles[a.handle]
         self.space.remove(r)
-        if r.kind == "vram":
-            self.gpus[r.gpu].vram.free(r.backing)
+        for i in sorted(r.mapped_on):
+            self._unmap_from(r, self.gpus[i])
+        if r.phys is not None:
+            self.gpus[r.gpu].vram.release_pages(r.phys)
         elif r.kind == "gtt":
             host_munmap(r.backing, r.size)
             os.close(r.memfd)
+        if r.host_unmapped:
+            self._release_va(r.va)
 
     def _device_ids(self, a: K.MapMemoryArgs, what: str) -> list[MockGPU]:
         if not 0 < a.n_devices <= len(self.gpus) or not a.device_ids_array_ptr:
@@ -263,13 +375,15 @@ class MockKFD:
     def _map_memory_to_gpu(self, a: K.MapMemoryArgs) -> None:
         r = self._region(a.handle, "MAP_MEMORY_TO_GPU")
         gpus = self._device_ids(a, "MAP_MEMORY_TO_GPU")
-        r.mapped_on.update(g.index for g in gpus)
+        for g in gpus:
+            self._map_on(r, g)
         a.n_success = len(gpus)
 
     def _unmap_memory_from_gpu(self, a: K.MapMemoryArgs) -> None:
         r = self._region(a.handle, "UNMAP_MEMORY_FROM_GPU")
         gpus = self._device_ids(a, "UNMAP_MEMORY_FROM_GPU")
-        r.mapped_on.difference_update(g.index for g in gpus)
+        for g in gpus:
+            self._unmap_from(r, g)
         a.n_success = len(gpus)
 
     def _create_queue(self, a: K.CreateQueueArgs) -> None:
@@ -303,6 +417,7 @@ class MockKFD:
                       self._doorbell_base(g) | slot * 8, xcc, a.queue_priority,
                       (a.eop_buffer_address, a.eop_buffer_size),
                       (a.ctx_save_restore_address, a.ctx_save_restore_size))
+        self.engines.attach(q)
         g.queues[slot] = q
         self.queues[q.queue_id] = q
         a.queue_id, a.doorbell_offset = q.queue_id, q.doorbell_offset
@@ -314,6 +429,7 @@ class MockKFD:
         q = self.queues.pop(a.queue_id, None)
         if q is None:
             raise _err(errno.EINVAL, f"DESTROY_QUEUE: queue {a.queue_id} does not exist")
+        self.engines.detach(q)
         del self.gpus[q.gpu].queues[(q.doorbell_offset & 0x1FFF) // 8]
 
     def _create_event(self, a: K.CreateEventArgs) -> None:
@@ -365,6 +481,11 @@ class MockKFD:
                 m = d.memory_exception_data
                 m.gpu_id, m.va, m.failure.NotPresent, m.failure.ReadOnly = gpu_id, va, 1, 0
                 ev.signaled = True
+            elif ev.type == K.EventType.HW_EXCEPTION and self.hw_exceptions:
+                h = d.hw_exception_data
+                h.gpu_id, h.reset_type, h.reset_cause = self.hw_exceptions.pop(0)
+                h.memory_lost = 0
+                ev.signaled = True
             fired.append(ev.signaled)
         done = all(fired) if a.wait_for_all else any(fired)
         if done:
@@ -381,7 +502,9 @@ class MockKFD:
 
     def _mmap(self, addr: int, size: int, prot: int, flags: int, fd: int, offset: int) -> int:
         if fd == -1:
-            return host_mmap(addr, size, prot, flags, -1, 0)
+            if addr or flags & MAP_FIXED or not flags & MAP_ANONYMOUS:
+                return host_mmap(addr, size, prot, flags, -1, 0)
+            return self._window_mmap(size, prot, flags)
         kind = self.fds.get(fd)
         if kind == "kfd":
             for g in self.gpus:
@@ -402,10 +525,43 @@ class MockKFD:
             return addr  # no CPU access: the VA stays the caller's PROT_NONE reservation
         return host_mmap(addr, size, prot, MAP_SHARED | MAP_FIXED, r.memfd, 0)
 
+    def _window_mmap(self, size: int, prot: int, flags: int) -> int:
+        """An anonymous mapping at an address of the mock's window (so a GPU page table can map it); MAP_SHARED
+        ones are backed by a memfd, which lets USERPTR show the same pages to a GPU."""
+        if size <= 0:
+            raise _err(errno.EINVAL, f"mmap of {size} bytes")
+        va = self.window.take(size)
+        if flags & MAP_SHARED:
+            fd = os.memfd_create(f"tg-mock-host-{va:x}", os.MFD_CLOEXEC)
+            os.ftruncate(fd, size)
+            host_mmap(va, size, prot, MAP_SHARED | MAP_FIXED, fd, 0)
+            self.host_memory[va] = (fd, size)
+        else:
+            host_mmap(va, size, prot, (flags & ~MAP_SHARED) | MAP_PRIVATE | MAP_FIXED, -1, 0)
+        return va
+
+    def _release_va(self, va: int) -> None:
+        self.window.give(va)
+        host = self.host_memory.pop(va, None)
+        if host is not None:
+            os.close(host[0])
+
     def munmap(self, addr: int, size: int) -> None:
         if any(addr == g.doorbell_page for g in self.gpus):
             return  # the doorbell pages belong to the mock
-        host_munmap(addr, size)
+        with self._lock:
+            if not self.window.contains(addr):
+                host_munmap(addr, size)
+                return
+            if addr not in self.window.used:
+                raise _err(errno.EINVAL, f"munmap({addr:#x}, {size:#x}): not the start of a mapping this OS layer made")
+            # the range goes back to the reservation; a live allocation at it keeps the VA until it is freed
+            host_mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED)
+            r = self.space.find(addr)
+            if r is not None and r.va == addr:
+                r.host_unmapped = True
+            else:
+                self._release_va(addr)
 
     def write64(self, addr: int, value: int) -> None:
         ctypes.c_uint64.from_address(addr).value = value

@@ -1,8 +1,8 @@
 """A queue of the mock KFD driver: what CREATE_QUEUE was given, and the doorbell hook the command processors use.
 
 `MockQueue.on_doorbell` is the seam: the driver calls it with the value the host stored to the queue's doorbell
-(after the store landed in the doorbell page). Until a command processor is attached it is None and a doorbell
-write only records `last_doorbell`.
+(after the store landed in the doorbell page). CREATE_QUEUE attaches the queue's command processor there
+(kfd/engines.py); with None (detached) a doorbell write only records `last_doorbell`.
 """
 from __future__ import annotations
 

@@ -1,11 +1,16 @@
 """The mock KFD's address space: which GPU VA ranges are allocated, what backs them, and which GPUs map them.
 
-GPU VA = CPU VA, as with KFD. A `Region` is one ALLOC_MEMORY_OF_GPU: VRAM is a range of the owning GPU's
-`GPUMemory` (tg_mockgpu/memory.py: 4 KiB pages scattered in its backing store), reached at `backing + (va -
-region.va)`; GTT is a memfd the driver maps twice, privately at `backing` and, when the host mmaps the render
-node, at the region's VA, so host stores are seen by the GPU side; USERPTR is the host's own memory at `backing`.
-`GPUView` is one GPU's side of it: reads and writes of ranges mapped on that GPU (MAP_MEMORY_TO_GPU), a
-`PageFault` otherwise.
+GPU VA = CPU VA, as with KFD, and every VA the host reserves through the mock's mmap lies in one window
+(`VAWindow`), which is each GPU's `GPUMemory` page table's range: so a GPU's page table maps exactly what is
+mapped on it, and kernels reach it with the emulator's gather/scatter unchanged. A `Region` is one
+ALLOC_MEMORY_OF_GPU: VRAM is a set of the owning GPU's physical pages (`phys`: 4 KiB pages scattered in its
+backing store); GTT is a memfd the driver maps twice, privately at `backing` and, when the host mmaps the render
+node, at the region's VA, so host stores are seen by the GPU side; USERPTR is the host's own memory at `backing`
+(a memfd-backed mapping the mock made, `host_fd`/`host_offset`). MAP_MEMORY_TO_GPU puts the pages in that GPU's
+page table: its own VRAM pages, or host memory aliased into its store (`GPUMemory.alias_pages`; `aliases` keeps
+them per GPU). Another GPU's VRAM is reachable by that GPU's engines (command processors, SDMA) but not by its
+kernels (the mock's stores are separate; a kernel's access there is a page fault).
+`GPUView` is one GPU's side for the engines: reads and writes of ranges mapped on that GPU, a `PageFault` otherwise.
 """
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ import ctypes
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tg_mockgpu.memory import GPUMemory, PageFault
+import numpy as np
+
+from tg_mockgpu.memory import PAGE_SIZE, GPUMemory, PageFault
 
 RegionKind = Literal["vram", "gtt", "userptr"]
 
@@ -27,10 +34,49 @@ class Region:
     gpu: int              # the allocating GPU's index
     handle: int
     flags: int
-    backing: int          # vram: GPUMemory VA; gtt: the driver's own mapping; userptr: the host address
+    backing: int          # vram: unused (0); gtt: the driver's own mapping; userptr: the host address
     mmap_offset: int = 0
-    memfd: int = -1
+    memfd: int = -1       # gtt: the region's own memfd (closed at free)
     mapped_on: set[int] = field(default_factory=set)
+    phys: np.ndarray | None = None                 # vram: its physical pages in the owner's store
+    host_fd: int = -1                              # host memory (gtt, userptr): the file and offset its pages are
+    host_offset: int = 0
+    aliases: dict[int, np.ndarray] = field(default_factory=dict)   # GPU index -> store pages aliasing it there
+    host_unmapped: bool = False                    # the host munmapped its VA (the window range waits for FREE)
+
+
+class VAWindow:
+    """The mock's range of virtual addresses: one PROT_NONE reservation of the host's address space, handed out
+    first fit (page-aligned, each range followed by an unmapped guard page, so an overrun faults)."""
+
+    def __init__(self, base: int, size: int):
+        self.base, self.size = base, size
+        self.free: list[tuple[int, int]] = [(base, size)]     # (start, bytes), sorted
+        self.used: dict[int, int] = {}                         # start -> bytes taken (with the guard page)
+
+    def take(self, nbytes: int) -> int:
+        need = -(-nbytes // PAGE_SIZE) * PAGE_SIZE + PAGE_SIZE
+        for i, (start, n) in enumerate(self.free):
+            if n >= need:
+                self.free[i:i + 1] = [(start + need, n - need)] if n > need else []
+                self.used[start] = need
+                return start
+        raise MemoryError(f"mock KFD: no {nbytes:#x} bytes of GPU virtual address space left in its "
+                          f"{self.size:#x}-byte window")
+
+    def contains(self, va: int) -> bool:
+        return self.base <= va < self.base + self.size
+
+    def give(self, va: int) -> None:
+        n = self.used.pop(va)
+        bisect.insort(self.free, (va, n))
+        merged: list[tuple[int, int]] = []
+        for start, k in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == start:
+                merged[-1] = (merged[-1][0], merged[-1][1] + k)
+            else:
+                merged.append((start, k))
+        self.free = merged
 
 
 class AddressSpace:
@@ -76,15 +122,15 @@ class GPUView:
 
     def read(self, va: int, nbytes: int) -> bytes:
         r = self.region(va, nbytes, False)
-        if r.kind == "vram":
-            return self.vram[r.gpu].read(r.backing + va - r.va, nbytes)
+        if r.phys is not None:
+            return self.vram[r.gpu].read_pages(r.phys, va - r.va, nbytes)
         return ctypes.string_at(r.backing + va - r.va, nbytes)
 
     def write(self, va: int, data: bytes | bytearray | memoryview) -> None:
         data = bytes(data)
         r = self.region(va, len(data), True)
-        if r.kind == "vram":
-            self.vram[r.gpu].write(r.backing + va - r.va, data)
+        if r.phys is not None:
+            self.vram[r.gpu].write_pages(r.phys, va - r.va, data)
         else:
             ctypes.memmove(r.backing + va - r.va, data, len(data))
 
