@@ -103,9 +103,11 @@ def decode_pmc(blob: bytes | bytearray | memoryview | np.ndarray, schedule: Sequ
         if s.size != RECORD_BYTES * int(np.prod(s.shape)):
             raise PMCError(f"counter {s.name}: size {s.size} bytes at offset {s.off} is not {RECORD_BYTES} bytes "
                            f"for each of its {int(np.prod(s.shape))} instances {dict(zip(SHAPE_KEYS, s.shape))}")
-        if s.off < 0 or s.off % 4 or s.off + s.size > data.size:
-            raise PMCError(f"counter {s.name}: bytes {s.off}..{s.off + s.size} are not 4-byte aligned inside the "
-                           f"{data.size}-byte readback")
+        if s.off < 0 or s.off + s.size > data.size:
+            raise PMCError(f"counter {s.name}: bytes {s.off}..{s.off + s.size} lie outside the {data.size}-byte "
+                           "readback")
+        if s.off % 4:
+            raise PMCError(f"counter {s.name}: offset {s.off} is not 4-byte aligned (records are u32 words)")
         words = data[s.off:s.off + s.size].view("<u4").reshape(*s.shape, 2).astype(np.uint64)
         values = words[..., 0] if s.block in NO_HI_WORD else words[..., 0] | (words[..., 1] << np.uint64(32))
         active = _active_mask(s, active_wgps)
