@@ -95,6 +95,12 @@ def prepare(targets: list[UOp], devices: Sequence[str | None] | None = None) -> 
     """Schedule `targets` and build every kernel, running none of them; returns the function that runs them
     (what `realize` returns). An error raised here (a kernel the device cannot compile) has run nothing:
     every buffer holds what it held, and the targets' device-side checks wait for the next realize."""
+    if devices is not None and any(isinstance(d, tuple) for d in devices):
+        # sharded targets (their device is a tuple of devices): one target per shard (schedule/multi.py)
+        from tg_core.schedule.multi import lower_targets
+        flat, flat_devs, rebuild = lower_targets(targets, devices)
+        run_flat = prepare(flat, flat_devs)
+        return lambda: rebuild(run_flat())
     with gc_paused():
         taken = checks.take(targets)
         extra = [c for _, c in taken]
@@ -124,6 +130,9 @@ def build(targets: list[UOp], devices: Sequence[str | None] | None = None
     """Schedule `targets` and compile every kernel (the device keeps what it compiled), running nothing and
     planning no memory: raises what building them raises. Returns the schedule's items, the targets' BUFFERs,
     the bound variables and each item's runner (None for a COPY)."""
+    if devices is not None and any(isinstance(d, tuple) for d in devices):
+        from tg_core.schedule.multi import lower_targets
+        targets, devices = lower_targets(targets, devices)[:2]
     with gc_paused():
         items, out, var_vals = schedule(targets, devices)
         # every kernel is compiled before any runs: one the device cannot build fails the realize before it

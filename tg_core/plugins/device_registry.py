@@ -70,6 +70,12 @@ class _Devices:
         reg = self.registry
         rec, spec = reg.device_spec(base)
         options = reg.config.device_options(base, spec.options)
+        count = options.get("count")  # a device with several instances (CPU:0..CPU:n-1) says how many exist
+        if isinstance(count, int) and (parse_device_string(canonical)[2] or 0) >= count:
+            raise DeviceNotFoundError(
+                f"no device {canonical}: {count} {base} device{'s exist' if count > 1 else ' exists'} "
+                f"({', '.join(f'{base}:{i}' for i in range(count))}); set TG_{base}_DEVICES or devices.{base}.count "
+                f"for more")
         renderers = self._renderers(canonical, renderer)  # checked before the device touches anything
         try:
             dev = spec.cls(canonical, options)

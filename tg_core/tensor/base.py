@@ -42,7 +42,7 @@ class TensorBase:
 
         # ---- the primitives (tensor.py) ----------------------------------------------------------------
         # constructing through `cls(...)`/`type(self)(...)` gives a Tensor: Tensor is the only class built
-        def __new__(cls, data: Any, device: str | None = None, dtype: DType | str | None = None,
+        def __new__(cls, data: Any, device: str | Sequence[str] | None = None, dtype: DType | str | None = None,
                     requires_grad: bool | None = None) -> Tensor: ...
         @property
         def shape(self) -> tuple[int, ...]: ...

@@ -302,14 +302,33 @@ class CreationMixin(TensorBase):
     # ---- devices -----------------------------------------------------------------------------------------
 
     def to(self, device: str) -> Tensor:
-        """This tensor on `device`: a COPY node (a constant is simply made there)."""
+        """This tensor on `device`: a COPY node (a constant is simply made there). A tuple of devices, or a
+        sharded tensor: see multi.py `to` (gathered onto one device, or moved shard by shard)."""
         from tg_core.device import Device
+        if not isinstance(device, str) or not isinstance(self.device, str):
+            from tg_core.tensor import multi
+            return multi.to(cast("Tensor", self), device)
         dev = Device.canonicalize(device)
         if dev == self.device:
             return cast("Tensor", self)
         if self.uop.device is None:
             return type(self)(self.uop, device=dev)
         return type(self)(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, dtypes.void, (), dev))), device=dev)
+
+
+    def shard(self, devices: Sequence[Any], axis: int | Sequence[int] | None = None) -> Tensor:
+        """This tensor split along `axis` over `devices` (None: a full copy on each device); `.device` of the result
+        is the tuple of devices. Several axes take a grid of devices: `shard([[d0, d1], [d2, d3]], axis=(0, 1))`.
+        An axis of size n over k devices splits into pieces of ceil(n/k) or floor(n/k) elements, the larger first;
+        fewer elements than devices is an error. See docs/architecture.md, "Multi-device"."""
+        from tg_core.tensor import multi
+        return multi.shard(cast("Tensor", self), devices, axis)
+
+    def shard_(self, devices: Sequence[Any], axis: int | Sequence[int] | None = None) -> Tensor:
+        """`shard` in place: this tensor becomes the sharded one."""
+        out = self.shard(devices, axis)
+        self.uop, self._device = out.uop, out._device
+        return cast("Tensor", self)
 
 
 def _ctor(kwargs: dict) -> dict:

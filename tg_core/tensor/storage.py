@@ -219,7 +219,10 @@ def origin_of(u: UOp) -> UOp:
 # ---- writes ------------------------------------------------------------------------------------------------
 
 def fresh_write(value: UOp, device: str) -> UOp:
-    """`value` written into new storage of its own."""
+    """`value` written into new storage of its own (a tuple of devices: on each shard's device, multi.py)."""
+    if isinstance(device, tuple):
+        from tg_core.tensor.multi import fresh_write as fresh_shards
+        return fresh_shards(value, device)
     shape = shape_of(value)
     buf = UOp.new_buffer(device, max(prod(shape), 1), value.dtype)
     # its memory now (allocated on first use): a schedule that writes it on the way to something else must
@@ -276,9 +279,14 @@ def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> Non
     Computing those readers now is only the cheap way to keep their values. A reader the device cannot
     build (a dtype it cannot compile) stays lazy instead, reading a copy of the old contents made in the
     schedule, so its error is raised when it is realized itself and the write goes ahead."""
-    # every pair's tensor views storage (a value is given new storage by assign, not written)
-    bases = {b for t, _ in pairs if (b := storage_of(t.uop)) is not None}
+    # every pair's tensor views storage (a value is given new storage by assign, not written); a sharded
+    # tensor's storage is its shards' (multi.py), written shard by shard
     skip = {id(t) for t, _ in pairs}
+    if any(isinstance(t.device, tuple) for t, _ in pairs):
+        from tg_core.tensor.multi import split_writes
+        pairs = split_writes(pairs)
+    bases = {b for t, _ in pairs if (b := storage_of(t.uop)) is not None}
+    skip |= {id(t) for t, _ in pairs}
     lazy = [r for r in live_tensors() if id(r) not in skip and r.numel() and storage_of(r.uop) is None
             and not bases.isdisjoint(r.uop.toposort())]
     others = [o for o in others if not o._is_realized() and storage_of(o.uop) is None and all(o is not r for r in lazy)]
@@ -354,6 +362,11 @@ class StorageMixin(TensorBase):
         if v.uop is self.uop:
             return me
         base = storage_of(self.uop)
+        if base is None and self.uop.op is Ops.MULTI and isinstance(self.device, tuple):
+            from tg_core.tensor.multi import is_stored
+            if is_stored(self.uop):  # sharded storage: written shard by shard
+                write([(me, v.uop)])
+                return me
         if base is None and (found := _view_root(me)) is not None and _expands(self.uop, found[1]):
             raise RuntimeError(f"cannot assign to an expanded view of shape {self.shape}: several of its elements "
                                f"are one element of the {found[0].shape} tensor it views")

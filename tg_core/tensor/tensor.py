@@ -34,6 +34,9 @@ from tg_core.tensor.autograd import AutogradMixin, register_new
 from tg_core.tensor.creation import CreationMixin, checked_scalar, scalar_dtype
 from tg_core.tensor.elementwise import ElementwiseMixin
 from tg_core.tensor.movement import MovementMixin
+from tg_core.tensor.multi import canonical_device, is_stored
+from tg_core.tensor.multi import from_data as multi_from_data
+from tg_core.tensor.multi import to_numpy as multi_to_numpy
 from tg_core.tensor.nn import NNMixin
 from tg_core.tensor.reduce import ReduceMixin
 from tg_core.tensor.storage import (
@@ -98,13 +101,18 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     # instead of treating the tensor as a sequence of elements
     __array_ufunc__ = None
 
-    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+    def __init__(self, data: Any, device: str | Sequence[str] | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):
         dt = to_dtype(dtype) if dtype is not None else None
         if dt is not None and dtypes.is_weak(dt):
             raise TypeError(f"a tensor cannot have the weak dtype {dt!r}; weak dtypes belong to Python scalars")
-        self._device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        # a tuple of devices: a sharded tensor (multi.py); host data given one is put on each of them. Typed as
+        # the single-device str that every op passes on unchanged; multi.py reads the tuple (is_sharded)
+        self._device = (Device.canonicalize(device) if isinstance(device, str) else cast(str, canonical_device(device))) \
+            if device is not None else Device.DEFAULT
         self._requires_grad, self.grad = None, None
+        if not isinstance(device, str) and device is not None and isinstance(data, (list, tuple, np.ndarray, np.generic)):
+            data, dt = multi_from_data(data, cast(tuple, self._device), dt), None
         if isinstance(data, UOp):
             self.uop = data if dt is None else data.cast(dt)
         elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
@@ -212,7 +220,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     def _is_realized(self) -> bool:
         u = self.uop
-        return u.op is Ops.BUFFER or u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER or self.numel() == 0
+        return u.op is Ops.BUFFER or u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER or self.numel() == 0 or \
+            u.op is Ops.MULTI and is_stored(u)
 
     def numpy(self) -> np.ndarray:
         """The value as a new numpy array."""
@@ -225,6 +234,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if self.numel() == 0:
             checks.report()
             return np.zeros(self.shape, dtype=to_numpy_dtype(self.dtype))
+        if not isinstance(self._device, str):  # sharded: each shard read back into its place
+            out = multi_to_numpy(self)
+            checks.report()
+            return out
         self.realize()
         u = self.uop
         if self._is_realized():

@@ -83,6 +83,7 @@ class Ops(FastEnum):
     RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
     REDUCE_AXIS = auto()    # arg: (op, axes)
     ARANGE = auto()         # arg: n; the ints 0..n-1 of shape (n,): the element index, as a value
+    MULTI = auto()          # a tensor held in shards on several devices; src: the shards, arg: ((device, box), ...)
 
 
 class AxisType(FastEnum):

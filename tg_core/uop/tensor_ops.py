@@ -181,6 +181,8 @@ def _shape_of(u) -> Shape | _NoShape:
         return tuple(n + b + a for n, (b, a) in zip(u.src[0]._shape, arg))
     if op is Ops.SHRINK:
         return tuple(e - s for s, e in arg)
+    if op is Ops.MULTI:  # the full shape its shards' boxes tile (schedule/multi.py)
+        return tuple(max(box[i][1] for _, box in arg) for i in range(len(arg[0][1])))
     if op is Ops.REDUCE_AXIS:
         axes = arg[1]
         return tuple(1 if i in axes else n for i, n in enumerate(u.src[0]._shape))

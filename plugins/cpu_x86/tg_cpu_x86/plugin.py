@@ -40,6 +40,8 @@ def tg_devices() -> list[DeviceSpec]:
                                              maximum=MAX_THREADS),
                            "thread_min_work": Option(int, MIN_WORK, "a kernel with fewer loop iterations than "
                                                                     "this runs on one core", minimum=0),
+                           "count": Option(int, 1, "CPU devices (CPU:0 .. CPU:n-1: separate devices, each with its "
+                                                   "own buffers, for multi-device tensors)", minimum=1, maximum=64),
                        })]
 
 

@@ -1,0 +1,208 @@
+"""Sharded tensors at the Tensor layer: `shard`, `.to` across device sets, reading a sharded tensor back, and the
+storage model's writes into shards. A sharded tensor's `device` is the tuple of its devices and its node a graph
+over MULTI nodes (tg_core/schedule/multi.py holds the layout rules and collectives; the engine lowers sharded
+targets there). See docs/architecture.md, "Multi-device".
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tg_core.device import Device
+from tg_core.dtype import dtypes, to_numpy_dtype
+from tg_core.engine.realize import buffer_of
+from tg_core.schedule.multi import (
+    Box,
+    Layout,
+    Lowerer,
+    Placement,
+    as_layout,
+    box_shape,
+    full_box,
+    multi_node,
+    replicated,
+    split,
+    to_placement,
+)
+from tg_core.uop.ops import Ops
+from tg_core.uop.uop import UOp
+
+if TYPE_CHECKING:
+    from tg_core.tensor.tensor import Tensor
+
+DeviceArg = str | Sequence[Any]
+
+
+def canonical_device(device: DeviceArg) -> str | tuple[str, ...]:
+    """A device name, or a tuple of distinct device names (a sharded tensor's), canonicalized."""
+    if isinstance(device, str):
+        return Device.canonicalize(device)
+    if not isinstance(device, (tuple, list)) or not device or not all(isinstance(d, str) for d in device):
+        raise TypeError(f"a device is a name ('CPU:1') or a non-empty tuple of names, got {device!r}")
+    devs = tuple(Device.canonicalize(d) for d in device)
+    if len(set(devs)) != len(devs):
+        raise ValueError(f"the devices of a sharded tensor are distinct, got {devs}")
+    return devs
+
+
+def is_sharded(t: Tensor) -> bool:
+    dev: object = t._device
+    return isinstance(dev, tuple)
+
+
+def devices_of(t: Tensor) -> tuple[str, ...]:
+    dev: object = t._device
+    assert isinstance(dev, tuple), "devices_of takes a sharded tensor"
+    return dev
+
+
+def is_stored(u: UOp) -> bool:
+    """Whether `u` is a MULTI of realized shards (each a buffer or a reshape of one)."""
+    return u.op is Ops.MULTI and all(s.op is Ops.BUFFER or s.op is Ops.RESHAPE and s.src[0].op is Ops.BUFFER
+                                     for s in u.src)
+
+
+def _grid(devices: Any, depth: int) -> tuple[list[str], list[int]]:
+    """A nested device list `depth` deep: its devices in row-major order and its extent per level."""
+    if depth == 0:
+        if not isinstance(devices, str):
+            raise TypeError(f"shard: expected a device name, got {devices!r}")
+        return [devices], []
+    if not isinstance(devices, (list, tuple)) or not devices:
+        raise TypeError(f"shard over {depth} axes takes devices nested {depth} deep (a grid), got {devices!r}")
+    rows = [_grid(d, depth - 1) for d in devices]
+    if any(r[1] != rows[0][1] for r in rows):
+        raise ValueError(f"shard: the device grid {devices!r} is not rectangular")
+    return [d for r in rows for d in r[0]], [len(devices)] + rows[0][1]
+
+
+def placement_for(shape: tuple[int, ...], devices: Any, axis: int | tuple[int, ...] | None) -> Placement:
+    """The (device, box) of every shard of a tensor of `shape` split along `axis` (normalized axes; None:
+    replicated) over `devices` (a grid with one level per axis)."""
+    if axis is None:
+        names, _ = _grid(devices, 1)
+        return replicated(list(canonical_device(names)), shape)
+    axes = (axis,) if isinstance(axis, int) else axis
+    names, extents = _grid(devices, len(axes))
+    devs = canonical_device(names)
+    assert isinstance(devs, tuple)
+    per_axis: list[list[tuple[int, int]]] = []
+    for a, n in zip(axes, extents):
+        if shape[a] < n:
+            raise ValueError(f"cannot shard axis {a} of shape {shape} over {n} devices: each device needs at least one "
+                             f"element (an axis of size {shape[a]} splits over at most {shape[a]})")
+        per_axis.append(split(shape[a], n))
+    out = []
+    for i, dev in enumerate(devs):
+        box = list(full_box(shape))
+        rest = i
+        for level in reversed(range(len(axes))):  # row-major position in the grid
+            rest, pos = divmod(rest, extents[level])
+            box[axes[level]] = per_axis[level][pos]
+        out.append((dev, tuple(box)))
+    return tuple(out)
+
+
+def lower(t: Tensor) -> Layout | UOp:
+    return Lowerer().lower(t.uop) if is_sharded(t) else t.uop
+
+
+def shard(t: Tensor, devices: Any, axis: int | Sequence[int] | None = None) -> Tensor:
+    """`t` split along `axis` over `devices` (None: a full copy on each); an axis of size n splits into pieces of
+    ceil or floor(n / devices), the larger first. Several axes (2D sharding) take a grid of devices."""
+    from tg_core.tensor.tensor import Tensor
+    if isinstance(devices, str):
+        raise TypeError(f"shard takes a sequence of devices, got the single device {devices!r}; use .to() for one")
+    if axis is None:
+        norm: int | tuple[int, ...] | None = None
+    elif isinstance(axis, int):
+        norm = t._axis(axis)
+    else:
+        norm = tuple(t._axis(a) for a in axis)
+        if len(set(norm)) != len(norm):
+            raise ValueError(f"shard: axis {tuple(axis)} names an axis twice")
+    placement = placement_for(t.shape, devices, norm)
+    value: Layout | UOp = lower(t)
+    if not isinstance(value, Layout) and value.device is not None:
+        # a copy even onto the device `t` is on: a shard is storage of its own, never an alias of t's
+        nodes = [UOp(Ops.COPY, value.dtype, (value.shrink(box), UOp(Ops.DEVICE, dtypes.void, (), dev)))
+                 for dev, box in placement]
+    else:
+        nodes = to_placement(value, placement)
+    out = Tensor(_multi(nodes, placement), device=[d for d, _ in placement])
+    out.requires_grad = t.requires_grad
+    return out
+
+
+def _multi(nodes: Sequence[UOp], placement: Placement) -> UOp:
+    return UOp(Ops.MULTI, nodes[0].dtype, tuple(nodes), placement)
+
+
+def to(t: Tensor, device: DeviceArg) -> Tensor:
+    """`t` on `device`: a sharded tensor moved to one device is gathered there; moved to as many devices, each
+    shard moves to the device in its place; a single-device tensor moved to several is copied to each."""
+    from tg_core.tensor.tensor import Tensor
+    dev = canonical_device(device)
+    if not is_sharded(t):
+        return shard(t, list(dev))  # replicated
+    value = lower(t)
+    lay = as_layout(value, devices_of(t))
+    if isinstance(dev, str):
+        node = to_placement(lay, ((dev, full_box(t.shape)),))[0]
+        return Tensor(node if node.device is not None else UOp(Ops.CONTIGUOUS, node.dtype, (node,)), device=dev)
+    if dev == devices_of(t):
+        return t
+    if len(dev) != len(lay.shards):
+        return shard(t.to(lay.devices[0]), list(dev))
+    moved = tuple((d, box) for d, (_, box) in zip(dev, lay.placement))
+    return Tensor(_multi(to_placement(lay, moved), moved), device=dev)
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    """The whole value of a sharded tensor as one numpy array (each distinct shard read once)."""
+    t.realize()
+    u = t.uop
+    if not is_stored(u):  # a view of shards that realize kept as a view
+        from tg_core.engine.realize import realize
+        u = realize([u], devices=[devices_of(t)])[u]  # type: ignore[list-item]
+    out = np.empty(t.shape, dtype=to_numpy_dtype(t.dtype))
+    done: set[Box] = set()
+    for (_, box), src in zip(u.arg, u.src):
+        if box in done:
+            continue
+        done.add(box)
+        base = src if src.op is Ops.BUFFER else src.src[0]
+        out[tuple(slice(s, e) for s, e in box)] = buffer_of(base).numpy().reshape(box_shape(box))
+    return out
+
+
+def fresh_write(value: UOp, devices: tuple[str, ...]) -> UOp:
+    """`value` (a sharded graph) written into new storage of its own on each of its shards' devices."""
+    from tg_core.tensor.storage import fresh_write as single
+    lay = as_layout(Lowerer().lower(value), devices)
+    return multi_node([s.__class__(s.device, s.box, single(s.node, s.device)) for s in lay.shards])
+
+
+def split_writes(pairs: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:
+    """Writes into sharded tensors as writes into each shard's storage, with the value brought to the shard's box
+    (realizing a destination that holds no storage yet)."""
+    from tg_core.tensor.tensor import Tensor
+    out: list[tuple[Tensor, UOp]] = []
+    lowerer = Lowerer()
+    for t, v in pairs:
+        if not is_sharded(t):
+            out.append((t, v))
+            continue
+        if not is_stored(t.uop):
+            t.realize()
+        nodes = to_placement(as_layout(lowerer.lower(v), devices_of(t)), t.uop.arg)
+        out.extend((Tensor(s, device=d), n) for (d, _), s, n in zip(t.uop.arg, t.uop.src, nodes))
+    return out
+
+
+def from_data(data: Any, devices: tuple[str, ...], dtype: Any) -> UOp:
+    """The node of host data put on every device of `devices` (a list or array operand of a sharded tensor)."""
+    from tg_core.tensor.tensor import Tensor
+    return shard(Tensor(data, device=devices[0], dtype=dtype), list(devices)).uop
