@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from tg_core.device import Buffer, Device
 from tg_core.engine import checks
 from tg_core.helpers import DEBUG
+from tg_core.profile import events as profile_events
+from tg_core.profile import state as profiling
 from tg_core.schedule.cache import schedule
 from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import gc_paused
@@ -134,7 +136,10 @@ def build(targets: list[UOp], devices: Sequence[str | None] | None = None
         from tg_core.schedule.multi import lower_targets
         targets, devices = lower_targets(targets, devices)[:2]
     with gc_paused():
+        t0 = profile_events.now() if profiling.on else 0
         items, out, var_vals = schedule(targets, devices)
+        if t0:
+            profile_events.host_event("schedule", f"schedule ({len(items)} items)", t0)
         # every kernel is compiled before any runs: one the device cannot build fails the realize before it
         # has written anything (a half-done optimizer step, a write without the values that read the old contents)
         # (the device from the node, not buffer_of: a Buffer made now would keep memory planning off it)
@@ -187,7 +192,10 @@ def _run(items: list[tuple[UOp, list[UOp]]], runners: list[Callable | None], out
             continue
         _flush(pending, var_vals)
         if ast.op is Ops.COPY:
-            copy_runner(bufs, var_vals)
+            if profiling.on:
+                profile_events.timed_copy(copy_runner, bufs, var_vals)
+            else:
+                copy_runner(bufs, var_vals)
             stats["copies"] += 1
             if capture.active is not None:
                 capture.items.append((copy_runner, bufs, ast))
@@ -200,7 +208,10 @@ def _run(items: list[tuple[UOp, list[UOp]]], runners: list[Callable | None], out
             if DEBUG >= 2:
                 print(ast.render(), file=sys.stderr)
         assert runner is not None  # build() compiled a runner for every item but a COPY
-        runner(bufs, var_vals)
+        if profiling.on:
+            profile_events.timed_kernel(runner, bufs, var_vals, ast)
+        else:
+            runner(bufs, var_vals)
         stats["kernels"] += 1
         if capture.active is not None:
             capture.items.append((runner, bufs, ast))
