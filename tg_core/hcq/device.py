@@ -28,6 +28,7 @@ from tg_core.hcq.batch import Item, build
 from tg_core.hcq.encode import HCQError, encode
 from tg_core.hcq.host import HCQTimeout, wait_until
 from tg_core.hcq.link import LinkedBatch, link
+from tg_core.profile import state as profiling
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -36,6 +37,7 @@ class HCQCompiled(Compiled):
     """A device whose work goes through command queues (see the module docstring)."""
     hcq = True
     has_copy_queue = True  # False: copies run on COMPUTE:0
+    timestamp_hz = 1e9     # ticks per second of what a `timestamp` queue op stores (profiling; AMD: 100 MHz)
 
     def __init__(self, device: str, allocator: Any, compiler: Any = None, runtime: Any = None):
         super().__init__(device, allocator, compiler, runtime)
@@ -86,6 +88,9 @@ class HCQCompiled(Compiled):
         tl = self.timeline_view
         wait_until(lambda: int(tl[0]), int(tl[1]), f"{self.device} timeline", self.on_host_timeout, self.check_fault)
         self.check_fault()
+        if profiling.on:  # the device timestamps of the profiled runs it finished (tg_core/profile/hcq.py)
+            from tg_core.profile.hcq import collect
+            collect(wait=False)
         self._retire()
 
     def on_host_timeout(self) -> str:

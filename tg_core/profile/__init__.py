@@ -50,6 +50,9 @@ def reset() -> None:
     _events.take()
     _events._memory.clear()
     clocks.clear()
+    if "tg_core.profile.hcq" in sys.modules:
+        from tg_core.profile.hcq import forget_calibration
+        forget_calibration()
 
 
 def write_trace(path: str | Path, events: list[Event] | None = None) -> Path:

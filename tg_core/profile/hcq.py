@@ -132,7 +132,9 @@ class Stamps:
             if int(dev.timeline_view[0]) < target:
                 if not wait:
                     return False
-                dev.synchronize()
+                dev.synchronize()  # which reads back what it finished: this run too, on this thread (reentrant lock)
+                if self.pending is not run:
+                    return True
         observed = ev.now()
         for d, slots in self.slots.items():
             dev = _dev(d)
@@ -175,6 +177,12 @@ def collect(wait: bool = True) -> None:
                     stamps._read(wait=False)
             finally:
                 stamps.lock.release()
+
+
+def forget_calibration() -> None:
+    """Calibrate every device again when next profiled (after `tg_core.profile.reset`)."""
+    with _calibrate_lock:
+        _calibrated.clear()
 
 
 def calibrate(device: str, rounds: int = 3) -> None:
