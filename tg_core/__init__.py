@@ -6,6 +6,9 @@ from tg_core.uop import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 __version__ = "0.1.0"
 
+# tinygrad's spelling: Variable("start_pos", 0, 1023).bind(5) is a symbolic int (tg_core/uop/sint.py)
+Variable = UOp.variable
+
 
 def __getattr__(name: str):
     # Tensor pulls in numpy and the scheduler: imported on first use so that `import tg_core` stays light
@@ -19,4 +22,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["Buffer", "Device", "DType", "dtypes", "Context", "ContextVar", "Tensor", "TinyJit", "JitError", "getenv",
-           "GroupOp", "Ops", "PatternMatcher", "UOp", "UPat", "graph_rewrite"]
+           "GroupOp", "Ops", "PatternMatcher", "UOp", "UPat", "Variable", "graph_rewrite"]

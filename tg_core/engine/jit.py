@@ -60,6 +60,7 @@ from tg_core.engine.realize import _buffers, buffer_of, capture, stats
 from tg_core.tensor import Tensor
 from tg_core.tensor.storage import forget_origin
 from tg_core.uop.ops import Ops
+from tg_core.uop.sint import arg_binds, binds_of_arg, has_sym, rebind_graph, unbind_arg
 from tg_core.uop.uop import UOp
 
 R = TypeVar("R")
@@ -120,7 +121,8 @@ def _view_key(u: UOp) -> tuple[tuple, UOp] | None:
     while u.op is not Ops.BUFFER:
         if u.op not in _VIEW_OPS:
             return None
-        chain.append((u.op, u.arg))
+        # a symbolic dim matches by its variables, not their values (the replay passes new values)
+        chain.append((u.op, unbind_arg(u.arg, {}) if has_sym(u.arg) else u.arg))
         u = u.src[0]
     return (tuple(chain), u.arg, u.dtype, u.src[1].arg), u
 
@@ -200,11 +202,26 @@ class TinyJit(Generic[R]):
                                    "buffer after realizing it")
             keys.append(got[0])
             nodes.append(got[1])
+            if has_sym(t.shape):  # a symbolic view: its bound variables are values this call passes, as arguments' are
+                self._view_binds(t.uop, label, sig)
         if len(nodes) > 1 and len(set(nodes)) != len(nodes):
             dup = [label for label, n in zip(sig.tensor_labels, nodes) if nodes.count(n) > 1]
             raise JitError(f"TinyJit({self.name}): {' and '.join(dup)} share one buffer; a TinyJit needs distinct "
                            "input buffers (pass a .clone() of one)")
         return tuple(keys), nodes
+
+    def _view_binds(self, u: UOp, label: str, sig: Signature) -> None:
+        """Add the variables bound in the symbolic dims of the view `u` to the call's bound variables."""
+        while u.op in _VIEW_OPS:
+            for name, value in binds_of_arg(u.arg).items():
+                old = sig.binds.get(name)
+                if old is not None and old.src[1].arg != value:
+                    raise JitError(f"TinyJit({self.name}): {label} is a view binding variable {name} to {value}, and "
+                                   f"{name} is bound to {old.src[1].arg} elsewhere in this call; a call gives each "
+                                   "variable one value")
+                if old is None:
+                    sig.binds[name] = next(b for b in arg_binds(u.arg) if b.src[0].arg[0] == name)
+            u = u.src[0]
 
     def _realize_outputs(self, ret: Any) -> list[Any]:
         outs = _tensors_in(ret, self.name)
@@ -267,7 +284,7 @@ class TinyJit(Generic[R]):
             ran_checks(*map(list, zip(*cap.checks)))
         stats["kernels"] += cap.n_kernels
         stats["copies"] += len(cap.items) - cap.n_kernels
-        return _rebuild(cap.ret, cap.input_nodes, nodes)
+        return _rebuild(cap.ret, cap.input_nodes, nodes, var_vals if binds else None)
 
 
     def _unaliased(self, in_bufs: list[Buffer], cap: CapturedJit, sig: Signature) -> list[Buffer]:
@@ -318,15 +335,17 @@ def _template(ret: Any, out_of: dict[int, _Out]) -> Any:
     return None if ret is None else out_of[id(ret)]
 
 
-def _rebuild(tpl: Any, old_inputs: list[UOp], new_inputs: list[UOp]) -> Any:
+def _rebuild(tpl: Any, old_inputs: list[UOp], new_inputs: list[UOp], var_vals: dict[str, int] | None) -> Any:
+    """The return value of a replay; with `var_vals`, its symbolic shapes take this call's variable values."""
     if isinstance(tpl, _Out):
+        node = tpl.node if var_vals is None else rebind_graph(tpl.node, var_vals)
         if tpl.input_index is None:
-            return Tensor(tpl.node, device=tpl.device)
+            return Tensor(node, device=tpl.device)
         i = tpl.input_index
-        return Tensor(tpl.node.substitute({old_inputs[i]: new_inputs[i]}), device=tpl.device)
+        return Tensor(node.substitute({old_inputs[i]: new_inputs[i]}), device=tpl.device)
     if isinstance(tpl, (tuple, list, dict)):
         items = tpl.values() if isinstance(tpl, dict) else tpl
-        return remake(tpl, [_rebuild(x, old_inputs, new_inputs) for x in items])
+        return remake(tpl, [_rebuild(x, old_inputs, new_inputs, var_vals) for x in items])
     return tpl
 
 

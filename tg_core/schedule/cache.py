@@ -1,7 +1,8 @@
 """The schedule cache: a tensor graph of the same shape is scheduled once.
 
 Two realizations have the same schedule when their graphs are equal after renaming the input buffers in
-order of appearance and stripping the values bound to symbolic variables. That normalized graph is a
+order of appearance and stripping the values bound to symbolic variables (BIND nodes, also those in the
+symbolic dims of movement ops' args). That normalized graph is a
 hash-consed UOp, so it is the cache key itself. The cached schedule refers to the canonical input buffers
 and to the buffers it creates; a hit maps the first to this call's buffers and replaces the second with
 fresh ones.
@@ -16,9 +17,12 @@ from tg_core.dtype import DType, dtypes
 from tg_core.helpers import ContextVar
 from tg_core.schedule.rangeify import create_schedule
 from tg_core.uop.ops import Ops
+from tg_core.uop.sint import arg_vars, has_sym, unbind_arg
 from tg_core.uop.uop import UOp
 
 SCACHE = ContextVar("SCACHE", 1)
+# the ops whose arg may hold symbolic dims (tg_core/uop/sint.py), bound in the tensor graph
+_SYM_ARG_OPS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.ARANGE})
 CACHE_SIZE = 256
 
 Items = list[tuple[UOp, list[UOp]]]
@@ -45,6 +49,7 @@ def _normalize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp], dict[str,
     done: dict[UOp, UOp] = {}
     canonical: dict[UOp, UOp] = {}
     var_vals: dict[str, int] = {}
+    free: set[UOp] = set()  # the variables of symbolic dims
     for t in targets:
         stack: list[tuple[UOp, bool]] = [(t, False)]
         while stack:
@@ -68,7 +73,16 @@ def _normalize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp], dict[str,
             else:
                 src = n.src
                 new_src = tuple([done[s] for s in src])
-                done[n] = n if all(a is b for a, b in zip(src, new_src)) else UOp(op, n.dtype, new_src, n.arg, n.tag)
+                arg = n.arg
+                if op in _SYM_ARG_OPS and has_sym(arg):  # symbolic dims: the kernel takes their values at run time
+                    arg = unbind_arg(arg, var_vals)
+                    free.update(arg_vars(arg))
+                done[n] = n if arg is n.arg and all(a is b for a, b in zip(src, new_src)) else \
+                    UOp(op, n.dtype, new_src, arg, n.tag)
+    if unbound := sorted({v.arg for v in free if v.arg[0] not in var_vals}):
+        raise ValueError("a symbolic shape depends on the unbound variable" + ("s " if len(unbound) > 1 else " ") +
+                         ", ".join(f"{n} (range [{lo}, {hi}])" for n, lo, hi in unbound) + "; only a bound variable "
+                         "(UOp.variable(name, lo, hi).bind(value)) has a value to realize it with")
     return [done[t] for t in targets], canonical, var_vals
 
 

@@ -34,6 +34,7 @@ from math import prod
 from tg_core.dtype import dtypes
 from tg_core.trampoline import Call, trampoline
 from tg_core.uop.ops import AxisType, GroupOp, KernelInfo, Ops
+from tg_core.uop.sint import buffer_view, canonical, has_sym, smax
 from tg_core.uop.symbolic import simplify
 from tg_core.uop.uop import UOp
 from tg_core.uop.validate import check_oob
@@ -59,6 +60,7 @@ class Reduction:
 
 
 def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides, 0 for an axis of size 1; a symbolic dim (sint.py) gives symbolic strides."""
     out, acc = [], 1
     for n in reversed(shape):
         out.append(acc if n != 1 else 0)
@@ -66,10 +68,20 @@ def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+def _nonzero(x: int | UOp) -> bool:
+    """Whether a stride or offset may be non-zero (a symbolic one always may)."""
+    return type(x) is not int or x != 0
+
+
+def _many(n: int | UOp) -> bool:
+    """Whether an axis of size `n` needs a range: more than one element, or a symbolic size."""
+    return type(n) is not int or n > 1
+
+
 def flat_index(idxs: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
     acc: UOp = _ZERO
     for i, st in zip(idxs, strides_for(shape)):
-        if st:
+        if _nonzero(st):
             acc = acc + i * st
     return acc
 
@@ -144,13 +156,15 @@ class Scheduler:
         device = u.device or device
         if device is None:
             raise ValueError(f"cannot realize {u.render()[:80]}: it reads no buffer, so give it a device")
-        if u.numel == 0:
+        # a symbolic shape (sint.py) is computed into a buffer of its largest size, for every value of its variables
+        size = smax(canonical(u.numel)) if has_sym(u.tensor_shape) else u.numel
+        if size == 0:
             raise ValueError(f"nothing to realize in a tensor of shape {u.shape}")
-        out = UOp.new_buffer(device, u.numel, u.dtype)
+        out = UOp.new_buffer(device, size, u.dtype)
         k = Kernel(name=f"k{next(self.names)}_{_kernel_name(u)}")
         k.param(out)
         shape = u.tensor_shape
-        idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in shape)
+        idxs = tuple(k.new_range(n, AxisType.LOOP) if _many(n) else _ZERO for n in shape)
         k.output_ranges = tuple(i for i in idxs if i.op is Ops.RANGE)
         src = u.src[0] if u.op is Ops.CONTIGUOUS else u
         value = yield self._lower(k, src, idxs, None, ())
@@ -173,7 +187,7 @@ class Scheduler:
         dest, value = u.src[0], self.staged.get(u, u.src[1])
         k = Kernel(name=f"k{next(self.names)}_assign_{_kernel_name(value)}")
         k.param(_view_base(dest))
-        idxs = tuple(k.new_range(n, AxisType.LOOP) if n > 1 else _ZERO for n in dest.tensor_shape)
+        idxs = tuple(k.new_range(n, AxisType.LOOP) if _many(n) else _ZERO for n in dest.tensor_shape)
         k.output_ranges = tuple(i for i in idxs if i.op is Ops.RANGE)
         target = yield self._lower(k, dest, idxs, None, ())
         if target.op is not Ops.LOAD:
@@ -192,7 +206,7 @@ class Scheduler:
                     # a copy even when the value is a buffer itself: that buffer may be written first
                     value = w.src[1]
                     staged = self.realize(UOp(Ops.CONTIGUOUS, value.dtype, (value,)))
-                    self.staged[w] = staged.reshape(value.tensor_shape)
+                    self.staged[w] = buffer_view(staged, value.tensor_shape)
                     break
 
     def _realize_assign(self, u: UOp) -> Call[UOp]:
@@ -262,7 +276,8 @@ class Scheduler:
                 moved[axis] = idxs[i]
             return (yield self._lower(k, src, tuple(moved), valid, reducing))
         if op is Ops.SHRINK:
-            return (yield self._lower(k, src, tuple(i + s if s else i for i, (s, _) in zip(idxs, u.arg)), valid, reducing))
+            return (yield self._lower(k, src, tuple(i + s if _nonzero(s) else i for i, (s, _) in zip(idxs, u.arg)), valid,
+                                      reducing))
         if op is Ops.FLIP:
             flipped = tuple((n - 1) - i if f else i for i, f, n in zip(idxs, u.arg, u.tensor_shape))
             return (yield self._lower(k, src, flipped, valid, reducing))
@@ -290,7 +305,7 @@ class Scheduler:
         red = next((red for red in reversed(reducing) if any(r in used for r in red.ranges)), None)
         if red is None:
             return False  # it does not vary inside any reduction: codegen computes it outside the loops
-        reads = prod(r.src[0].arg for r in red.body if r not in used)
+        reads = prod(int(r.src[0].vmax) for r in red.body if r not in used)  # a symbolic range: its largest size
         if reads <= 1:
             return False
         inside = self._computed(u)
@@ -313,10 +328,10 @@ class Scheduler:
         src = u.src[0]
         conds, new = [], []
         for i, (b, a), n in zip(idxs, u.arg, src.tensor_shape):
-            new.append(i - b if b else i)
-            if b:
+            new.append(i - b if _nonzero(b) else i)
+            if _nonzero(b):
                 conds.append(i >= b)
-            if a:
+            if _nonzero(a):
                 conds.append(i < b + n)
         cond = conds[0]
         for c in conds[1:]:
@@ -340,7 +355,7 @@ class Scheduler:
         src_idxs = list(idxs)
         for a in axes:
             n = src.tensor_shape[a]
-            if n > 1:
+            if _many(n):
                 r = k.new_range(n, AxisType.REDUCE)
                 new_ranges.append(r)
                 src_idxs[a] = r

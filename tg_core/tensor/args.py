@@ -23,6 +23,27 @@ def int_arg(value: Any, name: str, lo: int | None = None) -> int:
     return v
 
 
+def sint_arg(value: Any, name: str, lo: int | None = None) -> Any:
+    """An int, or a symbolic int (tg_core/uop/sint.py: an int expression over bound variables, canonical; at
+    least `lo` for every value of its variables when given)."""
+    from tg_core.uop.uop import UOp
+    if not isinstance(value, UOp):
+        return int_arg(value, name, lo)
+    from tg_core.uop.sint import check_sint
+    v = check_sint(value, name)
+    if lo is not None and (v if isinstance(v, int) else v.vmin) < lo:
+        shown = v if isinstance(v, int) else f"{v.render()} (smallest value {v.vmin})"
+        raise ValueError(f"{name} must be >= {lo} for every value of its variables, got {shown}")
+    return v
+
+
+def sints_arg(values: Sequence[Any], name: str, lo: int | None = None) -> tuple[Any, ...]:
+    """A sequence of ints or symbolic ints (each at least `lo` when given)."""
+    if not isinstance(values, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple or list of ints, got {values!r} ({type(values).__name__})")
+    return tuple(sint_arg(v, f"{name} {tuple(values)!r}: each entry", lo) for v in values)
+
+
 def axis_arg(a: Any, ndim: int, shape: tuple[int, ...], name: str = "axis") -> int:
     """An axis of a tensor of `shape` (negative counts from the end; a 0-d tensor has axes 0 and -1, as in
     PyTorch), normalized to 0 .. ndim-1."""
@@ -53,8 +74,8 @@ def ints_arg(values: Sequence[Any], name: str, lo: int | None = None) -> tuple[i
 
 
 def pair_arg(values: Sequence[Any], name: str) -> tuple[int, int]:
-    """Two ints: a (start, end) bound."""
-    out = ints_arg(values, name)
+    """Two ints (or symbolic ints): a (start, end) bound."""
+    out = sints_arg(values, name)
     if len(out) != 2:
         raise ValueError(f"{name} must be two ints, got {tuple(values)!r}")
     return out[0], out[1]

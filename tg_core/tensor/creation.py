@@ -23,9 +23,10 @@ import numpy as np
 
 from tg_core.dtype import ConstType, DType, dtypes, least_upper_dtype, to_dtype
 from tg_core.helpers import prod
-from tg_core.tensor.args import int_arg
+from tg_core.tensor.args import int_arg, sint_arg, sints_arg
 from tg_core.tensor.base import TensorBase
 from tg_core.uop.ops import Ops
+from tg_core.uop.sint import as_dim, buffer_view, canonical, smax, smin
 from tg_core.uop.uop import UOp
 
 if TYPE_CHECKING:
@@ -48,9 +49,16 @@ def _hash32_py(x: int) -> int:
 
 def _shape(shape: Sequence[int] | int, rest: tuple[int, ...]) -> tuple[int, ...]:
     out: tuple[Any, ...] = tuple(shape) if isinstance(shape, Sequence) and not rest else (shape, *rest)
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in out):
-        raise ValueError(f"a shape is a sequence of non-negative ints, got {out!r}")
-    return out
+    if all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in out):
+        return out
+    if any(isinstance(s, UOp) for s in out) and all(isinstance(s, (int, UOp)) and not isinstance(s, bool) for s in out):
+        # symbolic dims (tg_core/uop/sint.py): non-negative for every value of their variables
+        return sints_arg(out, "a shape", lo=0)
+    raise ValueError(f"a shape is a sequence of non-negative ints (or symbolic ints over bound variables), got {out!r}")
+
+
+def _render(x: Any) -> str:
+    return x.render() if isinstance(x, UOp) else str(x)
 
 
 class _RNGState:
@@ -97,10 +105,11 @@ class CreationMixin(TensorBase):
         shape = _shape(shape[0], shape[1:]) if shape else ()
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        n = prod(shape)
-        if n == 0:
+        n = canonical(prod(shape))
+        if smax(n) == 0:
             return cls.zeros(shape, dtype=dt, device=dev, **kwargs)
-        return cls(UOp.new_buffer(dev, n, dt).reshape(shape), device=dev, **kwargs)
+        # a symbolic shape: a buffer of its largest size, seen as its first numel elements
+        return cls(buffer_view(UOp.new_buffer(dev, smax(n), dt), shape), device=dev, **kwargs)
 
     def full_like(self, fill_value: ConstType, dtype: DType | str | None = None, device: str | None = None,
                   **kwargs) -> Tensor:
@@ -128,6 +137,8 @@ class CreationMixin(TensorBase):
         """start, start+step, ... below stop (above it for a negative step); int32 when all are ints."""
         if stop is None:
             start, stop = 0, start
+        if isinstance(start, UOp) or isinstance(stop, UOp):
+            return cls._sym_arange(start, stop, step, dtype, device, **kwargs)
         # numpy scalars as the Python numbers they hold: np.int64(3) is an int bound, not a float one
         start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
         for name, v in (("start", start), ("stop", stop), ("step", step)):
@@ -148,6 +159,29 @@ class CreationMixin(TensorBase):
         dt = to_dtype(dtype) if dtype is not None else (acc if all_int else dtypes.default_float)
         idx = cls._iota(n, device).cast(acc)
         out = idx if (start, step) == (0, 1) else idx * step + start
+        return cls(out.cast(dt).uop, device=device, **_ctor(kwargs))
+
+    @classmethod
+    def _sym_arange(cls, start: Any, stop: Any, step: Any, dtype: DType | str | None, device: str | None,
+                    **kwargs) -> Tensor:
+        """arange with symbolic bounds (tg_core/uop/sint.py): int bounds and a positive int step; the length
+        (stop - start + step - 1) // step is a symbolic dim, so one kernel serves every value of the variables."""
+        start, stop = sint_arg(start, "arange: start"), sint_arg(stop, "arange: stop")
+        step = int_arg(step, "arange: step (with symbolic bounds an int >= 1)", lo=1)
+        n = canonical((stop - start + (step - 1)) // step) if step > 1 else canonical(stop - start)
+        if smin(n) < 0:
+            raise ValueError(f"arange: stop {_render(stop)} can be below start {_render(start)} for some values of "
+                             "their variables; with symbolic bounds start <= stop for every value")
+        # int32 unless the largest value does not fit
+        big = smax(start) + max(smax(n) - 1, 0) * step
+        acc = dtypes.int32 if max(big, -smin(start)) < 2 ** 31 else dtypes.int64
+        dt = to_dtype(dtype) if dtype is not None else acc
+        idx = cls._iota(as_dim(n), device).cast(acc)
+        out = idx * step if step != 1 else idx
+        if isinstance(start, UOp):
+            out = out + cls(start.cast(acc), device=device)
+        elif start:
+            out = out + start
         return cls(out.cast(dt).uop, device=device, **_ctor(kwargs))
 
     @classmethod

@@ -26,20 +26,21 @@ import numpy as np
 
 from tg_core.dtype import dtypes, least_upper_dtype
 from tg_core.helpers import prod
-from tg_core.tensor.args import broadcast_shape, int_arg, ints_arg
+from tg_core.tensor.args import broadcast_shape, int_arg, ints_arg, sint_arg, sints_arg
 from tg_core.tensor.base import TensorBase
 from tg_core.tensor.checks import check_range
 from tg_core.uop.ops import Ops
+from tg_core.uop.sint import as_dim, canonical, smax, smin
+from tg_core.uop.uop import UOp
 
 if TYPE_CHECKING:
     from tg_core.tensor.tensor import Tensor
-    from tg_core.uop.uop import UOp
 
 
 @dataclass(frozen=True)
 class _AxisSel:
     """What a basic index keeps of one axis: k elements from `lo` upwards every `step`, then reversed if
-    `flip`; `drop` when the index was an int."""
+    `flip`; `drop` when the index was an int. `lo` and `k` may be symbolic ints (sint.py; step 1)."""
     lo: int
     step: int
     k: int
@@ -93,8 +94,11 @@ class MovementMixin(TensorBase):
 
     def pad(self, padding: Sequence, mode: str = "constant", value: float | int | bool = 0) -> Tensor:
         """Pad with `value`: one (before, after) pair (or None) per axis, or PyTorch's flat form (last axis
-        first). Negative amounts remove elements."""
+        first). Negative amounts remove elements. An amount may be a symbolic int (tg_core/uop/sint.py) that is
+        non-negative for every value of its variables (constant mode)."""
         pairs = _pad_pairs(padding, self.shape)
+        if any(isinstance(x, UOp) for p in pairs for x in p):
+            return self._sym_pad(pairs, mode, value)
         if mode != "constant":
             return self._pad_from_edges(pairs, mode, value)
         x = self.shrink(tuple((max(0, -b), n - max(0, -a)) for (b, a), n in zip(pairs, self.shape)))
@@ -103,6 +107,18 @@ class MovementMixin(TensorBase):
         if value == 0 or all(p == (0, 0) for p in pos):
             return out
         inside = type(self).ones(x.shape, dtype=dtypes.bool, device=self.device)
+        return inside._new(inside.uop.pad(pos)).where(out, value)
+
+    def _sym_pad(self, pairs: list[tuple[Any, Any]], mode: str, value: float | int | bool) -> Tensor:
+        """pad with symbolic amounts: constant mode only, each amount >= 0 for every value of its variables."""
+        if mode != "constant":
+            raise ValueError(f"pad mode {mode!r} takes int amounts; symbolic amounts pad in mode 'constant' only")
+        pos = tuple((sint_arg(b, "pad: a symbolic amount", lo=0), sint_arg(a, "pad: a symbolic amount", lo=0))
+                    for b, a in pairs)
+        out = self._new(self.uop.pad(pos))
+        if value == 0:
+            return out
+        inside = type(self).ones(self.shape, dtype=dtypes.bool, device=self.device)
         return inside._new(inside.uop.pad(pos)).where(out, value)
 
     def _pad_from_edges(self, pairs: list[tuple[int, int]], mode: str, value: float | int | bool) -> Tensor:
@@ -362,6 +378,11 @@ class MovementMixin(TensorBase):
             n = self.shape[d]
             if isinstance(i, (bool, np.bool_)):
                 raise IndexError("indexing with a Python bool is not supported")
+            if _symbolic_index(i, n):
+                sel = _symbolic_sel(i, n, d, self.shape)
+                sels.append(sel)
+                out_pos += 0 if sel.drop else 1
+                continue
             if isinstance(i, (int, np.integer)):
                 i = int(i)
                 if not -n <= i < n:
@@ -470,6 +491,45 @@ class MovementMixin(TensorBase):
         return hit.any(axis=axes).where(picked, self)
 
 
+def _symbolic_index(i: Any, n: Any) -> bool:
+    """Whether a basic index involves a symbolic int (its bounds, or the axis size of a slice)."""
+    if isinstance(i, UOp):
+        return True
+    return isinstance(i, slice) and (isinstance(n, UOp) or any(isinstance(v, UOp) for v in (i.start, i.stop, i.step)))
+
+
+def _symbolic_sel(i: Any, n: Any, d: int, shape: tuple) -> _AxisSel:
+    """The selection of a symbolic index (tg_core/uop/sint.py): an int-like UOp picks one element, a slice keeps
+    [start, stop) with step 1. Bounds are not clamped or counted from the end (their sign and size are not
+    known): they must lie in [0, n] for every value of their variables, or the index is an error."""
+    def show(x: Any) -> str:
+        return x.render() if isinstance(x, UOp) else str(x)
+    if isinstance(i, UOp):
+        v = sint_arg(i, f"index of axis {d}")
+        if smin(v) < 0 or smin(canonical(n - v)) < 1:
+            raise IndexError(f"the symbolic index {show(v)} (values {smin(v)} to {smax(v)}) can be out of bounds for "
+                             f"axis {d} with size {show(n)} (shape {shape}); a symbolic index is in [0, size) for "
+                             "every value of its variables (negative ones do not count from the end)")
+        return _AxisSel(v, 1, 1, False, True)
+    if i.step not in (None, 1):
+        raise IndexError(f"a slice with symbolic bounds or of a symbolic axis takes step 1 (or none), got {i.step!r} "
+                         f"for axis {d} of shape {shape}")
+    start = sint_arg(0 if i.start is None else i.start, f"slice start of axis {d}")
+    stop = sint_arg(n if i.stop is None else i.stop, f"slice stop of axis {d}")
+    if not isinstance(n, int) and (isinstance(start, int) and start < 0 or isinstance(stop, int) and stop < 0):
+        raise IndexError(f"a negative slice bound of the symbolic axis {d} (size {show(n)}, shape {shape}) does not "
+                         "count from the end: its size is not known; give bounds in [0, size]")
+    if isinstance(n, int):  # int bounds of a known size count from the end, as Python's do
+        start = start + n if isinstance(start, int) and start < 0 else start
+        stop = stop + n if isinstance(stop, int) and stop < 0 else stop
+    k = canonical(stop - start)
+    if smin(start) < 0 or smin(k) < 0 or smin(canonical(n - stop)) < 0:
+        raise IndexError(f"the slice [{show(start)}:{show(stop)}] of axis {d} with size {show(n)} (shape {shape}) is not "
+                         "inside the axis for every value of its variables: symbolic bounds need 0 <= start <= stop <= "
+                         "size (they are not clamped)")
+    return _AxisSel(start, 1, as_dim(k), False, False)
+
+
 def _describe_index(d: int, n: int, shape: tuple[int, ...]) -> Callable[[int], str]:
     """check_range's message for an index out of range of axis `d` (size `n`) of `shape`."""
     return lambda v: f"index {v} is out of bounds for axis {d} with size {n} (shape {shape})"
@@ -531,7 +591,7 @@ def _unapply_basic(v: Tensor, sels: list[_AxisSel], shape: tuple[int, ...]) -> T
 def _pad_pairs(padding: Sequence, shape: tuple[int, ...]) -> list[tuple[int, int]]:
     if not isinstance(padding, (tuple, list)):
         raise TypeError(f"padding must be a tuple or list, got {padding!r}")
-    if all(isinstance(p, int) for p in padding):
+    if all(isinstance(p, (int, UOp)) for p in padding):
         if len(padding) % 2 or len(padding) // 2 > len(shape):
             raise ValueError(f"flat padding {tuple(padding)} needs an even length of at most {2 * len(shape)} "
                              f"for shape {shape}")
@@ -541,11 +601,13 @@ def _pad_pairs(padding: Sequence, shape: tuple[int, ...]) -> list[tuple[int, int
         return pairs
     if len(padding) != len(shape):
         raise ValueError(f"padding {tuple(padding)} needs one (before, after) pair per axis of {shape}")
-    given = [(0, 0) if p is None else ints_arg(p, "pad: a (before, after) pair") for p in padding]
+    given = [(0, 0) if p is None else sints_arg(p, "pad: a (before, after) pair") for p in padding]
     if any(len(p) != 2 for p in given):
         raise ValueError(f"padding {tuple(padding)} needs one (before, after) pair per axis of {shape}")
     pairs = [(p[0], p[1]) for p in given]
     for (b, a), n in zip(pairs, shape):
+        if not (type(b) is int and type(a) is int and type(n) is int):
+            continue  # symbolic amounts are checked to be non-negative by _sym_pad
         if b + a < -n:
             raise ValueError(f"padding {tuple(padding)} removes more than the axis of size {n} in {shape}")
     return pairs

@@ -15,6 +15,7 @@ from tg_core.dtype import DType, dtypes, least_upper_float, sum_acc_dtype
 from tg_core.tensor.args import int_arg
 from tg_core.tensor.base import TensorBase
 from tg_core.uop.ops import Ops
+from tg_core.uop.uop import UOp
 
 if TYPE_CHECKING:
     from tg_core.tensor.tensor import Tensor
@@ -56,6 +57,8 @@ class ReduceMixin(TensorBase):
         ft = least_upper_float(self.dtype)
         acc = dtypes.float32 if ft in (dtypes.float16, dtypes.bfloat16) else ft
         s = self._cast_to(ft).sum(axis, keepdim, dtype=acc)
+        if isinstance(n, UOp):  # a symbolic count (sint.py), divided by at run time: 0 gives nan, as an empty axis does
+            return (s / n).cast(ft)
         return (s / n if n else s * math.nan).cast(ft)
 
     def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:

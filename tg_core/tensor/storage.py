@@ -31,6 +31,7 @@ from tg_core.helpers import prod
 from tg_core.tensor.args import shape_of
 from tg_core.tensor.base import TensorBase
 from tg_core.uop.ops import Ops
+from tg_core.uop.sint import buffer_view, canonical, has_sym, smax
 from tg_core.uop.uop import UOp
 
 if TYPE_CHECKING:
@@ -159,7 +160,9 @@ def note_origin(buf: UOp, graph: UOp) -> None:
     # a write into buf itself (assigning to a value, clone) computed its value
     while graph.op is Ops.ASSIGN and storage_of(graph.src[0]) is buf:
         graph = graph.src[1]
-    if graph.op is Ops.DETACH:  # nothing flows back through it: keeping it would only keep its inputs alive
+    if graph.op is Ops.DETACH or has_sym(shape_of(graph)):
+        # DETACH: nothing flows back through it, keeping it would only keep its inputs alive; a symbolic shape:
+        # its buffer holds the value of one binding of its variables only, so gradients stop there
         _origins.pop(buf, None)
         return
     reads = {n: _versions.get(n, 0) for n in buffers_in(graph)}
@@ -224,11 +227,12 @@ def fresh_write(value: UOp, device: str) -> UOp:
         from tg_core.tensor.multi import fresh_write as fresh_shards
         return fresh_shards(value, device)
     shape = shape_of(value)
-    buf = UOp.new_buffer(device, max(prod(shape), 1), value.dtype)
+    # a symbolic shape (tg_core/uop/sint.py) gets storage of its largest size, seen as its first numel elements
+    buf = UOp.new_buffer(device, max(smax(canonical(prod(shape))), 1), value.dtype)
     # its memory now (allocated on first use): a schedule that writes it on the way to something else must
     # not take it for an intermediate whose memory can be shared, since this tensor keeps it
     buffer_of(buf)
-    return UOp(Ops.ASSIGN, value.dtype, (buf.reshape(shape), value))
+    return UOp(Ops.ASSIGN, value.dtype, (buffer_view(buf, shape), value))
 
 
 def distinct_values(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
@@ -239,7 +243,7 @@ def distinct_values(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     tensors = tuple({id(t): t for t in tensors}.values())
     seen: dict[UOp, Tensor] = {}
     for t in tensors:
-        if t.numel() and not t._is_realized() and storage_of(t.uop) is None:
+        if t.numel() != 0 and not t._is_realized() and storage_of(t.uop) is None:
             if seen.setdefault(t.uop, t) is not t:
                 t.uop = fresh_write(t.uop, t.device)
     return tensors
@@ -287,7 +291,7 @@ def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> Non
         pairs = split_writes(pairs)
     bases = {b for t, _ in pairs if (b := storage_of(t.uop)) is not None}
     skip |= {id(t) for t, _ in pairs}
-    lazy = [r for r in live_tensors() if id(r) not in skip and r.numel() and storage_of(r.uop) is None
+    lazy = [r for r in live_tensors() if id(r) not in skip and r.numel() != 0 and storage_of(r.uop) is None
             and not bases.isdisjoint(r.uop.toposort())]
     others = [o for o in others if not o._is_realized() and storage_of(o.uop) is None and all(o is not r for r in lazy)]
     for t, v in pairs:
@@ -317,7 +321,7 @@ def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> Non
     out = run()
     for r, u in zip(readers, targets):
         note_origin(out[u], r.uop)
-        r.uop = out[u].reshape(r.shape)
+        r.uop = buffer_view(out[u], r.shape)
     copies = {b: out[c] for b, c in snapshots.items()}
     for old, c in copies.items():
         note_origin(c, old)  # gradients into the old contents stop as they do for the readers realized above
@@ -370,10 +374,10 @@ class StorageMixin(TensorBase):
         if base is None and (found := _view_root(me)) is not None and _expands(self.uop, found[1]):
             raise RuntimeError(f"cannot assign to an expanded view of shape {self.shape}: several of its elements "
                                f"are one element of the {found[0].shape} tensor it views")
-        if base is None and self.numel() and _write_through(me):
+        if base is None and self.numel() != 0 and _write_through(me):
             base = storage_of(self.uop)
         if base is None or self.numel() == 0:
-            self.uop = fresh_write(v.uop, self.device) if self.numel() else v.uop
+            self.uop = fresh_write(v.uop, self.device) if self.numel() != 0 else v.uop
             return me
         if any(n.op is Ops.EXPAND for n in self.uop.toposort(gate=lambda n: n.op is not Ops.BUFFER)):
             raise RuntimeError(f"cannot assign to an expanded view of shape {self.shape}: several of its elements "

@@ -29,7 +29,7 @@ from tg_core.dtype import (
 from tg_core.engine import checks
 from tg_core.engine.realize import attach, buffer_of, capture, realize
 from tg_core.helpers import prod
-from tg_core.tensor.args import axes_arg, axis_arg, broadcast_shape, ints_arg, pair_arg, shape_arg
+from tg_core.tensor.args import axes_arg, axis_arg, broadcast_shape, pair_arg, shape_arg, sints_arg
 from tg_core.tensor.autograd import AutogradMixin, register_new
 from tg_core.tensor.creation import CreationMixin, checked_scalar, scalar_dtype
 from tg_core.tensor.elementwise import ElementwiseMixin
@@ -51,6 +51,7 @@ from tg_core.tensor.storage import (
 from tg_core.tensor.weak import lower_weak
 from tg_core.uop.alu import cast_const
 from tg_core.uop.ops import Ops
+from tg_core.uop.sint import as_dim, as_uop, buffer_view, canonical, check_sint, has_sym, resolve_shape
 from tg_core.uop.uop import UOp
 
 Shape = tuple[int, ...]
@@ -90,6 +91,16 @@ def _int_array(data: Any) -> np.ndarray:
             continue
     raise OverflowError("integers in the data do not fit in int64 (the widest int dtype a tensor infers); pass "
                         "dtype=dtypes.uint64 for values up to 2**64-1")
+
+
+def _dense_prefix(u: UOp) -> UOp | None:
+    """The BUFFER of a view that is its first elements in order (a symbolic shape realized: RESHAPE of
+    SHRINK((0, n)) of a BUFFER), or None."""
+    if u.op is Ops.RESHAPE:
+        u = u.src[0]
+    if u.op is Ops.SHRINK and u.src[0].op is Ops.BUFFER and type(u.arg[0][0]) is int and u.arg[0][0] == 0:
+        return u.src[0]
+    return None
 
 
 class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixin, AutogradMixin, StorageMixin):
@@ -151,7 +162,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return len(self.shape)
 
     def numel(self) -> int:
-        return prod(self.shape)
+        n = prod(self.shape)
+        return n if type(n) is int else as_dim(canonical(n))  # a symbolic shape's count is a symbolic int (sint.py)
 
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype!r} on {self.device}>"
@@ -212,7 +224,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         for t in todo:
             buf, shape = results[t.uop], t.shape
             if shape != (buf.arg,):  # a flat buffer is its own 1-d view
-                t.uop = buf.reshape(shape) if t.numel() else t.uop
+                # (a symbolic shape's buffer holds its largest size: the view is its first numel elements)
+                t.uop = buffer_view(buf, shape) if t.numel() != 0 else t.uop
             else:
                 t.uop = buf
         note_realized(before)  # gradients keep flowing through what was realized
@@ -231,9 +244,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
                            f"TinyJit({capture.active}) captures: a replay would not read it again; return the tensor")
         if dtypes.is_weak(self.dtype):
             raise TypeError(f"cannot realize the weak dtype {self.dtype!r}")
-        if self.numel() == 0:
+        # a symbolic shape has the values its variables are bound to (an unbound one is an error naming it)
+        shape = resolve_shape(self.shape, "numpy() of a tensor of symbolic shape") if has_sym(self.shape) else self.shape
+        if prod(shape) == 0:
             checks.report()
-            return np.zeros(self.shape, dtype=to_numpy_dtype(self.dtype))
+            return np.zeros(shape, dtype=to_numpy_dtype(self.dtype))
         if not isinstance(self._device, str):  # sharded: each shard read back into its place
             out = multi_to_numpy(self)
             checks.report()
@@ -242,11 +257,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         u = self.uop
         if self._is_realized():
             base = u if u.op is Ops.BUFFER else u.src[0]
+        elif (b := _dense_prefix(u)) is not None:
+            base = b  # a symbolic shape's buffer: the first numel elements
         else:
             # a strided view of storage: its elements are gathered into a temporary buffer
             base = realize([u], devices=[self.device])[u]
         checks.report()  # a device-side check that failed in what ran so far is an error here, not a value
-        return buffer_of(base).numpy().reshape(self.shape).copy()
+        return buffer_of(base).numpy()[:prod(shape)].reshape(shape).copy()
 
     @staticmethod
     def synchronize(device: str | None = None) -> None:
@@ -274,6 +291,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             return Tensor(UOp.const(dtypes.from_py(x), x), device=self.device)
         if isinstance(x, (list, tuple, np.ndarray)):
             return Tensor(x, device=self.device)
+        if isinstance(x, UOp):
+            # a symbolic int (sint.py), `positions + start_pos`: a weak scalar whose value the kernel takes at run time
+            return Tensor(as_uop(check_sint(x, "a UOp operand")), device=self.device)
         raise TypeError(f"cannot combine a Tensor with {type(x).__name__}")
 
     def _broadcasted(self, x: Operand, reverse: bool = False) -> tuple[Tensor, Tensor]:
@@ -438,16 +458,23 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             raise ValueError(f"reshape {new}: only one axis can be -1")
         if -1 in new:
             known = prod(s for s in new if s != -1)
-            if known == 0 or self.numel() % known:
+            n = self.numel()
+            if type(known) is not int or type(n) is not int:  # symbolic (sint.py): -1 is numel // known, if exact
+                q = canonical(n // known)
+                if canonical(q * known - n) != 0:  # a symbolic remainder is not known to be 0
+                    raise ValueError(f"cannot reshape {self.shape} to {new}: -1 would not be a whole number of "
+                                     "elements for every value of the variables")
+                return self._new(self.uop.reshape(tuple(as_dim(q) if s == -1 else s for s in new)))
+            if known == 0 or n % known:
                 raise ValueError(f"cannot reshape {self.shape} to {new}")
-            new = tuple(self.numel() // known if s == -1 else s for s in new)
+            new = tuple(n // known if s == -1 else s for s in new)
         return self._new(self.uop.reshape(new))
 
     def permute(self, order: int | Sequence[int], *args: int) -> Tensor:
         return self._new(self.uop.permute(tuple(self._axis(a) for a in shape_arg(order, args))))
 
     def expand(self, shape: int | Sequence[int], *args: int) -> Tensor:
-        new = ints_arg(shape_arg(shape, args), "expand: the shape", lo=-1)
+        new = sints_arg(shape_arg(shape, args), "expand: the shape", lo=-1)
         if len(new) < self.ndim:
             raise ValueError(f"cannot expand {self.shape} to {new}: the new shape has fewer axes")
         padded = (1,) * (len(new) - self.ndim) + self.shape

@@ -26,6 +26,8 @@ def lower_weak(u: UOp, dt: DType) -> UOp:
         return u.cast(dt)
     if u.op is Ops.CONST:
         return UOp.const(dt, cast_const(u.arg, u.dtype, dt))
+    if u.op is Ops.DEFINE_VAR or u.op is Ops.BIND:
+        return u.cast(dt)  # a variable (a symbolic int, sint.py) keeps its dtype: the kernel casts its value
     if u.op is Ops.CAST:
         (src,) = u.src
         x = src if not dtypes.is_weak(src.dtype) else lower_weak(src, _exact(src.dtype))

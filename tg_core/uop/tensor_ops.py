@@ -32,9 +32,64 @@ _unique_counter = itertools.count()
 
 
 def _check_shape(shape: tuple, what: str) -> Shape:
-    if not isinstance(shape, tuple) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+    if not isinstance(shape, tuple):
         raise ValueError(f"{what}: a shape is a tuple of non-negative ints, got {shape!r}")
-    return shape
+    if all(type(s) is int and s >= 0 for s in shape):
+        return shape
+    out = []
+    for s in shape:
+        if _is_uop(s):  # a symbolic dim (sint.py): non-negative for every value of its variables
+            s = _sint(s, what)
+            if _smin(s) < 0:
+                raise ValueError(f"{what}: the symbolic dim {_show(s)} of {shape!r} can be negative (its smallest "
+                                 f"value is {_smin(s)}); a dim is non-negative for every value of its variables")
+        elif not isinstance(s, int) or isinstance(s, bool) or s < 0:
+            raise ValueError(f"{what}: a shape is a tuple of non-negative ints (or symbolic ints over bound "
+                             f"variables), got {shape!r}")
+        out.append(s)
+    return tuple(out)
+
+
+# ---- symbolic ints (sint.py) in shapes; imported lazily: sint.py imports UOp, which mixes this module in ----
+
+def _is_uop(x: Any) -> bool:
+    return isinstance(x, TensorOps)  # UOp is the one class this mixin is mixed into
+
+
+def _sint(x: Any, what: str) -> Any:
+    """A bound of a movement op: an int, or a symbolic int (checked, canonical; a constant becomes an int)."""
+    if _is_uop(x):
+        from tg_core.uop.sint import check_sint
+        return check_sint(x, what)
+    return int(x)
+
+
+def _canon(x: Any) -> Any:
+    """The result of arithmetic on dims in canonical form (ints stay ints)."""
+    if type(x) is int:
+        return x
+    from tg_core.uop.sint import canonical
+    return canonical(x)
+
+
+def _smin(x: Any) -> int:
+    return x if type(x) is int else int(x.vmin)
+
+
+def _smax(x: Any) -> int:
+    return x if type(x) is int else int(x.vmax)
+
+
+def _show(x: Any) -> str:
+    return str(x) if type(x) is int else x.render()
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Whether two dims are equal for every value of their variables."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    d = _canon(a - b)
+    return type(d) is int and d == 0
 
 
 class TensorOps:
@@ -107,7 +162,7 @@ class TensorOps:
     def reshape(self, shape: Shape) -> UOp:
         from tg_core.uop.uop import UOp
         shape = _check_shape(tuple(shape), "reshape")
-        if prod(shape) != self.numel:
+        if not _equal(prod(shape), self.numel):
             raise ValueError(f"cannot reshape {self.shape} ({self.numel} elements) to {shape} ({prod(shape)} elements)")
         return self._node() if shape == self.shape else UOp(Ops.RESHAPE, self.dtype, (self._node(),), shape)
 
@@ -127,17 +182,20 @@ class TensorOps:
 
     def pad(self, padding: tuple[tuple[int, int], ...]) -> UOp:
         from tg_core.uop.uop import UOp
-        padding = tuple((int(b), int(a)) for b, a in padding)
-        if len(padding) != self.ndim or any(b < 0 or a < 0 for b, a in padding):
+        padding = tuple((_sint(b, "pad"), _sint(a, "pad")) for b, a in padding)
+        if len(padding) != self.ndim or any(_smin(b) < 0 or _smin(a) < 0 for b, a in padding):
             raise ValueError(f"pad needs one non-negative (before, after) pair per axis of {self.shape}, got {padding}")
         return self._node() if all(p == (0, 0) for p in padding) else UOp(Ops.PAD, self.dtype, (self._node(),), padding)
 
     def shrink(self, bounds: tuple[tuple[int, int], ...]) -> UOp:
         from tg_core.uop.uop import UOp
-        bounds = tuple((int(s), int(e)) for s, e in bounds)
-        if len(bounds) != self.ndim or any(not 0 <= s <= e <= n for (s, e), n in zip(bounds, self.tensor_shape)):
-            raise ValueError(f"shrink needs one (start, end) per axis with 0 <= start <= end <= size, got {bounds} for {self.shape}")
-        if all(b == (0, n) for b, n in zip(bounds, self.tensor_shape)):
+        bounds = tuple((_sint(s, "shrink"), _sint(e, "shrink")) for s, e in bounds)
+        # symbolic bounds hold for every value of their variables: the kernel is compiled once for all of them
+        if len(bounds) != self.ndim or any(_smin(s) < 0 or _smin(_canon(e - s)) < 0 or _smin(_canon(n - e)) < 0
+                                           for (s, e), n in zip(bounds, self.tensor_shape)):
+            raise ValueError(f"shrink needs one (start, end) per axis with 0 <= start <= end <= size (symbolic bounds "
+                             f"for every value of their variables), got {bounds} for {self.shape}")
+        if all(type(s) is int and s == 0 and _equal(e, n) for (s, e), n in zip(bounds, self.tensor_shape)):
             return self._node()
         return UOp(Ops.SHRINK, self.dtype, (self._node(),), bounds)
 
@@ -178,9 +236,9 @@ def _shape_of(u) -> Shape | _NoShape:
         s = u.src[0]._shape
         return tuple(s[i] for i in arg)
     if op is Ops.PAD:
-        return tuple(n + b + a for n, (b, a) in zip(u.src[0]._shape, arg))
+        return tuple(_canon(n + b + a) for n, (b, a) in zip(u.src[0]._shape, arg))
     if op is Ops.SHRINK:
-        return tuple(e - s for s, e in arg)
+        return tuple(_canon(e - s) for s, e in arg)
     if op is Ops.MULTI:  # the full shape its shards' boxes tile (schedule/multi.py)
         return tuple(max(box[i][1] for _, box in arg) for i in range(len(arg[0][1])))
     if op is Ops.REDUCE_AXIS:

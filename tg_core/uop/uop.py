@@ -270,12 +270,24 @@ class UOp(TensorOps):
         return UOp.const(self.dtype, value)
 
     def bind(self, value: int) -> UOp:
+        """This variable with a value: a BIND (a symbolic int whose kernels take the value at run time)."""
         if self.op is not Ops.DEFINE_VAR:
             raise TypeError(f"only a variable can be bound, not {self.op}")
         name, lo, hi = self.arg
+        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+            # a float would be truncated into an int variable: a silently different size or position
+            raise TypeError(f"cannot bind {name} to {value!r} ({type(value).__name__}): a variable takes an int in "
+                            f"[{lo}, {hi}]")
+        value = int(value)
         if not lo <= value <= hi:
             raise ValueError(f"cannot bind {name}={value}: outside its range [{lo}, {hi}]")
         return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        """A bound variable's (DEFINE_VAR, value): tinygrad's `unbind`."""
+        if self.op is not Ops.BIND:
+            raise TypeError(f"only a bound variable (UOp.variable(...).bind(v)) can be unbound, not {self.op}")
+        return self.src[0], int(self.src[1].arg)
 
     # ---- ALU constructors and operators -----------------------------------------------------------------
 
