@@ -20,7 +20,11 @@ from tg_core.uop.uop import UOp
 
 _NO_CPU = pytest.mark.skipif(importlib.util.find_spec("tg_cpu_x86") is None, reason="tg-cpu-x86 is not installed")
 _NO_LLVM = pytest.mark.skipif(importlib.util.find_spec("llvmlite") is None, reason="llvmlite is not installed")
+_NO_AMD = pytest.mark.skipif(importlib.util.find_spec("tg_amd") is None, reason="tg-amd is not installed")
 DEVICES = ["PYTHON", pytest.param("CPU:X86", marks=_NO_CPU), pytest.param("CPU:LLVM", marks=[_NO_CPU, _NO_LLVM])]
+# the decode step also on a command-queue device: AMD (the mock GPU when there is no /dev/kfd), whose launch dims
+# are expressions over the variables computed by its host program
+KV_DEVICES = [*DEVICES, pytest.param("AMD", marks=_NO_AMD)]
 RNG = np.random.default_rng(15)
 _names = itertools.count()
 
@@ -208,6 +212,7 @@ def _decode_step(cache_t: Tensor, new: Tensor, q: Tensor, sp: UOp) -> Tensor:
     return ((q @ keys.transpose(-1, -2)) / np.sqrt(D)).softmax(-1) @ keys
 
 
+@pytest.mark.parametrize("dev", KV_DEVICES)
 def test_kv_cache(dev):
     """Written with cache[:, sp:sp+1].assign(new), read with cache[:, :sp+1]: every start_pos, one set of kernels."""
     kv = Tensor.zeros(H, MAX, D, device=dev).contiguous().realize()
@@ -225,6 +230,7 @@ def test_kv_cache(dev):
     np.testing.assert_array_equal(kv.numpy(), ref)
 
 
+@pytest.mark.parametrize("dev", KV_DEVICES)
 def test_kv_cache_under_tinyjit(dev):
     """The decode step jitted: a replay passes the new start_pos, and the returned view of the cache has the
     shape of this call's value."""
@@ -251,6 +257,30 @@ def test_kv_cache_under_tinyjit(dev):
             assert keys.shape[0] == H and keys.shape[2] == D
             np.testing.assert_array_equal(keys.numpy(), ref[:, :sp + 1])
     assert step.cnt == 2 and any(start_pos.arg[0] in it.var_names for it in step.jit_cache)
+
+
+def test_kv_cache_on_the_reference_hcq_device():
+    """HCQREF (tg_core/hcq/refdev.py): a replay of linked batches patches the new start_pos into them."""
+    from tg_core.hcq.testing import hcqref_registry
+    Device.reset(hcqref_registry())
+    try:
+        test_kv_cache_under_tinyjit("HCQREF")
+    finally:
+        Device.reset()
+
+
+def test_cat_and_gradients_through_symbolic_views(dev):
+    x = rand(8, 3)
+    v = var(0, 6)
+    for i in (0, 3, 6):
+        b = v.bind(i)
+        t = Tensor(x, device=dev, requires_grad=True)
+        got = t[:b + 1].cat(t[b + 1:b + 2] * 2, dim=0)
+        np.testing.assert_allclose(got.numpy(), np.concatenate([x[:i + 1], x[i + 1:i + 2] * 2]))
+        (t[:b + 1] * 3).sum().backward()
+        ref = np.zeros_like(x)
+        ref[:i + 1] = 3
+        np.testing.assert_allclose(t.grad.numpy(), ref)
 
 
 def test_tinyjit_symbolic_input_view():

@@ -59,8 +59,14 @@ class Exit:
     error: str = ""
 
 
+def _host(t: DType) -> DType:
+    """The dtype a host value is computed in: weakint (a launch dim over a kernel's variables, as symbolic shapes
+    make) in int64, every other dtype as it is."""
+    return dtypes.int64 if t is dtypes.weakint else t
+
+
 def _mem(t: DType) -> str:
-    return "i8" if t is dtypes.bool else ltype(t)
+    return "i8" if t is dtypes.bool else ltype(_host(t))
 
 
 class HostFunction(LLVMFunction):
@@ -90,7 +96,7 @@ class HostFunction(LLVMFunction):
         if got is not None:
             return got
         if u.op is Ops.CONST:
-            v = render_const(int(u.arg) if dtypes.is_int(u.dtype) else u.arg, u.dtype)
+            v = render_const(int(u.arg) if dtypes.is_int(u.dtype) else u.arg, _host(u.dtype))
         elif u in self.defined:  # computed before a wait: this run's value, kept in state
             self.reloaded.add(u)
             v = self.ins(f"load {_mem(u.dtype)}, ptr {self.slot_ptr(u)}")
@@ -98,17 +104,17 @@ class HostFunction(LLVMFunction):
                 v = self.ins(f"icmp ne i8 {v}, 0")
         elif u.op is Ops.DEFINE_VAR:
             p = self.ins(f"getelementptr i64, ptr %args, i64 {self.arg_slots[u.arg[0]]}")
-            v = self.cast(dtypes.uint64, u.dtype, self.ins(f"load i64, ptr {p}"))
+            v = self.cast(dtypes.uint64, _host(u.dtype), self.ins(f"load i64, ptr {p}"))
         elif u.op is Ops.LOAD:
             p = self.pointer(u.src[0], u.dtype, "load")
             v = self.ins(f"load volatile {_mem(u.dtype)}, ptr {p}, align 1")
             if u.dtype is dtypes.bool:
                 v = self.ins(f"icmp ne i8 {v}, 0")
         elif u.op is Ops.CAST:
-            v = self.cast(u.src[0].dtype, u.dtype, self.value(u.src[0]))
+            v = self.cast(_host(u.src[0].dtype), _host(u.dtype), self.value(u.src[0]))
         elif u.op in GroupOp.ALU:
             vals = [self.value(s) for s in u.src]
-            v = self.alu(u.op, u.dtype, [s.dtype for s in u.src], vals)
+            v = self.alu(u.op, _host(u.dtype), [_host(s.dtype) for s in u.src], vals)
         else:
             raise NotImplementedError(f"the compiled host program cannot compute {u.op} ({u.render()[:80]})")
         self.names[u] = v
@@ -140,7 +146,7 @@ class HostFunction(LLVMFunction):
                 raise IndexError(f"host access of {dt.itemsize} bytes at offset {o} outside a buffer of "
                                  f"{nbytes} bytes")
             return self.ins(f"getelementptr i8, ptr {base}, i64 {o}")
-        at = self.cast(off.dtype, dtypes.int64, self.value(off))
+        at = self.cast(_host(off.dtype), dtypes.int64, self.value(off))
         limit = nbytes - dt.itemsize
         ok = self.ins(f"icmp ule i64 {at}, {limit}")  # unsigned: a negative offset is out of bounds too
         self.exit_unless(ok, at, Exit(len(self.bells), error=f"host {what} of {dt.name} at offset {{o}} outside a "

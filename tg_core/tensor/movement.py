@@ -178,7 +178,7 @@ class MovementMixin(TensorBase):
         out, offset = None, 0
         for t in pieces:
             n = t.shape[d]
-            if n:
+            if n != 0:  # a symbolic size is not known to be empty
                 pad = [(0, 0)] * self.ndim
                 pad[d] = (offset, total - offset - n)
                 placed = t._cast_to(dt).pad(pad)
