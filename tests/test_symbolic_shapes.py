@@ -356,3 +356,22 @@ def test_mismatched_variables():
         for i in range(3):
             f(t, a.bind(i))
         f(t, c.bind(1))
+
+
+def test_a_variable_of_a_strong_int_dtype(dev):
+    """An int32 variable in a shape is computed exactly (cast at the leaf): (v + 2) - v is the dim 2."""
+    x = rand(8, 3)
+    v = UOp.variable(f"v{next(_names)}", 0, 6, tg_core.dtypes.int32)
+    for i in (0, 4, 6):
+        b = v.bind(i)
+        s = Tensor(x, device=dev)[b:b + 2]
+        assert s.shape == (2, 3)
+        np.testing.assert_allclose(s.sum(0).numpy(), x[i:i + 2].sum(0), rtol=1e-6)
+
+
+def test_shapes_print_on_one_line():
+    b = var(0, 6).bind(2)
+    t = Tensor(rand(8, 3), device="PYTHON")[:b + 1]
+    assert repr(t).count("\n") == 0 and f"{b.src[0].arg[0]}=2+1" in repr(t)
+    with pytest.raises(ValueError, match=r"shapes \(<sint .*=2\+1\)>, 3\) and"):
+        t + Tensor(rand(4, 3), device="PYTHON")

@@ -19,13 +19,13 @@ from typing import Any, TypeAlias, cast
 
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
-from tg_core.uop.uop import UOp
+from tg_core.uop.uop import _SINT_OPS, UOp
 
 sint: TypeAlias = "int | UOp"
 
-# the ops a symbolic dim may be built from: integer constants, variables and exact integer arithmetic
-_SYM_OPS = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.NEG,
-                      Ops.CAST})
+# the ops a symbolic dim may be built from: integer constants, variables and exact integer arithmetic (UOp's repr
+# prints such an expression over bound variables on one line)
+_SYM_OPS = _SINT_OPS
 
 
 def as_dim(x: int | UOp) -> int:
@@ -63,7 +63,25 @@ def check_sint(x: UOp, what: str) -> int | UOp:
     if bad is not None:
         raise TypeError(f"{what}: a symbolic size is built from ints, variables (UOp.variable(...).bind(v)) and "
                         f"+, *, //, %, max; {x.render()} contains {bad.op.name}")
-    return canonical(x)
+    return canonical(_weak(x))
+
+
+def _weak(x: UOp) -> UOp:
+    """`x` computed exactly, in weakint: a variable of a strong int dtype is cast at the leaf rather than the sum it
+    is part of, so that `(v + 2) - v` simplifies to 2 (a size is exact arithmetic, never wrapped)."""
+    if x.dtype is dtypes.weakint:
+        return x
+    done: dict[UOp, UOp] = {}
+    for u in x.toposort(gate=lambda n: n.op not in (Ops.BIND, Ops.DEFINE_VAR)):
+        if u.op in (Ops.BIND, Ops.DEFINE_VAR):
+            done[u] = u.cast(dtypes.weakint)
+        elif u.op is Ops.CONST:
+            done[u] = UOp.const(dtypes.weakint, int(u.arg))
+        elif u.op is Ops.CAST:
+            done[u] = done[u.src[0]]
+        else:
+            done[u] = UOp(u.op, dtypes.weakint, tuple(done[s] for s in u.src), u.arg)
+    return done[x]
 
 
 def smin(x: int | UOp) -> int:

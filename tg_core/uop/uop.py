@@ -468,10 +468,23 @@ class UOp(TensorOps):
 
     def __repr__(self) -> str:
         from tg_core.uop.printer import pretty
+        if self.op in _SINT_OPS and dtypes.is_int(self.dtype) and _is_bound_sint(self):
+            # a symbolic dim of a tensor's shape (sint.py): one line, so that shapes in messages stay readable
+            return f"<sint {self.render()}>"
         return pretty(self)
 
     def __iter__(self) -> Iterator:
         raise TypeError("a UOp is not iterable; use .src for its sources")
+
+
+# what a symbolic int (a dim over bound variables, tg_core/uop/sint.py) is made of
+_SINT_OPS = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.NEG,
+                       Ops.CAST})
+
+
+def _is_bound_sint(u: UOp) -> bool:
+    nodes = u.toposort()
+    return len(nodes) < 64 and all(n.op in _SINT_OPS for n in nodes) and any(n.op is Ops.BIND for n in nodes)
 
 
 def _unpickle(table: list[tuple]) -> UOp:
