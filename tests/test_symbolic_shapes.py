@@ -375,3 +375,36 @@ def test_shapes_print_on_one_line():
     assert repr(t).count("\n") == 0 and f"{b.src[0].arg[0]}=2+1" in repr(t)
     with pytest.raises(ValueError, match=r"shapes \(<sint .*=2\+1\)>, 3\) and"):
         t + Tensor(rand(4, 3), device="PYTHON")
+
+
+@pytest.mark.parametrize("dev", KV_DEVICES)
+def test_prefill_with_two_variables(dev):
+    """A chunked prefill under TinyJit: the chunk length T and start_pos are both variables; the chunk is the
+    first T rows of a padded input, written at start_pos, attending over the cache with a causal mask of shape
+    (T, start_pos+T) (lower-right aligned)."""
+    sp_v, t_v = var(0, 16), var(1, 4)
+    maxc, d = 24, 4
+    kv = Tensor.zeros(maxc, d, device=dev).contiguous().realize()
+    ref = np.zeros((maxc, d), np.float32)
+    xs = Tensor(np.zeros((4, d), np.float32), device=dev).contiguous().realize()
+
+    @TinyJit
+    def prefill(x: Tensor, sp: UOp, t: UOp) -> Tensor:
+        xt = x[:t]
+        kv[sp:sp + t].assign(xt)
+        keys = kv[:sp + t]
+        mask = Tensor.ones(t, sp + t, dtype="bool", device=dev).tril(sp)
+        return ((xt @ keys.T) + mask.logical_not().where(-1e9, 0.0)).softmax(-1) @ keys
+
+    pos = 0
+    for n in (3, 1, 4, 2, 3, 1):
+        x = rand(4, d)
+        xs.assign(Tensor(x, device=dev))
+        got = prefill(xs, sp_v.bind(pos), t_v.bind(n)).numpy()
+        ref[pos:pos + n] = x[:n]
+        keys = ref[:pos + n]
+        s = np.where(np.tril(np.ones((n, pos + n), bool), pos), x[:n] @ keys.T, -1e9)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(got, (e / e.sum(-1, keepdims=True)) @ keys, rtol=1e-5, atol=1e-5)
+        pos += n
+    assert prefill.cnt == 2
