@@ -93,6 +93,52 @@ def unflatten(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
     return tuple(out)
 
 
+def _same_dim(a: int | UOp, b: int | UOp) -> bool:
+    return a is b or type(a) is int and type(b) is int and a == b  # symbolic dims are canonical: equal is identical
+
+
+def reshape_index(idxs: tuple[UOp, ...], shape: tuple[int, ...], src: tuple[int, ...]) -> tuple[UOp, ...]:
+    """The indices into `src` of the element at `idxs` of its reshape to `shape`. The dims both shapes begin and end
+    with (size-1 axes skipped) keep their index; only the middle is flattened and re-split, simplified right away:
+    `(r0*2+r1)//2` with r1 < 2 is just r0, and decisions below look at the ranges an index really depends on. For a
+    symbolic dim (sint.py) this is more than tidiness: re-splitting divides by the variable, per element (a decode
+    step's attention over a KV cache ran 30-50x slower so). Int shapes are flattened whole, as simplification
+    leaves the same indices (and their kernels keep the ASTs the backends are tested on)."""
+    if not (has_sym(shape) or has_sym(src)):
+        return tuple(simplify(x) for x in unflatten(flat_index(idxs, shape), src))
+    head: list[UOp] = []
+    i, j = 0, 0
+    while i < len(shape) and j < len(src):
+        if _same_dim(shape[i], 1) and not _same_dim(src[j], 1):
+            i += 1
+        elif _same_dim(src[j], 1):
+            head.append(_ZERO)
+            j += 1
+            i += _same_dim(shape[i], 1)
+        elif _same_dim(shape[i], src[j]):
+            head.append(idxs[i])
+            i, j = i + 1, j + 1
+        else:
+            break
+    tail: list[UOp] = []
+    ei, ej = len(shape), len(src)
+    while ei > i and ej > j:
+        if _same_dim(shape[ei - 1], 1) and not _same_dim(src[ej - 1], 1):
+            ei -= 1
+        elif _same_dim(src[ej - 1], 1):
+            tail.append(_ZERO)
+            ej -= 1
+            ei -= _same_dim(shape[ei - 1], 1)
+        elif _same_dim(shape[ei - 1], src[ej - 1]):
+            tail.append(idxs[ei - 1])
+            ei, ej = ei - 1, ej - 1
+        else:
+            break
+    mid_src = src[j:ej]
+    mid = tuple(simplify(x) for x in unflatten(flat_index(idxs[i:ei], shape[i:ei]), mid_src)) if mid_src else ()
+    return (*head, *mid, *reversed(tail))
+
+
 @dataclass
 class Kernel:
     """A kernel being built: its AST is made once `value` is lowered."""
@@ -265,7 +311,7 @@ class Scheduler:
         if op is Ops.RESHAPE:
             # simplified right away: `(r0*2+r1)//2` with r1 < 2 is just r0, and decisions below look at the
             # ranges an index really depends on
-            new = tuple(simplify(i) for i in unflatten(flat_index(idxs, u.tensor_shape), src.tensor_shape))
+            new = reshape_index(idxs, u.tensor_shape, src.tensor_shape)
             return (yield self._lower(k, src, new, valid, reducing))
         if op is Ops.EXPAND:
             new = tuple(_ZERO if s == 1 and n != 1 else i for i, s, n in zip(idxs, src.tensor_shape, u.tensor_shape))
