@@ -426,3 +426,24 @@ def test_symbolic_reshapes_do_not_divide_by_the_variable():
             if u.op in (Ops.IDIV, Ops.MOD):
                 assert not any(n.op is Ops.DEFINE_VAR for n in u.src[1].toposort()), u.render()
     np.testing.assert_allclose(out.numpy().shape, (2, 1, 4))
+
+
+def test_model_ops_over_a_symbolic_sequence(dev):
+    """What a model does with a chunk of T tokens at start_pos: an embedding of tokens[:, :T], the reshape to
+    heads and back, and the rotary table sliced at [start_pos, start_pos+T) (both bounds symbolic)."""
+    from tg_core.nn import Embedding
+    t_v, sp_v = var(1, 8), var(0, 20)
+    emb = Embedding(50, 12)
+    emb.weight = emb.weight.to(dev).realize()
+    w = emb.weight.numpy()
+    toks = RNG.integers(0, 50, (2, 8)).astype(np.int32)
+    freqs = rand(32, 6)
+    for n, sp in ((3, 0), (8, 5), (1, 20)):
+        t, s = t_v.bind(n), sp_v.bind(sp)
+        x = emb(Tensor(toks, device=dev)[:, :t])
+        ref = w[toks[:, :n]]
+        np.testing.assert_allclose(x.numpy(), ref, rtol=1e-6)
+        h = x.reshape(2, t, 2, 6).transpose(1, 2)
+        ref_h = ref.reshape(2, n, 2, 6).transpose(0, 2, 1, 3)
+        np.testing.assert_allclose((h * Tensor(freqs, device=dev)[s:s + t]).numpy(), ref_h * freqs[sp:sp + n], rtol=1e-5)
+        np.testing.assert_allclose(h.transpose(1, 2).reshape(2, t, 12).numpy(), ref, rtol=1e-6)
