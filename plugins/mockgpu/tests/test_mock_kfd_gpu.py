@@ -452,6 +452,9 @@ def test_kernel_page_fault_is_a_memory_event_with_the_address(rig):
     assert detail is not None and f"GPU page fault: read of unmapped memory at address {e.value.va:#x}" in detail
     assert "kernel at 0x" in detail and "lane" in detail and f"pm4 queue {ring.q.queue_id}" in detail
     assert ring.q.read_rptr() == ring.put
+    with pytest.raises(GPUMemoryFault) as e1:          # every memory event of the process gets it (as KFD's)
+        g1.g.events.wait(0)
+    assert e1.value.gpu_id == g0.g.gpu_id and e1.value.va == e.value.va
 
 
 def test_two_host_threads_ring_at_once(rig):

@@ -12,8 +12,9 @@ MAP_MEMORY_TO_GPU puts the pages in that GPU's page table (host memory aliased i
 all of it (kfd/vm.py). Doorbells: a 0x2000-byte host page per GPU, mmapped from /dev/kfd at the doorbell offset
 CREATE_QUEUE returns; `write64` into it stores the value and calls the queue's `MockQueue.doorbell`, which runs the
 queue's command processor (kfd/engines.py). Events: signal events fire by SET_EVENT or `interrupt(event_id)` (what
-a RELEASE_MEM with an interrupt does); `report_fault` queues a memory exception that the next WAIT_EVENTS on a
-MEMORY event returns, `queue_fault` a hardware exception (and the text `fault_detail` returns). WAIT_EVENTS first
+a RELEASE_MEM with an interrupt does); `report_fault` queues a memory exception that the next WAIT_EVENTS on each
+MEMORY event returns (KFD sets every exception event of the process; the data names the GPU), `queue_fault` a
+hardware exception (and the text `fault_detail` returns). WAIT_EVENTS first
 runs the wait hooks (`add_wait_hook`; the stalled queues run there), and never sleeps: with nothing fired it
 answers timeout at once.
 """
@@ -70,6 +71,9 @@ class MockEvent:
     auto_reset: bool
     slot: int = 0
     signaled: bool = False
+    # MEMORY: (gpu_id, va, write); HW_EXCEPTION: (gpu_id, reset_type, reset_cause) -- not yet returned by a wait.
+    # A fault goes to every event of its type, as KFD sets each of the process's exception events
+    pending: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -114,8 +118,6 @@ class MockKFD:
         self.events: dict[int, MockEvent] = {}
         self._next_event = itertools.count(0x100)   # memory / hw-exception event ids (signal ids are slots)
         self.event_page: Region | None = None
-        self.faults: list[tuple[int, int, bool]] = []  # (gpu_id, va, write) not yet reported
-        self.hw_exceptions: list[tuple[int, int, int]] = []  # (gpu_id, reset_type, reset_cause) not yet reported
         self.fault_details: dict[int, list[str]] = {g.gpu_id: [] for g in self.gpus}
         self.wait_hooks: list[Callable[[], None]] = []
         self.runtime_enabled = False
@@ -153,8 +155,14 @@ class MockKFD:
                 ev.signaled = True
 
     def report_fault(self, gpu: int, va: int, write: bool) -> None:
-        """A GPU page fault on mock GPU `gpu` (index): reported by the next WAIT_EVENTS on a MEMORY event."""
-        self.faults.append((self.gpus[gpu].gpu_id, va, write))
+        """A GPU page fault on mock GPU `gpu` (index): reported by the next WAIT_EVENTS on each MEMORY event."""
+        self._raise_events(K.EventType.MEMORY, (self.gpus[gpu].gpu_id, va, int(write)))
+
+    def _raise_events(self, kind: int, data: tuple[int, int, int]) -> None:
+        with self._lock:
+            for ev in self.events.values():
+                if ev.type == kind:
+                    ev.pending.append(data)
 
     def queue_fault(self, gpu: int, detail: str, page: tuple[int, bool] | None = None) -> None:
         """A queue of GPU `gpu` (index) faulted: a page fault (`page` = (address, write)) goes to the MEMORY
@@ -165,7 +173,8 @@ class MockKFD:
             if page is not None:
                 self.report_fault(gpu, *page)
             else:
-                self.hw_exceptions.append((g.gpu_id, HW_EXCEPTION_PER_ENGINE_RESET, HW_EXCEPTION_GPU_HANG))
+                self._raise_events(K.EventType.HW_EXCEPTION,
+                                   (g.gpu_id, HW_EXCEPTION_PER_ENGINE_RESET, HW_EXCEPTION_GPU_HANG))
 
     def fault_detail(self, gpu_id: int) -> str | None:
         """The oldest fault message of GPU `gpu_id` not yet returned (the queue, the dword offset, the header and
@@ -476,14 +485,14 @@ class MockKFD:
             hook()
         fired = []
         for d, ev in zip(data, events):
-            if ev.type == K.EventType.MEMORY and self.faults:
-                gpu_id, va, write = self.faults.pop(0)
+            if ev.type == K.EventType.MEMORY and ev.pending:
+                gpu_id, va, _ = ev.pending.pop(0)
                 m = d.memory_exception_data
                 m.gpu_id, m.va, m.failure.NotPresent, m.failure.ReadOnly = gpu_id, va, 1, 0
                 ev.signaled = True
-            elif ev.type == K.EventType.HW_EXCEPTION and self.hw_exceptions:
+            elif ev.type == K.EventType.HW_EXCEPTION and ev.pending:
                 h = d.hw_exception_data
-                h.gpu_id, h.reset_type, h.reset_cause = self.hw_exceptions.pop(0)
+                h.gpu_id, h.reset_type, h.reset_cause = ev.pending.pop(0)
                 h.memory_lost = 0
                 ev.signaled = True
             fired.append(ev.signaled)
