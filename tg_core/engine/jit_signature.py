@@ -64,6 +64,16 @@ class _Method:
         return isinstance(other, _Method) and other.func == self.func and other.obj is self.obj  # func: or a name
 
 
+@dataclass(frozen=True, slots=True)
+class _Sharded:
+    """A sharded tensor (tensor/multi.py): its shards are inputs, its placement (device and box of every shard) is
+    structure."""
+    placement: tuple
+
+    def __str__(self) -> str:
+        return "a tensor sharded as " + ", ".join(f"{d} {list(box)}" for d, box in self.placement)
+
+
 @dataclass(slots=True)
 class _Empty:
     """A tensor of no elements: it has no memory for a kernel to read, so it is structure, not an input."""
@@ -134,6 +144,12 @@ def read(args: tuple, kwargs: dict[str, Any]) -> Signature:
 def _walk(a: Any, label: str, sig: Signature) -> Any:
     if isinstance(a, Tensor) and 0 in a.shape:
         return _Empty(a.dtype, a.shape, a.device)
+    if isinstance(a, Tensor) and not isinstance(a.device, str):  # sharded: one input per shard (tensor/multi.py)
+        from tg_core.tensor.multi import shard_tensors
+        shards = shard_tensors(a)
+        sig.tensors.extend(shards)
+        sig.tensor_labels.extend(f"{label} (shard {i} on {s.device})" for i, s in enumerate(shards))
+        return _Sharded(a.uop.arg)  # a call sharded otherwise does not match
     if isinstance(a, Tensor):
         sig.tensors.append(a)
         sig.tensor_labels.append(label)
@@ -213,7 +229,7 @@ def _diff(old: Any, new: Any, label: str) -> str | None:
                 "captured kernels, pass a Tensor or a bound variable instead")
     if isinstance(new, _Var):
         return f"{label} binds variable {new.var.arg} instead of {old.var.arg}"
-    if isinstance(new, _Empty):
+    if isinstance(new, (_Empty, _Sharded)):
         return f"{label} is {new}, captured as {old}"
     if isinstance(new, _Method):
         return (f"{label} is {_method_name(new)} but was {_method_name(old)} at capture; a capture freezes the "

@@ -144,6 +144,8 @@ def to_placement(value: UOp | Layout, placement: Placement) -> list[UOp]:
     shrunk on its device); otherwise the parts of other shards that cover the box are shrunk where they are,
     copied over and put in place (only the bytes the box needs move)."""
     if not isinstance(value, Layout):
+        if value.tensor_shape == () and placement[0][1] != ():  # a scalar an ALU op broadcasts (gradient rules)
+            return [copy_to(value, dev) for dev, _ in placement]
         return [copy_to(value.shrink(box), dev) for dev, box in placement]
     if value.placement == placement:
         return [s.node for s in value.shards]
@@ -204,33 +206,51 @@ def _naive(op: Ops, parts: Sequence[tuple[str, UOp]]) -> list[UOp]:
 
 
 def _chunked(op: Ops, parts: Sequence[tuple[str, UOp]], ring: bool) -> list[UOp]:
-    """Reduce-scatter then all-gather over n chunks of the flattened parts: chunk k is reduced onto device k
-    (along the ring k+1, k+2, ..., k; or sent straight to k by every device), then sent to the others (along the
-    ring, each device forwarding what it received; or straight from k)."""
+    """Reduce-scatter then all-gather over n chunks of the flattened parts: chunk k is reduced onto device k, then
+    sent to the others (along the ring, each device forwarding what it received; or straight from k)."""
     n, shape = len(parts), parts[0][1].tensor_shape
     numel = prod(shape)
     devs = [d for d, _ in parts]
-    flat = [p.reshape((numel,)) for _, p in parts]
-    bounds = split(numel, n)
+    flat = [(d, p.reshape((numel,))) for d, p in parts]
+    chunks = [((lo, hi),) for lo, hi in split(numel, n)]
+    live = [k for k, ((lo, hi),) in enumerate(chunks) if lo < hi]  # fewer elements than devices: some are empty
+    reduced = reduce_scatter(op, flat, [chunks[k] for k in live], [devs[k] for k in live], ring)
     got: list[list[tuple[UOp, Box]]] = [[] for _ in range(n)]
-    for k, (lo, hi) in enumerate(bounds):
-        if lo == hi:  # fewer elements than devices
-            continue
-        chunk = [f.shrink(((lo, hi),)) for f in flat]
-        if ring:
-            order = [(k + j) % n for j in range(1, n + 1)]  # ends on k
-            acc = chunk[order[0]]
-            for i in order[1:]:
-                acc = _combine(op, copy_to(acc, devs[i]), chunk[i])
-        else:
-            acc = _reduce_list(op, [copy_to(c, devs[k]) for c in chunk])
-        got[k].append((acc, ((lo, hi),)))
+    for k, acc in zip(live, reduced):
+        got[k].append((acc, chunks[k]))
         held = acc
         for j in range(1, n):
             i = (k + j) % n
             held = copy_to(held if ring else acc, devs[i])
-            got[i].append((held, ((lo, hi),)))
+            got[i].append((held, chunks[k]))
     return [_place_pieces(pieces, ((0, numel),)).reshape(shape) for pieces in got]
+
+
+def reduce_scatter(op: Ops, parts: Sequence[tuple[str, UOp]], boxes: Sequence[Box], owners: Sequence[str],
+                   ring: bool) -> list[UOp]:
+    """Box k of the reduction of all parts, computed onto device `owners[k]`: along the ring of the parts' devices
+    that ends there (each step one box-sized copy to the next device, which adds its own part), or with every
+    part's box sent straight to the owner. Either way each device sends each box at most once."""
+    n = len(parts)
+    devs = [d for d, _ in parts]
+    out = []
+    for box, owner in zip(boxes, owners):
+        pieces = [p.shrink(box) for _, p in parts]
+        if ring:
+            end = devs.index(owner) if owner in devs else n - 1
+            order = [(end + j) % n for j in range(1, n + 1)]  # ends on the owner's part
+            acc = pieces[order[0]]
+            for i in order[1:]:
+                acc = _combine(op, copy_to(acc, devs[i]), pieces[i])
+            out.append(copy_to(acc, owner))
+        else:
+            out.append(_reduce_list(op, [copy_to(piece, owner) for piece in pieces]))
+    return out
+
+
+def use_ring(n: int, numel: int) -> bool:
+    """Whether a reduce-scatter goes along the ring (RING=2, or the default for > 2 devices and large data)."""
+    return RING.value >= 2 or (RING.value >= 1 and n > 2 and numel > _AUTO_MIN_ELEMENTS)
 
 
 # ---- lowering --------------------------------------------------------------------------------------------------

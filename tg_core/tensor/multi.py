@@ -13,6 +13,7 @@ import numpy as np
 from tg_core.device import Device
 from tg_core.dtype import dtypes, to_numpy_dtype
 from tg_core.engine.realize import buffer_of
+from tg_core.helpers import prod
 from tg_core.schedule.multi import (
     Box,
     Layout,
@@ -26,6 +27,7 @@ from tg_core.schedule.multi import (
     split,
     to_placement,
 )
+from tg_core.tensor.args import axis_arg
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -200,6 +202,84 @@ def split_writes(pairs: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:
         nodes = to_placement(as_layout(lowerer.lower(v), devices_of(t)), t.uop.arg)
         out.extend((Tensor(s, device=d), n) for (d, _), s, n in zip(t.uop.arg, t.uop.src, nodes))
     return out
+
+
+# ---- collectives ----------------------------------------------------------------------------------------------
+
+_OPS = {"sum": Ops.ADD, "prod": Ops.MUL, "max": Ops.MAX}
+
+
+def _parts(parts: Tensor, what: str, op: str) -> tuple[Ops, list[tuple[str, UOp]]]:
+    """The per-device contributions of `parts`: a tensor sharded along axis 0 with one row per device."""
+    if op not in _OPS:
+        raise ValueError(f"{what}: op is one of {', '.join(_OPS)}, got {op!r}")
+    if not is_sharded(parts):
+        raise ValueError(f"{what} takes a tensor sharded along axis 0 with one row per device, got one on the single "
+                         f"device {parts.device}")
+    lay = as_layout(lower(parts), devices_of(parts))
+    n = len(lay.shards)
+    if not parts.shape or parts.shape[0] != n or any(s.box[0] != (i, i + 1) for i, s in enumerate(lay.shards)):
+        raise ValueError(f"{what} takes a tensor sharded along axis 0 with one row per device: {n} devices need shape "
+                         f"({n}, ...) sharded with axis=0, got shape {parts.shape} placed as "
+                         f"{[s.box for s in lay.shards]}")
+    inner = parts.shape[1:]
+    return _OPS[op], [(s.device, s.node.reshape(inner)) for s in lay.shards]
+
+
+def allreduce(parts: Tensor, op: str = "sum") -> Tensor:
+    """Every device's row of `parts` (sharded along axis 0, one row per device) reduced with `op` (sum, prod or
+    max), the result on every device (replicated). The algorithm follows RING and ALL2ALL (schedule/multi.py)."""
+    from tg_core.schedule.multi import allreduce as reduce_all
+    from tg_core.tensor.tensor import Tensor
+    rop, items = _parts(parts, "allreduce", op)
+    nodes = reduce_all(rop, items)
+    inner = parts.shape[1:]
+    return Tensor(_multi(nodes, replicated([d for d, _ in items], inner)), device=[d for d, _ in items])
+
+
+def reduce_scatter(parts: Tensor, op: str = "sum", axis: int = 0) -> Tensor:
+    """The reduction of the rows of `parts` (as `allreduce`), left sharded along `axis` of the result: each device
+    receives only its piece, (n-1)/n of the data sent per device."""
+    from tg_core.schedule.multi import reduce_scatter as scatter
+    from tg_core.schedule.multi import use_ring
+    from tg_core.tensor.tensor import Tensor
+    rop, items = _parts(parts, "reduce_scatter", op)
+    inner = parts.shape[1:]
+    a = axis_arg(axis, len(inner), inner, "reduce_scatter: axis")
+    placement = placement_for(inner, [d for d, _ in items], a)
+    nodes = scatter(rop, items, [box for _, box in placement], [d for d, _ in placement],
+                    use_ring(len(items), prod(inner)))
+    return Tensor(_multi(nodes, placement), device=[d for d, _ in items])
+
+
+def all_gather(t: Tensor) -> Tensor:
+    """The whole of the sharded `t` on each of its devices (replicated)."""
+    if not is_sharded(t):
+        raise ValueError(f"all_gather takes a sharded tensor, got one on the single device {t.device}")
+    return shard(t, list(devices_of(t)))
+
+
+def bytes_sent(t: Tensor) -> dict[str, int]:
+    """The bytes each device sends (COPY items by source device) in the schedule that would realize `t` now;
+    nothing runs. The benchmark compares these with the textbook figures of each collective."""
+    from tg_core.engine.realize import build
+    items = build([t.uop], [t.device])[0]
+    out: dict[str, int] = {}
+    for ast, nodes in items:
+        if ast.op is Ops.COPY:
+            src = nodes[1]
+            dev = Device.canonicalize(src.src[1].arg)
+            out[dev] = out.get(dev, 0) + src.arg * src.dtype.itemsize
+    return out
+
+
+def shard_tensors(t: Tensor) -> list[Tensor]:
+    """One tensor per shard of the sharded `t` (realized first), each a view of that shard's storage: TinyJit
+    takes a sharded argument as these inputs."""
+    from tg_core.tensor.tensor import Tensor
+    if not is_stored(t.uop):
+        t.realize()
+    return [Tensor(s, device=d) for (d, _), s in zip(t.uop.arg, t.uop.src)]
 
 
 def from_data(data: Any, devices: tuple[str, ...], dtype: Any) -> UOp:
