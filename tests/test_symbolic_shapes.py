@@ -447,3 +447,14 @@ def test_model_ops_over_a_symbolic_sequence(dev):
         ref_h = ref.reshape(2, n, 2, 6).transpose(0, 2, 1, 3)
         np.testing.assert_allclose((h * Tensor(freqs, device=dev)[s:s + t]).numpy(), ref_h * freqs[sp:sp + n], rtol=1e-5)
         np.testing.assert_allclose(h.transpose(1, 2).reshape(2, t, 12).numpy(), ref, rtol=1e-6)
+
+
+def test_ops_that_need_an_int_say_so():
+    b = var(0, 6).bind(2)
+    t = Tensor(rand(8, 3), device="PYTHON")
+    with pytest.raises(TypeError, match=r"split: the split size must be an int, got the UOp .*symbolic int"):
+        t.split(b)
+    with pytest.raises(TypeError, match="UOp"):
+        t[:b + 1].split(2)  # splitting a symbolic axis needs its size as an int
+    with pytest.raises(TypeError, match="eye: n must be an int, got the UOp"):
+        Tensor.eye(b)

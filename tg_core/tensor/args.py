@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 def int_arg(value: Any, name: str, lo: int | None = None) -> int:
     """`value` as an int (Python or numpy ints; not bools, not floats), at least `lo` when given."""
+    from tg_core.uop.uop import UOp
+    if isinstance(value, UOp):
+        raise TypeError(f"{name} must be an int, got the UOp {value.render()}: a symbolic int (a dim over bound "
+                        "variables) is allowed in shrink, slicing, pad, reshape, expand, empty/zeros/full and arange")
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     v = operator.index(value)
