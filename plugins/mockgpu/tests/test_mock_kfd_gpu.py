@@ -496,3 +496,17 @@ def test_a_doorbell_rung_during_another_queues_run_is_picked_up(rig):
     mock.signal_interrupt = interrupt  # type: ignore[method-assign]
     first.push(gp.ib(pm4.signal(sig, 1) + pm4.store(sig + 8, 2)))
     assert rang and u64(sig) == 1 and u64(sig + 8) == 2 and u64(out) == 11
+
+
+def test_an_engines_own_page_fault_is_a_memory_event(rig):
+    mock, (gp, g1) = rig
+    drain(gp.g)
+    peer = g1.vram(4096)                               # GPU 1's VRAM, not mapped on GPU 0
+    ring = SDMARing(gp.g.create_queue("sdma", 0x1000))
+    ring.push(sdma.copy_linear(peer.va + 8, gp.stage.va, 16) + sdma.signal(gp.signals.va + 256, 1))
+    with pytest.raises(GPUMemoryFault) as e:
+        gp.g.events.wait(0)
+    assert e.value.gpu_id == gp.g.gpu_id and e.value.va == peer.va + 8
+    assert u64(gp.signals.va + 256) == 0 and ring.q.read_rptr() == ring.put   # the signal after it was dropped
+    detail = mock.fault_detail(gp.g.gpu_id)
+    assert detail is not None and f"sdma queue {ring.q.queue_id}" in detail and f"{peer.va + 8:#x}" in detail
