@@ -458,3 +458,23 @@ def test_ops_that_need_an_int_say_so():
         t[:b + 1].split(2)  # splitting a symbolic axis needs its size as an int
     with pytest.raises(TypeError, match="eye: n must be an int, got the UOp"):
         Tensor.eye(b)
+
+
+def test_scaled_dot_product_attention_over_a_symbolic_cache(dev):
+    """PyTorch's attention with keys and values cache[..., :start_pos+1, :], also with fewer KV heads (GQA)."""
+    q, k = rand(2, 2, 1, 4), rand(2, 2, 16, 4)
+    v = var(0, 15)
+
+    def ref(keys: np.ndarray) -> np.ndarray:
+        keys = np.repeat(keys, 2 // keys.shape[1], axis=1)
+        s = q @ keys.transpose(0, 1, 3, 2) / 2
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)) @ keys
+    for i in (0, 7, 15):
+        b = v.bind(i)
+        kk = Tensor(k, device=dev)[:, :, :b + 1]
+        got = Tensor(q, device=dev).scaled_dot_product_attention(kk, kk)
+        np.testing.assert_allclose(got.numpy(), ref(k[:, :, :i + 1]), rtol=1e-5, atol=1e-5)
+        g = Tensor(k[:, :1], device=dev)[:, :, :b + 1]
+        got = Tensor(q, device=dev).scaled_dot_product_attention(g, g, enable_gqa=True)
+        np.testing.assert_allclose(got.numpy(), ref(k[:, :1, :i + 1]), rtol=1e-5, atol=1e-5)
