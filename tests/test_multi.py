@@ -206,3 +206,66 @@ def test_shard_needs_distinct_devices_in_a_sequence():
 def test_device_index_beyond_the_count_names_how_many():
     with pytest.raises(DeviceNotFoundError, match="no device CPU:4: 4 CPU devices exist .*TG_CPU_DEVICES"):
         Tensor(_data(4)).shard(["CPU:0", "CPU:4"]).numpy()
+
+
+# ---- 2D sharding --------------------------------------------------------------------------------------------
+
+GRID = [["CPU:0", "CPU:1"], ["CPU:2", "CPU:3"]]
+
+
+def test_2d_shard_over_a_grid():
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    t = Tensor(a).shard(GRID, axis=(0, 1))
+    assert t.device == ("CPU", "CPU:1", "CPU:2", "CPU:3")
+    assert [box for _, box in t.uop.arg] == [((0, 2), (0, 4)), ((0, 2), (4, 8)), ((2, 4), (0, 4)), ((2, 4), (4, 8))]
+    np.testing.assert_array_equal(t.numpy(), a)
+    for axis in (None, 0, 1):
+        np.testing.assert_allclose(t.sum(axis).numpy(), a.sum(axis))
+    np.testing.assert_allclose(t.max(0).sum().numpy(), a.max(0).sum())  # replicas of a partial result count once
+    b = _data(8, 3)
+    np.testing.assert_allclose((t @ Tensor(b).shard(CPUS)).numpy(), a @ b, rtol=1e-5)
+
+
+def test_2d_clone_then_assign_changes_the_clone_only():
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    t = Tensor(a).shard(GRID, axis=(0, 1)).realize()
+    c = t.clone()
+    c.assign(c * 10 + 1)
+    np.testing.assert_array_equal(c.numpy(), a * 10 + 1)
+    np.testing.assert_array_equal(t.numpy(), a)
+    c.assign(Tensor(np.ones((4, 8), np.float32)))  # a single-device value, copied to the shards
+    np.testing.assert_array_equal(c.numpy(), np.ones((4, 8)))
+    c[1:3, 2:6] = 0
+    want = np.ones((4, 8), np.float32)
+    want[1:3, 2:6] = 0
+    np.testing.assert_array_equal(c.numpy(), want)
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_assign_into_sharded_storage_is_seen_by_lazy_readers_in_order():
+    a = _data(4, 4)
+    t = Tensor(a).shard(CPUS[:2], axis=0).realize()
+    before = t * 1  # lazy: must keep the old contents
+    t.assign(t + 1)
+    np.testing.assert_allclose(t.numpy(), a + 1)
+    np.testing.assert_allclose(before.numpy(), a)
+
+
+def test_2d_grid_must_be_rectangular():
+    with pytest.raises(ValueError, match="not rectangular"):
+        Tensor(_data(4, 4)).shard([["CPU:0", "CPU:1"], ["CPU:2"]], axis=(0, 1))
+
+
+def test_tg_devices_shows_the_indices():
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TG_CPU_DEVICES="3")
+    out = subprocess.run([sys.executable, "-m", "tg_core", "devices"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert "indices:   CPU:0, CPU:1, CPU:2 (CPU is CPU:0" in out.stdout, out.stdout + out.stderr
+    js = subprocess.run([sys.executable, "-m", "tg_core", "devices", "--json"], env=env, capture_output=True,
+                        text=True, timeout=120)
+    cpu = next(d for p in json.loads(js.stdout)["plugins"] for d in p["devices"] if d["name"] == "CPU")
+    assert cpu["indices"] == ["CPU:0", "CPU:1", "CPU:2"] and cpu["options"]["count"]["value"] == 3

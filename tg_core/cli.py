@@ -115,7 +115,10 @@ def plugin_info(reg: Any, rec: Any, probes: dict[str, Any]) -> dict[str, Any]:
         if spec is not None:
             values = _option_values(reg, rec, name)
             options = {k: _option_json(o, *values[k]) for k, o in spec.options.items()}
+        # the device names there are: a `count` option (CPU's) says how many, NAME being NAME:0
+        count = options["count"]["value"] if options and "count" in options else None
         entry = {"name": name, "priority": prio, "description": spec.description if spec else None,
+                 "indices": [f"{name}:{i}" for i in range(count)] if isinstance(count, int) else None,
                  "renderers": renderers.get(name, []), "options": options,
                  "clash_with": [r.dist for r in clashes.get(name, []) if r is not rec]}
         if name in probes:
@@ -147,6 +150,11 @@ def _print_plugin(info: dict[str, Any]) -> None:
         print(line)
         if d["description"]:
             print(f"    about:     {d['description']}")
+        if d["indices"] is not None:
+            print(f"    indices:   {', '.join(d['indices'])} ({d['name']} is {d['name']}:0; the option count sets how "
+                  f"many, TG_{d['name']}_DEVICES)")
+        else:
+            print(f"    indices:   {d['name']}:0 ({d['name']}), {d['name']}:1, ...: as many as the device opens")
         for k, o in (d["options"] or {}).items():
             set_by = "" if o["source"].startswith("default of plugin") else f" (from {o['source']})"
             print(f"    option:    {k} = {o['value']!r}{set_by}: {o['help']} (default {o['default']!r}; "
