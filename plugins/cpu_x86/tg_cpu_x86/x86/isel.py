@@ -53,7 +53,7 @@ from tg_core.plugin_api import (
     param_index,
 )
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
-from tg_cpu_x86.x86.slp import Group, buffer_of, widest_plan
+from tg_cpu_x86.x86.slp import Group, buffer_of, gated_index, widest_plan
 
 DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -168,6 +168,14 @@ class Selector:
                 self.vskip.update(u for u in g.lanes if u.op is not Ops.CONST)
             if g.kind != "acc":
                 self.emit_at.setdefault(max(g.lanes, key=self.pos.__getitem__), []).append(g)
+        for g in self.groups:  # a gated load's INDEX and the modulo on its element, read by nothing else: not
+            # selected (dead-code elimination cannot drop a division's two-address chain on one register)
+            for ld in g.lanes if g.kind == "gload" else ():
+                idx = ld.src[0]
+                if all(x in self.vskip for x in self.users.get(idx, ())):
+                    self.vskip.add(idx)
+                    if idx.src[1] is not gated_index(idx) and all(x in self.vskip for x in self.users[idx.src[1]]):
+                        self.vskip.add(idx.src[1])
         self.in_place: dict[Group, Group] = {}  # accumulator store -> the update computed into the accumulator
         for g in self.groups:
             v = g.srcs[0] if g.kind == "accstore" else None
@@ -1354,6 +1362,53 @@ def _to_int32(ctx: Selector, d: VReg, x: Operand) -> None:
     ctx.ins("vandps", ctx.vw(d), ctx.vw(d), ctx.vw(inside), w=(0,), r=(1, 2))
 
 
+def _gate_mask(ctx: Selector, g: Group) -> VReg:
+    """The opmask of a gated load's lanes whose gates hold: the lanes share few gates (a conv2d row's lanes one,
+    its first and last columns their own), so each distinct scalar gate (0 or 1) is negated into all ones or
+    zero, kept to its lanes' bits and or-ed in; kmovw reads the low 16 bits."""
+    bits: dict[UOp, int] = {}
+    for k, ld in enumerate(g.lanes):
+        gate = ld.src[0].src[2]
+        bits[gate] = bits.get(gate, 0) | 1 << k
+    acc: VReg | None = None
+    for gate, lanes in bits.items():
+        if gate.op is Ops.CONST and not gate.arg:
+            continue
+        t = VReg("gpr", 4)
+        if gate.op is Ops.CONST:
+            ctx.ins("mov", View(t, 4), Imm(lanes), w=(0,))
+        else:
+            ctx.move(t, ctx.reg(gate), 4)
+            ctx.ins("neg", View(t, 4), w=(0,), r=(0,))
+            if lanes != 0xFFFF:
+                ctx.ins("and", View(t, 4), Imm(lanes), w=(0,), r=(0,))
+        if acc is not None:
+            ctx.ins("or", View(t, 4), View(acc, 4), w=(0,), r=(0, 1))
+        acc = t
+    if acc is None:
+        acc = VReg("gpr", 4)
+        ctx.ins("mov", View(acc, 4), Imm(0), w=(0,))
+    mask = _mask()
+    ctx.ins("kmovw", mask, View(acc, 4), w=(0,), r=(1,))
+    return mask
+
+
+def _gated_address(ctx: Selector, g: Group) -> Mem:
+    """The vector address of a gated load: lane 0's element without the modulo gated_index reads through (a
+    pointer advanced by the innermost loop where the element is affine in it)."""
+    idx = g.lanes[0].src[0]
+    elem = gated_index(idx)
+    assert elem is not None, "slp packs only gated_index loads into a gload"
+    buf = ctx.reg(idx.src[0])
+    mem = ctx.induction_address(elem, buf, None, 4)
+    if mem is None:
+        base, c = (elem.src[0], int(elem.src[1].arg)) if elem.op is Ops.ADD and elem.src[1].op is Ops.CONST \
+            else (elem, 0)
+        index = ctx.reg(base) if base.dtype.itemsize == 8 else ctx.wide(base)
+        mem = Mem(base=buf, index=index, scale=4, disp=4 * c, size=4)
+    return dataclasses.replace(mem, size=ctx.vbytes)
+
+
 def emit_group(ctx: Selector, g: Group) -> None:
     """The vector instructions of one group (float32/int32 lanes in a ymm or zmm register)."""
     if g in ctx.fused_away:
@@ -1396,8 +1451,10 @@ def emit_group(ctx: Selector, g: Group) -> None:
     elif g.kind == "hreduce":
         del ctx.vvals[g]
         _hreduce(ctx, g)
-    elif g.kind == "bitcast":
+    elif g.kind in ("bitcast", "alias"):
         ctx.vvals[g] = _vector(ctx, g.srcs[0])
+    elif g.kind == "gload":  # gated-off lanes are +0.0 and read nothing (nor fault: a border's column -1)
+        ctx.ins("vmovups{z}", vw(d), _gate_mask(ctx, g), _gated_address(ctx, g), w=(0,), r=(1,))
     elif g.kind == "cast" and v0.dtype is dtypes.int32:
         _to_int32(ctx, d, vw(_vector(ctx, g.srcs[0])))
     elif g.kind == "cast":

@@ -42,7 +42,7 @@ from tg_cpu_x86.x86 import operands as x86
 from tg_cpu_x86.x86.abi import X86Arch
 from tg_cpu_x86.x86.encode import Assembler
 from tg_cpu_x86.x86.isel import SUPPORTED, select
-from tg_cpu_x86.x86.slp import buffer_of, widest_plan
+from tg_cpu_x86.x86.slp import Group, buffer_of, widest_plan
 
 
 def _decompositions() -> PatternMatcher | None:
@@ -130,6 +130,9 @@ _VECTOR_OPS = frozenset({Ops.SINK, Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RAN
                          Ops.STORE, Ops.REDUCE, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC, Ops.GROUP,
                          Ops.AFTER, Ops.NOOP, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.EXP2, Ops.LOG2, Ops.SQRT,
                          Ops.RECIPROCAL, Ops.CAST, Ops.BITCAST})
+# what padded (gated) loads add, tried only where AVX-512's masked loads can vectorize them: their gates' bool
+# AND/OR and the `% size` the scheduler leaves on their element (slp.gated_index)
+_GATED_OPS = frozenset({Ops.AND, Ops.OR, Ops.MOD})
 
 
 def _copy_lanes(ast: UOp, opts: list[Opt]) -> list[Opt]:
@@ -143,6 +146,14 @@ def _copy_lanes(ast: UOp, opts: list[Opt]) -> list[Opt]:
     cols = [r for r in loops if r.src[0].op is Ops.CONST and r.src[0].arg == width and
             any(r in c.src[1].ranges for c in copies)]
     return [Opt(OptOps.UPCAST, loops.index(cols[0]), width)] if len(cols) == 1 else []
+
+
+def _worth_it(prog: Program, groups: list[Group]) -> bool:
+    """Whether a vector plan is the program's: some group, and the accumulators' updates among them where the
+    program has accumulators (a matmul whose padded last panel gates the tile's stores packs only its panel
+    copy, with masked loads; the next, narrower target vectorizes the tile itself)."""
+    accs = any(u.op is Ops.DEFINE_REG and u.ptrdtype.size == 1 for u in prog.uops)
+    return bool(groups) and (not accs or any(g.kind == "accstore" for g in groups))
 
 
 class _VectorISA:
@@ -174,17 +185,22 @@ class X86Renderer(Renderer):
         widest of the ISA's first, else the scalar lanes of opts_for."""
         if opts is None:
             for lanes, tile, narrow in _TARGETS[self.isa]:
-                if vector := self._vector_opts(ast, lanes, tile, narrow):
+                if vector := self._vector_opts(ast, lanes, tile, narrow, gated=lanes == 16):
                     prog = linearize_kernel(ast, self.lower_reduce, vector, self.extra_matcher)
-                    if widest_plan(prog.uops, _users(prog.uops), (lanes, 8) if lanes > 8 else (8,))[2]:
+                    if _worth_it(prog, widest_plan(prog.uops, _users(prog.uops), (lanes, 8) if lanes > 8 else (8,))[2]):
                         return prog
         return super().program(ast, opts)
 
     @staticmethod
-    def _vector_opts(ast: UOp, lanes: int = 8, tile: CPUTarget = _VECTOR, narrow: CPUTarget = _NARROW) -> list[Opt]:
+    def _vector_opts(ast: UOp, lanes: int = 8, tile: CPUTarget = _VECTOR, narrow: CPUTarget = _NARROW,
+                     gated: bool = False) -> list[Opt]:
+        """The vector lanes' opts for `ast` at `lanes`; with `gated` (16 lanes: opmasks) kernels with padded
+        loads too (conv2d), whose gated loads slp.py packs into masked loads."""
         nodes = ast.toposort()
-        if any(u.op not in _VECTOR_OPS or u.op in (Ops.LOAD, Ops.STORE) and u.src[0].dtype.base is not dtypes.float32
-               or u.op is Ops.INDEX and len(u.src) > 2 for u in nodes):
+        gated = gated and any(u.op is Ops.INDEX and len(u.src) > 2 for u in nodes)
+        allowed = _VECTOR_OPS | _GATED_OPS if gated else _VECTOR_OPS
+        if any(u.op not in allowed or u.op in (Ops.LOAD, Ops.STORE) and u.src[0].dtype.base is not dtypes.float32
+               or u.op is Ops.INDEX and len(u.src) > 2 and not gated for u in nodes):
             return []
         opts = cpu_opts(ast, tile)
         if opts and opts[0].op is OptOps.PACK:

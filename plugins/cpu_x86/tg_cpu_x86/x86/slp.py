@@ -11,6 +11,7 @@ is in the program, after the groups it reads.
 """
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 
@@ -27,7 +28,9 @@ _CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 class Group:
     """`lanes` uops computed as one vector. kind: "splat" (one scalar, broadcast), "const", "load", "store",
     "acc" (loads of accumulators), "accstore" (stores to them), "alu", "cmp" (a mask), "where" (a blend),
-    "cast" (float32 <-> int32), "bitcast" (the same bits), and "hreduce": a scalar ADD/MAX tree over an
+    "cast" (float32 <-> int32), "bitcast" (the same bits), "gload" (gated loads of consecutive elements:
+    one load under an opmask of the lanes' gates, AVX-512 only), "alias" (a group's value under other uops:
+    where(gate, gated load, 0)), and "hreduce": a scalar ADD/MAX tree over an
     accumulator's lanes (its lanes are the tree's nodes, the last the root), computed by shuffles."""
     kind: str
     lanes: tuple[UOp, ...]
@@ -63,6 +66,36 @@ def _plain_global(idx: UOp) -> bool:
         return False
     buf = buffer_of(idx)
     return buf.op is Ops.PARAM or buf.op is Ops.DEFINE_REG and buf.ptrdtype.size > 1
+
+
+def gated_index(idx: UOp) -> UOp | None:
+    """A gated float32 INDEX of a buffer (a padded load: conv2d's borders): its element, read through an outer
+    `% n` with n at least the buffer's size. The scheduler leaves that modulo on padded loads whose gate is the
+    element's in-bounds condition, so on every lane the gate lets through the modulo changes nothing and the
+    lanes' elements are the unreduced ones (masked-off lanes read nothing). None for any other INDEX."""
+    if idx.op is not Ops.INDEX or len(idx.src) != 3 or idx.dtype.base is not dtypes.float32 or \
+            buffer_of(idx).op is not Ops.PARAM:
+        return None
+    i = idx.src[1]
+    if i.op is Ops.MOD and i.src[1].op is Ops.CONST and int(i.src[1].arg) >= buffer_of(idx).ptrdtype.size > 0:
+        return i.src[0]
+    return i
+
+
+def _gated_consecutive(idxs: tuple[UOp, ...]) -> bool:
+    """Gated INDEXes of consecutive elements of one buffer (see gated_index): one masked vector load."""
+    elems = [gated_index(i) for i in idxs]
+    if any(e is None for e in elems) or len({buffer_of(i) for i in idxs}) != 1:
+        return False
+    offs = [_offset_of(e) for e in elems if e is not None]
+    return len({b for b, _ in offs}) == 1 and all(c == offs[0][1] + k for k, (_, c) in enumerate(offs))
+
+
+def _offset_of(i: UOp) -> tuple[UOp, int]:
+    """An element expression as (base, constant), as offset() reads an INDEX's."""
+    if i.op is Ops.ADD and i.src[1].op is Ops.CONST:
+        return i.src[0], int(i.src[1].arg)
+    return i, 0
 
 
 def _consecutive(idxs: tuple[UOp, ...]) -> bool:
@@ -206,6 +239,8 @@ class Packer:
             accs = tuple(a for i in idxs if (a := _acc_of(i)) is not None)
             if len(accs) == len(idxs):  # every load reads an accumulator
                 return (yield self._acc(vals, accs))
+            if self.masked and _gated_consecutive(idxs):  # padded loads: one load under an opmask of the gates
+                return self._add(Group("gload", vals))
             return self._add(Group("load", vals)) if _consecutive(idxs) else None
         if v0.op is Ops.WHERE and all(v.op is Ops.WHERE for v in vals):
             return (yield self._select(vals))
@@ -260,7 +295,11 @@ class Packer:
         return (nodes, leaves) if len(leaves) == self.lanes else None
 
     def _select(self, vals: tuple[UOp, ...]) -> Call[Group | None]:
-        """where(a cmp b, x, y) with float32 a, b: a compare mask and a blend (the compares are members)."""
+        """where(a cmp b, x, y) with float32 a, b: a compare mask and a blend (the compares are members); or
+        where(gate, load gated by it, +0.0), what a padded load becomes: the masked load itself ("alias")."""
+        if self.masked and all(_zero_where_of_gated_load(v) for v in vals):
+            load = yield self.pack(tuple(v.src[1] for v in vals))
+            return self._add(Group("alias", vals, (load,))) if load is not None and load.kind == "gload" else None
         conds = tuple(v.src[0] for v in vals)
         c0 = conds[0]
         if c0.op not in _CMP or any(c.op is not c0.op or c.src[0].dtype is not dtypes.float32 for c in conds):
@@ -294,6 +333,13 @@ class Packer:
                     return None
                 self._add(Group("accstore", lane_stores, (value,), accs=accs))
         return group
+
+
+def _zero_where_of_gated_load(v: UOp) -> bool:
+    """where(g, load(buf[i] if g), +0.0): a zero-masked load computes it as is (a gated-off lane is +0.0)."""
+    _, x, y = v.src
+    return x.op is Ops.LOAD and len(x.src) == 1 and len(x.src[0].src) == 3 and x.src[0].src[2] is v.src[0] and \
+        y.op is Ops.CONST and y.arg == 0 and math.copysign(1.0, y.arg) > 0
 
 
 _recent = threading.local()
