@@ -112,6 +112,12 @@ class Allocator:
         """Copy the allocation `src` into the host bytes `dest` (format 'B', exactly its size)."""
         raise NotImplementedError(f"{type(self).__name__} must implement copyout")
 
+    def host_view(self, opaque: Any) -> memoryview | None:
+        """The allocation as host bytes the host may read now (format 'B'), or None (the default) when its memory
+        is not host memory: a copy between devices then reads it straight from there instead of through a
+        temporary (CPU devices: the copies of multi-device tensors)."""
+        return None
+
 
 class LRUAllocator(Allocator):
     """An allocator that keeps freed allocations, by (size, options), for the next allocation of that shape.
@@ -295,7 +301,8 @@ class Buffer:
         """Copy another buffer's bytes in, through host memory (devices add faster paths with the engine)."""
         if src.nbytes != self.nbytes:
             raise ValueError(f"copy of {src!r} ({src.nbytes} bytes) into {self!r} ({self.nbytes} bytes)")
-        return self.copyin(src.copyout())
+        view = src.allocator.host_view(src.opaque) if src.nbytes else None
+        return self.copyin(view if view is not None else src.copyout())
 
     def numpy(self) -> np.ndarray:
         """The contents as a new 1-D numpy array (bfloat16/fp8 as their raw bits)."""
