@@ -19,9 +19,9 @@ tuple) rewrites the graph bottom-up into a `Layout` per node, one table row per 
 
 Allreduce has three algorithms (tinygrad's switches): `RING=0` naive (every device reads every other part),
 `RING=2` ring (reduce-scatter then all-gather in n chunks along the ring: 2(n-1)/n of the data sent per device),
-`ALL2ALL=2` all-to-all (the same two phases, every chunk sent straight to its owner); the default 1 picks ring or
-all-to-all for more than two devices and more than 2^18 elements, as tinygrad does. Every result is one expression
-computed once and copied, so all devices get the same bits.
+`ALL2ALL=2` all-to-all (the same two phases, every chunk sent straight to its owner); RING's default 1 takes the ring
+for more than two devices and more than 2^18 elements (ALL2ALL=1: the all-to-all), as tinygrad does. Every result
+is one expression computed once and copied, so all devices get the same bits.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.uop import UOp
 
 RING = ContextVar("RING", 1)
-ALL2ALL = ContextVar("ALL2ALL", 1)
+ALL2ALL = ContextVar("ALL2ALL", 0)
 _AUTO_MIN_ELEMENTS = 1 << 18  # the default (1) uses ring or all-to-all above this many elements on > 2 devices
 
 Box = tuple[tuple[int, int], ...]
