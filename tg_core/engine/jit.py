@@ -57,6 +57,8 @@ from tg_core.engine.checks import ran as ran_checks
 from tg_core.engine.jit_signature import Signature, SignatureError, mismatch, remake
 from tg_core.engine.jit_signature import read as read_signature
 from tg_core.engine.realize import _buffers, buffer_of, capture, stats
+from tg_core.profile import events as profile_events
+from tg_core.profile import state as profiling
 from tg_core.tensor import Tensor
 from tg_core.tensor.storage import forget_origin
 from tg_core.uop.ops import Ops
@@ -182,12 +184,18 @@ class TinyJit(Generic[R]):
                 if why is not None:
                     raise JitError(f"TinyJit({self.name}) cannot replay this call: {why}; a TinyJit replays the "
                                    "kernels captured for one signature (call reset() to capture again)")
+                if profiling.on:  # the replay is a span of the profile, and labels the kernels it runs
+                    with profile_events.jit_phase(f"replay of {self.name}"):
+                        return self._replay(cap, sig, nodes)
                 return self._replay(cap, sig, nodes)
             if self.cnt == 0:
                 ret = self.fxn(*args, **kwargs)
                 self._realize_outputs(ret)
                 self.cnt = 1
                 return ret
+            if profiling.on:
+                with profile_events.jit_phase(f"capture of {self.name}"):
+                    return self._capture(args, kwargs, sig, keys, nodes)
             return self._capture(args, kwargs, sig, keys, nodes)
 
     def _prepare_inputs(self, sig: Signature) -> tuple[tuple, list[UOp]]:
@@ -272,14 +280,16 @@ class TinyJit(Generic[R]):
             from tg_core.hcq.jit import replay
             replay(cap.hcq, in_bufs, var_vals)
         for it in (cap.items if cap.hcq is None else ()):
+            bufs = it.bufs
             if it.inputs:
                 bufs = list(it.bufs)
                 for pos, i in it.inputs:
                     bufs[pos] = in_bufs[i]
-                # the None entries are exactly the input positions, filled above
-                it.runner(cast("list[Buffer]", bufs), var_vals)
+            # the None entries are exactly the input positions, filled above (no inputs: no None entries)
+            if profiling.on:
+                profile_events.timed_item(it.runner, cast("list[Buffer]", bufs), var_vals, it.ast)
             else:
-                it.runner(cast("list[Buffer]", it.bufs), var_vals)  # no inputs: no None entries
+                it.runner(cast("list[Buffer]", bufs), var_vals)
         if cap.checks:  # the check kernels wrote their facts again: the next host read looks at them
             ran_checks(*map(list, zip(*cap.checks)))
         stats["kernels"] += cap.n_kernels
