@@ -49,7 +49,7 @@ def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser],
 
 
 # the `--set` examples of `tg --help` and of the error for a bad --set (tests run each one)
-SET_EXAMPLES = ("device=CPU:LLVM", "devices.CPU.threads=2", "devices.AMD.interface=mock")
+SET_EXAMPLES = ("device=CPU:LLVM", "devices.CPU.threads=2", "devices.AMD.queue=aql")
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:

@@ -294,7 +294,7 @@ def test_set_examples_in_help_and_errors_work(run_installed):
 
 @pytest.mark.parametrize("var,value,allowed", [
     ("TG_CPU_THREADS", "99999999999999999999", "allowed: an int from 0 to 1024"),
-    ("TG_AMD_INTERFACE", "bogus", "allowed: 'auto' | 'kfd' | 'mock'"),
+    ("TG_AMD_INTERFACE", "bogus", "allowed: 'auto' | 'kfd'"),
 ])
 def test_doctor_fails_on_a_bad_value(run_installed, var, value, allowed):
     _needs_first_party()

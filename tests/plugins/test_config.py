@@ -137,7 +137,7 @@ def test_unknown_default_device_from_env(make_registry, tmp_path):
 
 
 def test_first_party_device_may_be_configured_when_absent(make_registry, tmp_path):
-    (tmp_path / "tg.yaml").write_text("devices:\n  AMD: {interface: mock}\n")
+    (tmp_path / "tg.yaml").write_text("devices:\n  AMD: {queue: aql}\n")
     make_registry()
 
 
@@ -271,7 +271,7 @@ def test_undecodable_file_is_one_line_naming_it(files):
 @pytest.mark.parametrize("text,where", [("device: CPU\ndevices: [unclosed\nplugins: {}\n", "line 3, column 8"),
                                         ("a: b: c\n", "line 1, column 5"), ("\t- x\n", "line 1, column 1"),
                                         ("devices:\n  AMD: {}\ndevices:\n  CPU: {}\n", "line 3, column 1"),
-                                        ("devices:\n  AMD: {interface: mock, interface: kfd}\n", "line 2, column 26")])
+                                        ("devices:\n  AMD: {interface: kfd, interface: kfd}\n", "line 2, column 25")])
 def test_yaml_syntax_error_is_one_line_naming_file_and_line(files, text, where):
     msg = _error(files, text)
     assert msg.startswith(f"{files['local']}: not valid YAML at {where}: ") and "\n" not in msg

@@ -1,5 +1,5 @@
-"""Core's conformance suite on DEV=AMD (the mock GPU unless devices.AMD.interface says otherwise), and Tensor
-programs end to end: render -> compile -> ELF -> interface dispatch -> results against numpy.
+"""Core's conformance suite on DEV=AMD (the mock KFD's GPU where there is no /dev/kfd), and Tensor
+programs end to end: render -> compile -> ELF -> the KFD queues (PM4 or AQL, SDMA copies) -> results against numpy.
 
 Everything runs in the quick subset (each case well under a second on the mock) except the demo, marked slow."""
 from __future__ import annotations
@@ -107,32 +107,25 @@ def test_float32_sin_of_large_arguments():
 
 
 def test_code_object_with_an_absolute_relocation():
-    """A kernel reading through a pointer stored in its constant data runs only if the interface loads the image
-    with image_at(its load address)."""
-    import struct
-
+    """A code object whose constant data holds a pointer is uploaded relocated for its own VRAM address (image_at
+    of the program buffer's address), read back from the GPU through SDMA."""
     from tg_amd.elf import load_code_object
 
     from amd_kernels import ABS_IR, compile_ir
-    iface = Device["AMD"].interface
-    code = load_code_object(compile_ir(ABS_IR))
-    idx = np.array([0, 1, 2, 3, 7, 6, 5, 4] * 4, np.int32)
-    out, inp = iface.alloc(128), iface.alloc(128)
-    try:
-        iface.copyin(inp, memoryview(idx.tobytes()))
-        kernargs = struct.pack("<QQ", out.va, inp.va).ljust(code.kernel("via_pointer").descriptor.kernarg_size, b"\0")
-        iface.dispatch(code, "via_pointer", (1, 1, 1), (32, 1, 1), kernargs)
-        got = np.zeros(32, np.int32)
-        iface.copyout(memoryview(got).cast("B"), out)
-    finally:
-        iface.free(out)
-        iface.free(inp)
-    np.testing.assert_array_equal(got, np.array([11, 22, 33, 44])[idx & 3])
+    dev = Device["AMD"]
+    lib = compile_ir(ABS_IR)
+    code = load_code_object(lib)
+    buf = dev.program_buffer(lib, code)
+    va = dev.address(buf)
+    assert code.image_at(va) != code.image  # the relocation depends on the address
+    got = np.frombuffer(buf.copyout(), np.uint8)[:len(code.image)].tobytes()
+    assert got == code.image_at(va)
 
 
 def test_device_says_which_interface():
     dev = Device["AMD"]
-    assert dev.interface.name in repr(dev) and dev.interface.arch == "gfx1100"
+    assert "via kfd" in repr(dev) and dev.gpu.arch == "gfx1100"
+    assert ("mock KFD" in repr(dev)) == dev.system.is_mock
 
 
 @pytest.mark.slow

@@ -1,130 +1,172 @@
-"""The AMD device without a GPU emulator: interface selection and its errors, memory through an interface, and
-what a dispatch hands the interface (code object, entry, grid, kernargs) for a recording interface."""
+"""The AMD device on the KFD's command queues (the mock KFD where there is no /dev/kfd): its memory, SDMA copies,
+what it writes into its rings (decoded with amd.md's tables as written in test_amd_queues.py, not the encoder's
+constants), kernels with variables and empty launches, a wrapping ring, JIT replays, and bad configuration."""
 from __future__ import annotations
 
-import struct
-from types import SimpleNamespace
+import ctypes
 
+import numpy as np
 import pytest
 
-from tg_core.plugins.errors import DeviceUnavailable
-from tg_amd import device as amd_device
-from tg_amd import select
-from tg_amd.interface import AMDInterface, CodeObject, GPUBuffer
-from tg_amd.renderer import AMDRenderer
+from tg_core.device import Buffer, BufferSpec, Device
+from tg_core.dtype import dtypes
+from tg_core.plugins.errors import ConfigError, DeviceUnavailable
+from tg_core.testing.devices import why_unavailable
+from tg_amd.device import AMDDevice
 
 from amd_kernels import rowmax, saxpy, scaled
+from test_amd_queues import decode
+
+_why = why_unavailable("AMD")
+pytestmark = pytest.mark.skipif(_why is not None, reason=f"the AMD device does not open: {_why}")
 
 
-class RecordingInterface:
-    """Host memory at made-up GPU addresses; dispatch records its arguments instead of running anything."""
-    name, description, arch = "rec", "records dispatches", "gfx1100"
-
-    def __init__(self) -> None:
-        self.mem: dict[int, bytearray] = {}
-        self.next_va = 0x7000_0000_0000
-        self.dispatches: list[tuple] = []
-
-    @classmethod
-    def available(cls) -> str | None:
-        return None
-
-    def alloc(self, nbytes: int, align: int = 4096) -> GPUBuffer:
-        va = self.next_va
-        self.next_va += (nbytes + align - 1) // align * align
-        self.mem[va] = bytearray(nbytes)
-        return GPUBuffer(va, nbytes, va)
-
-    def free(self, buf: GPUBuffer) -> None:
-        del self.mem[buf.handle]
-
-    def copyin(self, buf: GPUBuffer, src: memoryview, offset: int = 0) -> None:
-        at = buf.va - buf.handle + offset
-        self.mem[buf.handle][at:at + len(src)] = src
-
-    def copyout(self, dest: memoryview, buf: GPUBuffer, offset: int = 0) -> None:
-        at = buf.va - buf.handle + offset
-        dest[:] = self.mem[buf.handle][at:at + len(dest)]
-
-    def dispatch(self, code: CodeObject, entry: str, global_size, local_size, kernargs: bytes) -> None:
-        self.dispatches.append((code, entry, global_size, local_size, kernargs))
-
-    def close(self) -> None:
-        self.mem.clear()
+def _amd(x: np.ndarray) -> Buffer:
+    return Buffer.from_numpy(x, "AMD")
 
 
-@pytest.fixture
-def dev(monkeypatch) -> amd_device.AMDDevice:
-    monkeypatch.setattr(amd_device, "open_interface", lambda device, wanted: (RecordingInterface(), "test"))
-    d = amd_device.AMDDevice("AMD", {"interface": "rec"})
-    d.renderer = AMDRenderer
-    return d
+def _words(va: int, ndwords: int) -> list[int]:
+    return [int(w) for w in np.ctypeslib.as_array((ctypes.c_uint32 * ndwords).from_address(int(va)))]
 
 
-def test_recording_interface_satisfies_the_protocol():
-    assert isinstance(RecordingInterface(), AMDInterface)
+def _last_ib(dev: AMDDevice) -> list[int]:
+    """The command buffer the compute ring's last INDIRECT_BUFFER points at (host-visible GTT)."""
+    kq = dev.hw_queues["compute_0"]
+    put = int(dev.host_view(dev._shadows["compute_0"][0]).view(np.uint64)[0])
+    ring = _words(kq.ring.va, kq.ring.size // 4)
+    pkt = ring[(put - 4) % len(ring):][:4]
+    ((name, body),) = decode(pkt)
+    assert name == "INDIRECT_BUFFER" and body[2] >> 23 & 1  # VALID
+    return _words(body[0] | body[1] << 32, body[2] & 0xFFFFF)
 
 
-def test_memory_through_the_interface(dev):
-    a = dev.allocator.alloc(64)
-    dev.allocator.copyin(a, memoryview(bytes(range(64))))
-    view = dev.allocator.offset(a, 16, 8)
-    out = bytearray(8)
-    dev.allocator.copyout(memoryview(out), view)
-    assert out == bytes(range(16, 24)) and view.va == a.va + 16
-    with pytest.raises(ValueError, match="outside the 64-byte buffer"):
-        a.view(60, 8)
-    assert "via rec" in repr(dev)
+def test_buffers_are_vram_and_host_buffers_gtt():
+    dev = Device["AMD"]
+    assert isinstance(dev, AMDDevice)
+    a = Buffer("AMD", 1000, dtypes.float32).ensure_allocated()
+    h = Buffer("AMD", 16, dtypes.uint8, BufferSpec(host=True)).ensure_allocated()
+    assert a.opaque.mem.kind == "vram" and not a.opaque.host_visible
+    assert h.opaque.mem.kind == "gtt" and h.opaque.host_visible
+    with pytest.raises(ValueError, match="VRAM, which the host does not map"):
+        dev.host_view(a)
 
 
-def _bufs(*vas: int) -> list:
-    return [SimpleNamespace(opaque=GPUBuffer(va, 4096)) for va in vas]
+@pytest.mark.parametrize("nbytes, offset", [(1, 0), (4095, 1), (4097, 4093), (3 * 4096 + 5, 7)])
+def test_sdma_copies_across_scattered_pages(nbytes, offset):
+    """VRAM pages are scattered in the mock's store: a copy in or out that crosses them is byte-exact."""
+    rng = np.random.default_rng(nbytes)
+    base = Buffer("AMD", nbytes + offset + 3, dtypes.uint8).ensure_allocated()
+    base.copyin(np.zeros(base.nbytes, np.uint8))
+    view = base.view(nbytes, dtypes.uint8, offset)
+    data = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    view.copyin(data)
+    np.testing.assert_array_equal(np.frombuffer(view.copyout(), np.uint8), data)
+    whole = np.frombuffer(base.copyout(), np.uint8)
+    np.testing.assert_array_equal(whole[offset:offset + nbytes], data)
+    assert not whole[:offset].any() and not whole[offset + nbytes:].any()
 
 
-def test_dispatch_gets_grid_and_kernargs(dev):
-    dev.get_runner(saxpy(1000))(_bufs(0x1000, 0x2000, 0x3000), {})
-    code, entry, grid, local, args = dev.interface.dispatches[-1]
-    assert entry == "saxpy" and grid == (4, 1, 1) and local == (256, 1, 1)
-    assert len(args) == code.kernel("saxpy").descriptor.kernarg_size == 24
-    assert struct.unpack("<3Q", args) == (0x1000, 0x2000, 0x3000)
+def test_kernel_packets_in_the_ring():
+    """saxpy through the PM4 queue: the ring's INDIRECT_BUFFER points at a command buffer holding the kernarg
+    segment (a NOP payload) and the dispatch sequence that points at it, then the batch's signal."""
+    dev = Device["AMD"]
+    if dev.queue_kind != "pm4":
+        pytest.skip("the PM4 queue's layout")
+    a = np.arange(1000, dtype=np.float32)
+    out, x, y = _amd(np.zeros(1000, np.float32)), _amd(a), _amd(a * 3)
+    dev.get_runner(saxpy(1000))([out, x, y], {})
+    ib = _last_ib(dev)
+    packets = decode(ib)
+    names = [n for n, _ in packets]
+    i = names.index("DISPATCH_DIRECT")
+    assert packets[i][1] == [4, 1, 1, 0x8005]                     # 1000 items in workgroups of 256, wave32
+    assert names[i + 1] == "EVENT_WRITE" and packets[i + 1][1] == [0x407]  # CS_PARTIAL_FLUSH
+    assert packets[names.index("PGM_LO") - 1] == ("ACQUIRE_MEM", [0, 0xFFFFFFFF, 0xFFFFFFFF, 0, 0, 0, 0x3F0])
+    kernel = dev.kernel_plan(saxpy(1000)).parts[0]
+    program = dev.address(dev._programs[kernel.key])
+    code = (program + kernel.kernel.code_offset) >> 8
+    assert dict(packets)["PGM_LO"] == [code & 0xFFFFFFFF, code >> 32]
+    user = dict(packets)["USER_DATA_0"]
+    kernarg = user[0] | user[1] << 32                               # the only enabled user SGPR pair here
+    seg = [p for n, p in packets if n == "NOP" and len(p) >= 6]
+    assert any(p[:6] == [dev.address(out) & 0xFFFFFFFF, dev.address(out) >> 32, dev.address(x) & 0xFFFFFFFF,
+                         dev.address(x) >> 32, dev.address(y) & 0xFFFFFFFF, dev.address(y) >> 32] for p in seg)
+    assert kernarg % 64 == 0
+    assert "RELEASE_MEM" in names[i:]                               # the timeline signal after the kernel
+    np.testing.assert_array_equal(out.numpy().view(np.float32), a * 2 + a * 3)
 
 
-def test_dispatch_with_variables(dev):
+def test_variables_and_an_empty_launch():
+    dev = Device["AMD"]
+    a = np.arange(4096, dtype=np.int32) - 2000
+    out, x = _amd(np.full(4096, 99, np.int32)), _amd(a)
     run = dev.get_runner(scaled())
-    run(_bufs(0x10000, 0x20000), {"n": 3000, "k": -7})
-    code, entry, grid, local, args = dev.interface.dispatches[-1]
-    assert grid == (12, 1, 1) and local == (256, 1, 1)
-    assert struct.unpack("<2Q2i", args) == (0x10000, 0x20000, -7, 3000)  # variables by name: k, n
-    assert dev.get_runner(scaled()) is run  # one runner per kernel
-    run(_bufs(0x10000, 0x20000), {"n": 0, "k": 1})
-    assert len(dev.interface.dispatches) == 1  # an empty launch is not dispatched
+    run([x, out], {"n": 3000, "k": -7})
+    got = out.numpy().view(np.int32)
+    np.testing.assert_array_equal(got[:3000], a[:3000] * -7)
+    assert (got[3000:] == 99).all()
+    assert dev.kernel_plan(scaled()) is dev.kernel_plan(scaled())  # built once per kernel
+    run([x, out], {"n": 0, "k": 5})                   # a launch of no workgroups writes nothing
+    np.testing.assert_array_equal(out.numpy().view(np.int32), got)
 
 
-def test_two_dimensional_launch(dev):
-    dev.get_runner(rowmax())(_bufs(0x1000, 0x2000), {})
-    assert dev.interface.dispatches[-1][2:4] == ((1, 12, 1), (40, 1, 1))
+def test_two_dimensional_launch():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((12, 40)).astype(np.float32)
+    out = _amd(np.zeros((12, 40), np.float32))
+    Device["AMD"].get_runner(rowmax())([_amd(a), out], {})
+    want = np.sqrt(np.exp2(a).max(1, keepdims=True)) + np.arange(40, dtype=np.float32)
+    np.testing.assert_allclose(out.numpy().view(np.float32).reshape(12, 40), want, rtol=2e-6)
 
 
-def test_no_interface_plugin_names_tg_mockgpu(monkeypatch):
-    monkeypatch.setattr(select, "collect_interfaces", lambda device: {})
-    monkeypatch.setattr(select, "auto_choice", lambda: "mock")
-    with pytest.raises(DeviceUnavailable, match="install the mock GPU with `python -m pip install tg-mockgpu`"):
-        select.open_interface("AMD", "auto")
+def test_the_compute_ring_wraps():
+    """More submissions than the ring holds packets: every push waits for room and lands modulo the ring."""
+    dev = Device["AMD"]
+    run = dev.get_runner(scaled())
+    a = np.arange(256, dtype=np.int32)
+    out, x = _amd(np.zeros(256, np.int32)), _amd(a)
+    kq = dev.hw_queues["compute_0"]
+    slots = kq.ring.size // (4 * 4) if dev.queue_kind == "pm4" else kq.ring.size // 64
+    for k in range(slots + 20):
+        run([x, out], {"n": 256, "k": k})
+    dev.synchronize()
+    np.testing.assert_array_equal(out.numpy().view(np.int32), a * (slots + 19))
 
 
-def test_interface_selection(monkeypatch):
-    monkeypatch.setattr(select, "collect_interfaces", lambda device: {"rec": RecordingInterface})
-    iface, why = select.open_interface("AMD", "rec")
-    assert isinstance(iface, RecordingInterface) and why == "devices.AMD.interface"
-    with pytest.raises(DeviceUnavailable, match="no AMD interface named 'mock'.*offered: rec.*tg-mockgpu"):
-        select.open_interface("AMD", "mock")
-    with pytest.raises(DeviceUnavailable, match="no plugin offers the 'kfd' interface"):
-        select.open_interface("AMD", "kfd")
+def test_jit_replays_with_new_inputs():
+    from tg_core.engine.jit import TinyJit
+    from tg_core.tensor import Tensor
 
-    class Absent(RecordingInterface):
-        @classmethod
-        def available(cls) -> str | None:
-            return "no such GPU"
-    monkeypatch.setattr(select, "collect_interfaces", lambda device: {"rec": Absent})
-    with pytest.raises(DeviceUnavailable, match="cannot be opened here: no such GPU"):
-        select.open_interface("AMD", "rec")
+    @TinyJit
+    def f(x: Tensor, y: Tensor) -> Tensor:
+        return (x * 2 + y).sum(0).realize()
+
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        a, b = rng.standard_normal((8, 33)).astype(np.float32), rng.standard_normal((8, 33)).astype(np.float32)
+        np.testing.assert_allclose(f(Tensor(a, device="AMD"), Tensor(b, device="AMD")).numpy(),
+                                   (a * 2 + b).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_device_index_beyond_the_gpus():
+    n = len(Device["AMD"].system.gpus)
+    with pytest.raises(DeviceUnavailable, match=f"no AMD GPU {n}; this system has {n}"):
+        Device[f"AMD:{n}"]
+
+
+@pytest.mark.parametrize("key, value, allowed", [("queue", "bogus", "pm4"), ("mock_gpus", 0, "1"),
+                                                 ("mock_xccs", 9, "8"), ("interface", "mock", "kfd")])
+def test_bad_configuration_is_a_config_error(key, value, allowed):
+    try:
+        with pytest.raises((ConfigError, DeviceUnavailable), match=rf"(?s){key}.*{value}.*{allowed}"):
+            Device.configure(devices={"AMD": {key: value}})
+            Device["AMD"]
+    finally:
+        Device.reset()
+
+
+def test_kfd_without_a_mock_says_what_to_install(monkeypatch):
+    from tg_amd.kfd import select
+    monkeypatch.setattr(select.os.path, "exists", lambda p: False)
+    with pytest.raises(select.KFDUnavailable, match="tg-mockgpu"):
+        select.open_os("AMD", mocks={})

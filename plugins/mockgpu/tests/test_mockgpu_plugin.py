@@ -14,9 +14,9 @@ def test_manifest_extends_amd():
     assert m.devices == {} and m.extends == ("AMD",) and m.hooks == "tg_mockgpu.plugin"
 
 
-def test_hook_offers_the_mock_interface():
-    (cls,) = plugin.amd_interfaces()
-    assert cls is MockInterface and cls.name == "mock" and cls.available() is None
+def test_hook_offers_the_mock_kfd():
+    from tg_mockgpu.kfd.driver import MockKFD
+    assert plugin.amd_kfd_os() == [MockKFD]
 
 
 def test_interface_protocol_and_copies():

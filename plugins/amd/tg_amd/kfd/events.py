@@ -28,7 +28,11 @@ class GPUMemoryFault(RuntimeError):
 
 
 class GPUHardwareException(RuntimeError):
-    """The KFD hardware-exception event fired (a GPU reset)."""
+    """The KFD hardware-exception event fired (a GPU reset) on GPU `gpu_id`."""
+
+    def __init__(self, gpu_id: int, message: str):
+        self.gpu_id = gpu_id
+        super().__init__(message)
 
 
 class KFDEvents:
@@ -63,7 +67,7 @@ class KFDEvents:
         if mem.gpu_id:
             raise GPUMemoryFault(mem.gpu_id, mem.va, mem.failure)
         if hw.gpu_id:
-            raise GPUHardwareException(f"GPU {hw.gpu_id}: hardware exception (reset type {hw.reset_type}, cause "
+            raise GPUHardwareException(hw.gpu_id, f"GPU {hw.gpu_id}: hardware exception (reset type {hw.reset_type}, cause "
                                        f"{hw.reset_cause}, memory lost: {bool(hw.memory_lost)})")
         if res.wait_result == K.WAIT_FAIL:
             raise OSError(f"GPU {self.gpu.gpu_id}: KFD WAIT_EVENTS failed")

@@ -35,6 +35,9 @@ class OSLayer(Protocol):
     def ioctl(self, fd: int, request: int, args: ctypes.Structure) -> None:
         """Run ioctl `request` with `args` in place (the driver fills the out fields)."""
         ...
+    def fault_detail(self, gpu_id: int) -> str | None:
+        """What a reported GPU fault was, in words, when the OS layer knows (a mock driver); None on real KFD."""
+        ...
     def mmap(self, addr: int, size: int, prot: int, flags: int, fd: int, offset: int) -> int:
         """Map and return the address (`addr` with MAP_FIXED: exactly there; fd -1 with MAP_ANONYMOUS)."""
         ...
@@ -81,6 +84,9 @@ def host_munmap(addr: int, size: int) -> None:
 class RealOS:
     """The Linux kernel: /dev/kfd, the render nodes and sysfs."""
     name: ClassVar[str] = "linux"
+
+    def fault_detail(self, gpu_id: int) -> str | None:
+        return None  # the kernel reports a fault's address and kind through the event data only
 
     def open(self, path: str, flags: int) -> int:
         return os.open(path, flags)

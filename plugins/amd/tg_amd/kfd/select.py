@@ -22,6 +22,17 @@ def mock_kfd_classes(device: str = "AMD") -> dict[str, Any]:
     return collect_named("amd_kfd_os", device)
 
 
+def kfd_choice() -> str:
+    """Which KFD the AMD device opens on this machine, in words (for `tg devices`; asks no plugin hook, since it
+    runs while tg-amd's own devices are being listed)."""
+    import importlib.util
+    if os.path.exists(KFD_PATH):
+        return KFD_PATH
+    if importlib.util.find_spec("tg_mockgpu") is not None:
+        return f"no {KFD_PATH}: the mock KFD driver ({MOCK_DIST})"
+    return f"no {KFD_PATH} and no mock KFD driver (install {MOCK_DIST})"
+
+
 def open_os(device: str = "AMD", mock_gpus: int = 2, mock_xccs: int = 1, prefer_mock: bool = False,
             mocks: dict[str, Any] | None = None) -> OSLayer:
     """The real OS when /dev/kfd exists (unless `prefer_mock`), else the first mock KFD driver offered, built for

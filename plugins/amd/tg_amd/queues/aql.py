@@ -11,6 +11,7 @@ Header: type [7:0], barrier [8], acquire scope [10:9], release scope [12:11]; tg
 """
 from __future__ import annotations
 
+from tg_core.plugin_api import dtypes
 from tg_amd.interface import KernelSymbol
 from tg_amd.queues import pm4
 from tg_amd.queues.pm4 import Word, hi, lo
@@ -29,14 +30,15 @@ def pm4_ib(address: Word, ndwords: int) -> list[Word]:
             *([0] * 8), 0, 0]
 
 
-def kernel_dispatch(kernel: KernelSymbol, image_va: Word, kernarg: Word, grid: tuple[int, int, int],
+def kernel_dispatch(kernel: KernelSymbol, image_va: Word, kernarg: Word, grid: tuple[Word, Word, Word],
                     local: tuple[int, int, int]) -> list[Word]:
-    """The dispatch packet of `kernel` (loaded with its code object at `image_va`) on `grid` workgroups."""
-    if any(g < 1 for g in grid) or any(not 0 < x < 1 << 16 for x in local):
+    """The dispatch packet of `kernel` (loaded with its code object at `image_va`) on `grid` workgroups (ints, or
+    uint32 expressions evaluated per run: the packet holds grid x local work-items)."""
+    if any(isinstance(g, int) and g < 1 for g in grid) or any(not 0 < x < 1 << 16 for x in local):
         raise ValueError(f"kernel {kernel.name}: a dispatch of {grid} workgroups of {local}: sizes must be >= 1 "
                          "(workgroup sizes are 16-bit fields)")
-    items = [g * x for g, x in zip(grid, local)]
-    if any(n >= 1 << 32 for n in items):
+    items: list[Word] = [g * x if isinstance(g, int) else pm4.u32(g.cast(dtypes.uint32) * x) for g, x in zip(grid, local)]
+    if any(isinstance(n, int) and n >= 1 << 32 for n in items):
         raise ValueError(f"kernel {kernel.name}: grid {items} work-items; an AQL grid size is a 32-bit field")
     kd = kernel.descriptor
     desc = image_va + kernel.descriptor_offset

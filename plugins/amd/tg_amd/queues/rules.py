@@ -15,12 +15,14 @@ shadow of put).
   A submission that does not fit before the ring's end zero-fills the tail (zero dwords are SDMA NOPs) and
   restarts at offset 0. put, wptr and doorbell count bytes and never wrap (amd.md 4).
 
-Kernel dispatch (`exec`) needs the device's compiled programs and kernarg segments: pm4.dispatch builds its
-packets; the rule that feeds it is the device's (issue 13, the AMD device on queues).
+Kernel dispatch (`exec`) needs the device's compiled programs and kernarg segments: the submit-level rule of
+queues/kernels.py lays kernels out in the command buffer; `device_pm_encode` is the two together, for the device.
 """
 from __future__ import annotations
 
-from tg_core.plugin_api import Ops, PatternMatcher, UOp, UPat, dtypes
+from typing import Any
+
+from tg_core.plugin_api import Device, Ops, PatternMatcher, UOp, UPat, dtypes
 from tg_core.plugin_api import hcq_ops as q
 from tg_amd.queues import aql, pm4, sdma
 
@@ -134,20 +136,28 @@ def push_sdma(cmdbuf: UOp, ring_bytes: int = SDMA_RING_BYTES) -> UOp:
 
 
 def push_aql(cmdbuf: UOp, ring_packets: int = AQL_RING_PACKETS) -> UOp:
-    """One vendor packet at put (in packets); a packet is 64 bytes, so none straddles the ring's end."""
+    """The command buffer's AQL packets at put (in packets): the ones its encoder made (its third source: vendor
+    and kernel-dispatch packets, queues/kernels.py), else one vendor packet running the whole buffer. A packet is
+    64 bytes, so none straddles the ring's end; each one's header is stored after its body, because the packet
+    processor takes a packet whose header is valid as ready (amd.md 3)."""
     queue, nbytes = cmdbuf.arg[1], cmdbuf.arg[2]
+    packets: list[list[UOp | int]] = [list(p.src) for p in cmdbuf.src[2].src] if len(cmdbuf.src) > 2 else \
+        [aql.pm4_ib(q.addr(cmdbuf.src[0]), nbytes // 4)]
+    if len(packets) > ring_packets:
+        raise ValueError(f"{queue}: a submission of {len(packets)} AQL packets does not fit a ring of {ring_packets}")
     ring, wptr, rptr, bell, put = ring_buffers(queue, aql.PACKET_BYTES * ring_packets)
     p = q.host_load(put, 0)
-    pos = (p % _c(ring_packets)) * _c(aql.PACKET_BYTES)
-    nxt = p + _c(1)
-    words = aql.pm4_ib(q.addr(cmdbuf.src[0]), nbytes // 4)
-    # the header last: the packet processor takes a packet whose header is valid as ready (amd.md 3)
-    body = [q.host_store(ring, pos + _c(4 * i), w if isinstance(w, UOp) else q.u32(w)) for i, w in enumerate(words)]
-    return q.linear(cmdbuf.src[1], _room(queue, rptr, nxt, ring_packets), *body[1:], body[0],
-                    q.host_store(wptr, 0, nxt), q.host_store(put, 0, nxt), q.doorbell(queue, bell, p))
+    nxt = p + _c(len(packets))
+    stores = []
+    for k, words in enumerate(packets):
+        pos = ((p + _c(k)) % _c(ring_packets)) * _c(aql.PACKET_BYTES)
+        body = [q.host_store(ring, pos + _c(4 * i), w if isinstance(w, UOp) else q.u32(w)) for i, w in enumerate(words)]
+        stores += body[1:] + body[:1]
+    return q.linear(cmdbuf.src[1], _room(queue, rptr, nxt, ring_packets), *stores,
+                    q.host_store(wptr, 0, nxt), q.host_store(put, 0, nxt), q.doorbell(queue, bell, nxt - _c(1)))
 
 
-def _push(s: UOp, compute: str, pm4_ring_dwords: int, sdma_ring_bytes: int, aql_ring_packets: int) -> UOp | None:
+def _push(s: UOp, compute: str | None, pm4_ring_dwords: int, sdma_ring_bytes: int, aql_ring_packets: int) -> UOp | None:
     if not isinstance(s.arg, q.Submit) or s.arg.queue.device.split(":")[0] != KIND:
         return None
     cmdbuf = s.src[0]
@@ -155,13 +165,30 @@ def _push(s: UOp, compute: str, pm4_ring_dwords: int, sdma_ring_bytes: int, aql_
         return None
     if s.arg.queue.kind == "COPY":
         return push_sdma(cmdbuf, sdma_ring_bytes)
+    if compute is None:
+        dev: Any = Device[s.arg.queue.device]  # an AMDDevice
+        compute = dev.queue_kind
     return push_pm4(cmdbuf, pm4_ring_dwords) if compute == "pm4" else push_aql(cmdbuf, aql_ring_packets)
 
 
-def pm_lower(compute: str = "pm4", pm4_ring_dwords: int = PM4_RING_DWORDS, sdma_ring_bytes: int = SDMA_RING_BYTES,
-             aql_ring_packets: int = AQL_RING_PACKETS) -> PatternMatcher:
-    """The pushes; `compute` is the compute queues' kind, "pm4" or "aql"."""
-    if compute not in COMPUTE_QUEUES:
+def pm_lower(compute: str | None = "pm4", pm4_ring_dwords: int = PM4_RING_DWORDS,
+             sdma_ring_bytes: int = SDMA_RING_BYTES, aql_ring_packets: int = AQL_RING_PACKETS) -> PatternMatcher:
+    """The pushes; `compute` is the compute queues' kind, "pm4" or "aql" (None: each AMD device's own)."""
+    if compute is not None and compute not in COMPUTE_QUEUES:
         raise ValueError(f"compute queue kind {compute!r}; kinds: {', '.join(COMPUTE_QUEUES)}")
     return PatternMatcher([(UPat(Ops.CUSTOM_FUNCTION, name="s"),
                             lambda s: _push(s, compute, pm4_ring_dwords, sdma_ring_bytes, aql_ring_packets))])
+
+
+def _device_encode(x: UOp) -> UOp | None:
+    """The encode rule of an opened AMD device: its XCC count and its SDMA engine's copy size."""
+    if not (q.is_queue_op(x) and _mine(x)):
+        return None
+    dev: Any = Device[x.arg[1].device]  # an AMDDevice (tg_amd/device.py imports this module)
+    return encode_pm4(x, dev.xccs) if x.arg[1].kind == "COMPUTE" else encode_sdma(x, dev.max_copy)
+
+
+def device_pm_encode() -> PatternMatcher:
+    """What the AMD device's `tg_pm_encode` hook returns: per-op rules, then the kernels of compute submits."""
+    from tg_amd.queues.kernels import pm_encode_kernels
+    return PatternMatcher([(UPat(Ops.INS, name="x"), _device_encode)]) + pm_encode_kernels

@@ -65,7 +65,7 @@ class AQLStream:
             self.packets.append(aql.pm4_ib(self.base + 4 * self._run, len(self.words) - self._run))
         self._run = len(self.words)
 
-    def kernel(self, kernel: KernelSymbol, image_va: Word, kernargs: Sequence[Word], grid: tuple[int, int, int],
+    def kernel(self, kernel: KernelSymbol, image_va: Word, kernargs: Sequence[Word], grid: tuple[Word, Word, Word],
                local: tuple[int, int, int]) -> None:
         self._close()
         while len(self.words) * 4 % KERNARG_ALIGN:

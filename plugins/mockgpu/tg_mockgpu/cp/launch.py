@@ -76,6 +76,8 @@ class EmulatorLauncher:
             self._check_scratch(st, name)
         local = tuple(r[a] & 0xFFFF for a in NUM_THREAD)
         grid = st.grid
+        if 0 in grid:
+            return  # a dispatch of no workgroups launches no wave (tg's run-time grids may be empty)
         check_launch(name, kd, grid, local)  # type: ignore[arg-type]
         user = [r.get(USER_DATA_0 + i, 0) for i in range(kd.user_sgpr_count)]
         prog = self._program(code, name)
