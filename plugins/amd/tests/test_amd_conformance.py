@@ -141,3 +141,30 @@ def test_demo_trains_on_amd():
         Device.reset()
     assert "on AMD" in out.getvalue()
     assert acc >= 0.9, out.getvalue()
+
+
+@pytest.fixture(scope="class")
+def amd_config(request):
+    """The class's AMD configuration (queue kind, XCCs) for its tests; the default device again afterwards."""
+    Device.configure(devices={"AMD": request.cls.config})
+    yield
+    Device.reset()
+
+
+@pytest.mark.usefixtures("amd_config")
+class TestAMDOpsAQL(OpConformance):
+    """The op matrix through the AQL queue (dispatch packets, vendor PM4-IB packets)."""
+    device, config = "AMD", {"queue": "aql"}
+
+    def test_queue_is_aql(self):
+        assert Device["AMD"].queue_kind == "aql"
+
+
+@pytest.mark.usefixtures("amd_config")
+class TestAMDOpsTwoXCCs(OpConformance):
+    """The op matrix on mock GPUs of 2 XCCs (PRED_EXEC around per-XCC and one-XCC writes)."""
+    device, config = "AMD", {"mock_xccs": 2}
+
+    def test_two_xccs(self):
+        dev = Device["AMD"]
+        assert dev.xccs == 2 or not dev.system.is_mock
