@@ -113,7 +113,9 @@ class Block:
         cfg, w = self.cfg, self.w
         B, T, _ = x.shape
         H, Hk, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        h = rms_norm(x, w["attn_norm"], cfg.norm_eps)
+        # the matmuls' inputs are realized (contiguous): inlined, the norm (or the gate) would be recomputed
+        # for every output column of the matmul that reads it
+        h = rms_norm(x, w["attn_norm"], cfg.norm_eps).contiguous()
         q, k, v = h @ w["attn_q"].T, h @ w["attn_k"].T, h @ w["attn_v"].T
         if "attn_q.bias" in w:
             q, k, v = q + w["attn_q.bias"], k + w["attn_k.bias"], v + w["attn_v.bias"]
@@ -132,9 +134,9 @@ class Block:
                 (Tensor.arange(T, device=x.device).reshape(T, 1) + (S - T))
             scores = allowed.where(scores, -math.inf)
         att = scores.softmax(-1) @ values.unsqueeze(2)                            # (B, Hk, G, T, d)
-        x = x + att.permute(0, 3, 1, 2, 4).reshape(B, T, H * d) @ w["attn_output"].T
-        h = rms_norm(x, w["ffn_norm"], cfg.norm_eps)
-        return x + ((h @ w["ffn_gate"].T).silu() * (h @ w["ffn_up"].T)) @ w["ffn_down"].T
+        x = x + att.permute(0, 3, 1, 2, 4).reshape(B, T, H * d).contiguous() @ w["attn_output"].T
+        h = rms_norm(x, w["ffn_norm"], cfg.norm_eps).contiguous()
+        return x + ((h @ w["ffn_gate"].T).silu() * (h @ w["ffn_up"].T)).contiguous() @ w["ffn_down"].T
 
 
 class Transformer:
@@ -186,8 +188,9 @@ class Transformer:
             # realized per layer: the next layer's cache write runs at once, and a lazy x would make it
             # recompute every layer before it
             x = blk(x, start_pos, cos, sin).realize()
-        last = rms_norm(x[:, -1], self.output_norm, self.cfg.norm_eps)
-        return last @ self.output.T
+        last = rms_norm(x[:, -1], self.output_norm, self.cfg.norm_eps).contiguous()
+        # realized: sampling reads the logits several times (argmax alone would recompute the head twice)
+        return (last @ self.output.T).contiguous()
 
     def check_positions(self, start_pos: Position, T: int) -> None:
         end = position_value(start_pos) + T
