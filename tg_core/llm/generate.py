@@ -8,6 +8,7 @@ the same capture.
 """
 from __future__ import annotations
 
+from collections.abc import Generator as Gen
 from collections.abc import Iterator, Sequence
 
 from tg_core.engine.jit import TinyJit
@@ -16,6 +17,8 @@ from tg_core.llm.sampling import SamplingParams, greedy, sample
 from tg_core.llm.tokenizer import Tokenizer
 from tg_core.tensor import Tensor
 from tg_core.uop import UOp
+
+GREEDY = SamplingParams()
 
 
 class Generator:
@@ -60,8 +63,8 @@ class Generator:
         assert logits is not None
         return logits
 
-    def generate(self, ids: Sequence[int], max_new_tokens: int = 256, params: SamplingParams = SamplingParams(),
-                 stop_ids: Sequence[int] | None = None) -> Iterator[int]:
+    def generate(self, ids: Sequence[int], max_new_tokens: int = 256, params: SamplingParams = GREEDY,
+                 stop_ids: Sequence[int] | None = None) -> Gen[int, None, None]:
         """The new tokens after the prompt, one at a time, until a stop token (not yielded), max_new_tokens
         or the end of the context. Closing the iterator stops the generation."""
         if max_new_tokens < 0:
@@ -92,7 +95,7 @@ class Generator:
             tok = self._greedy(inp, self._pos(pos, 1)) if params.temperature == 0 else \
                 self._sampled(inp, self._pos(pos, 1), *knobs)
 
-    def generate_text(self, ids: Sequence[int], max_new_tokens: int = 256, params: SamplingParams = SamplingParams(),
+    def generate_text(self, ids: Sequence[int], max_new_tokens: int = 256, params: SamplingParams = GREEDY,
                       stop: Sequence[str] = ()) -> Iterator[str]:
         """Text pieces as they become complete UTF-8, ending before the first stop string (held back until
         it can no longer begin one)."""
