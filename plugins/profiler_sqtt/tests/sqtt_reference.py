@@ -113,7 +113,10 @@ def header(layout: int = 3, simd: int = 0) -> tuple[str, int]:
 
 # ---- the captures ---------------------------------------------------------------------------------------------
 
-CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "sqtt" / "gfx1100"
+# beside the checkout (../shared), else where the workplace keeps it (a checkout made elsewhere, as CI's may be)
+CAPTURES = next((p for p in (Path(__file__).resolve().parents[3].parent / "shared" / "data" / "sqtt" / "gfx1100",
+                             Path("/work/shared/data/sqtt/gfx1100")) if p.is_dir()),
+                Path("/work/shared/data/sqtt/gfx1100"))
 RUNS = sorted(p.name for p in CAPTURES.iterdir()) if CAPTURES.is_dir() else []
 
 
