@@ -41,7 +41,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec(historic=True)
 def tg_addhooks(pluginmanager: pluggy.PluginManager) -> None:
-    """Add the plugin's own hook specs, for plugins that other plugins extend (tg-amd's `amd_interfaces`,
+    """Add the plugin's own hook specs, for plugins that other plugins extend (tg-amd's `amd_kfd_os`,
     filled by tg-mockgpu).
 
     Called once per plugin when it is registered (phase two); historic, so a plugin registered later still

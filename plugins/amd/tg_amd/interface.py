@@ -1,8 +1,8 @@
-"""What tg-amd asks of an AMD GPU interface, and the code-object data it hands one.
+"""The code-object data tg-amd works with (descriptors, kernel symbols, code objects), and `AMDInterface`, the
+protocol of a synchronous direct-dispatch GPU.
 
-An *interface* is the layer between the AMD device and a GPU: the kernel driver (KFD, not written yet) or
-tg-mockgpu's emulator. Plugins offer interface classes through the `amd_interfaces()` hook
-(tg_amd/hookspecs.py); the device picks one by the config key `devices.AMD.interface`.
+The AMD device runs on the KFD's command queues (tg_amd/device.py); `AMDInterface` is no longer a device
+interface but the contract of tg-mockgpu's `MockInterface`, the harness its emulator tests dispatch through.
 
 The device does everything that is the same for every interface: rendering, compiling, reading the ELF
 (tg_amd/elf.py gives a `CodeObject`), packing kernel arguments to the descriptor's `kernarg_size`. The interface
@@ -265,7 +265,7 @@ class CodeObject:
 
 @runtime_checkable
 class AMDInterface(Protocol):
-    """An AMD GPU as the device uses it. Implementations register their class through `amd_interfaces()`.
+    """A GPU that dispatches synchronously (tg-mockgpu's MockInterface, the emulator tests' harness).
 
     Class attributes: `name` (what `devices.AMD.interface` selects, e.g. "mock"), `description` (one line for
     `tg devices`). `available()` (a classmethod) returns None when the interface can be opened here, else why

@@ -77,7 +77,8 @@ def acquire(device: str, options: dict[str, Any]) -> KFDSystem:
     there is one whatever the options), counted as used by one more device."""
     key = (int(options.get("mock_gpus", 2)), int(options.get("mock_xccs", 1)))
     with _lock:
-        system = next(iter(_systems.values()), None) if _systems and not _systems_mock() else _systems.get(key)
+        # a real /dev/kfd is one system whatever the mock options; mock systems are one per option pair
+        system = next((s for s in _systems.values() if not s.is_mock), None) or _systems.get(key)
         if system is None:
             os_layer = open_os(device.split(":")[0], *key)
             driver = KFDDriver(os_layer)
@@ -85,10 +86,6 @@ def acquire(device: str, options: dict[str, Any]) -> KFDSystem:
             system = _systems[key] = KFDSystem(os_layer, driver, gpus)
         system.users += 1
         return system
-
-
-def _systems_mock() -> bool:
-    return all(s.is_mock for s in _systems.values())
 
 
 def release(system: KFDSystem) -> None:
