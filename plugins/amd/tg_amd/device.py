@@ -174,9 +174,12 @@ class AMDDevice(HCQCompiled):
         """A hardware queue's work cannot be dropped from the host: after a timeout the device is faulted."""
         self.fault = self.fault or "a wait timed out (TG_HCQ_TIMEOUT_MS); its queues may still hold work"
 
-    def check_fault(self) -> None:
+    def _check_usable(self) -> None:
         if self.fault is not None:
             raise RuntimeError(f"{self.device} faulted earlier and is unusable: {self.fault}")
+
+    def check_fault(self) -> None:
+        self._check_usable()
         try:
             self.gpu.events.wait(0)
         except (GPUMemoryFault, GPUHardwareException) as e:
@@ -302,8 +305,7 @@ class AMDDevice(HCQCompiled):
         return KernelPlan(tuple(loaded), prepared.temps)
 
     def synchronize(self) -> None:
-        if self.fault is not None:
-            raise RuntimeError(f"{self.device} faulted earlier and is unusable: {self.fault}")
+        self._check_usable()
         super().synchronize()
 
     def close(self) -> None:
