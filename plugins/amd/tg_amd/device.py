@@ -103,7 +103,8 @@ class AMDDevice(HCQCompiled):
                                     "is behind the KFD interface: tg-mockgpu's mock /dev/kfd)")
         if kind not in QUEUE_KINDS:
             raise DeviceUnavailable(f"{device}: devices.AMD.queue {kind!r}: allowed {', '.join(QUEUE_KINDS)}")
-        index = int(device.split(":")[1]) if ":" in device else 0
+        last = device.split(":")[-1]
+        index = int(last) if last.isdigit() else 0  # NAME[:RENDERER][:INDEX]
         self.system = kfd_system.acquire(device, dict(options))
         try:
             self.gpu = self.system.gpu(index, device)
