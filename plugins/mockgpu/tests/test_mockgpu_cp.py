@@ -271,7 +271,7 @@ def test_dispatch_direct_runs_a_compiled_kernel(xccs):
         assert cp.run(4)
         got = np.frombuffer(mem.read(va["out"], 4 * n), np.float32)
         np.testing.assert_allclose(got, a * 2 + b, rtol=1e-6)
-        assert struct.unpack("<Q", mem.read(sig, 8))[0] == 1 and launcher.last_waves == grid[0] * 8
+        assert struct.unpack("<Q", mem.read(sig, 8))[0] == 1 and launcher.last.waves == grid[0] * 8
         for x in range(xccs):   # each XCC its own scratch base
             assert (cp.regs[x][0x2E10] | cp.regs[x][0x2E11] << 32) << 8 == scratch[x]
     finally:
@@ -421,7 +421,7 @@ def test_a_submission_waits_runs_a_kernel_with_inline_kernargs_and_signals(kind)
                 mem.write(ring + 64 * i, struct.pack("<16I", *p))
             cp = AQLQueue("AMD COMPUTE:0", mem, ring, 16, rptr + 128, queue_va=rptr, launch=launcher)
             bell = len(ring_packets) - 1
-        assert not cp.run(bell) and launcher.last_waves == 0      # stalled at the wait: the kernel has not run
+        assert not cp.run(bell) and launcher.last.waves == 0      # stalled at the wait: the kernel has not run
         mem.write(go, struct.pack("<Q", 1))
         assert cp.run(bell)
         np.testing.assert_allclose(np.frombuffer(mem.read(va["out"], 4 * n), np.float32), a * 2 + b)

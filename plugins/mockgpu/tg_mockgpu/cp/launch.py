@@ -16,12 +16,14 @@ emulator over the launcher's GPUMemory. The code is read from GPU memory once pe
 """
 from __future__ import annotations
 
+import time
+
 from tg_amd.interface import WAVEFRONT_SIZE32_BIT, KernelDescriptor
 from tg_mockgpu.cp.pm4 import DispatchState
 from tg_mockgpu.emu.machine import EmulatorError
 from tg_mockgpu.emu.program import Program
 from tg_mockgpu.emu.run import run
-from tg_mockgpu.interface import check_launch, resident_batches, start_waves
+from tg_mockgpu.interface import DispatchStats, check_launch, resident_batches, start_waves
 from tg_mockgpu.memory import PAGE_SIZE, GPUMemory
 
 # absolute register addresses (amd.md 10)
@@ -41,7 +43,7 @@ class EmulatorLauncher:
     def __init__(self, mem: GPUMemory):
         self.mem = mem
         self.programs: dict[int, Program] = {}
-        self.last_waves = 0
+        self.last = DispatchStats()  # what the last DISPATCH_DIRECT cost (bench/emulator.py reads it)
 
     def _code(self, va: int) -> bytes:
         """The bytes from the entry point to the end of its mapping (at most MAX_CODE)."""
@@ -81,11 +83,14 @@ class EmulatorLauncher:
         check_launch(name, kd, grid, local)  # type: ignore[arg-type]
         user = [r.get(USER_DATA_0 + i, 0) for i in range(kd.user_sgpr_count)]
         prog = self._program(code, name)
-        self.last_waves = 0
+        t0 = time.perf_counter()
+        self.last = DispatchStats()
         for groups in resident_batches(grid, local, kd):  # type: ignore[arg-type]
             m = start_waves(self.mem, kd, name, groups, local, user)  # type: ignore[arg-type]
             run(m, prog, code)
-            self.last_waves += m.nwaves
+            self.last.lane_instructions += m.lane_count
+            self.last.waves += m.nwaves
+        self.last.seconds = time.perf_counter() - t0
 
     def _check_scratch(self, st: DispatchState, name: str) -> None:
         """A kernel with a private segment needs the scratch its queue programmed: TMPRING_SIZE's waves x wave size
