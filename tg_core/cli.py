@@ -34,7 +34,7 @@ class Command:
 
 COMMANDS: dict[str, Command] = {}
 # modules that register more subcommands when imported
-_COMMAND_MODULES: tuple[str, ...] = ("tg_core.demo", "tg_core.bench", "tg_core.profile.cli")
+_COMMAND_MODULES: tuple[str, ...] = ("tg_core.demo", "tg_core.bench", "tg_core.profile.cli", "tg_core.llm.cli")
 
 
 def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] | None = None

@@ -1,0 +1,42 @@
+"""`tg llm SUBCOMMAND`: the LLM commands (`tg llm serve`, `tg llm chat`) as one subcommand group.
+
+A subcommand is registered here with `llm_command` (a function taking the parsed arguments and returning the exit
+code, plus an optional function adding its arguments); the heavy modules (model, server) are imported inside
+the function that runs, so `tg --help` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from tg_core.cli import Command, command
+
+LLM_COMMANDS: dict[str, Command] = {}
+
+
+def llm_command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] | None = None
+                ) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Register `fn(args) -> exit code` as `tg llm name`."""
+    def register(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        if name in LLM_COMMANDS:
+            raise ValueError(f"tg llm subcommand {name!r} is registered twice")
+        LLM_COMMANDS[name] = Command(name, help, fn, arguments)
+        return fn
+    return register
+
+
+def _group_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="llm_command", metavar="SUBCOMMAND")
+    for cmd in LLM_COMMANDS.values():
+        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        if cmd.arguments is not None:
+            cmd.arguments(sp)
+
+
+@command("llm", "LLM inference on GGUF models (tg llm SUBCOMMAND --help)", _group_args)
+def cmd_llm(args: argparse.Namespace) -> int:
+    if args.llm_command is None:
+        print(f"tg llm: a subcommand is needed: {', '.join(LLM_COMMANDS)}")
+        return 2
+    return LLM_COMMANDS[args.llm_command].run(args)
+
