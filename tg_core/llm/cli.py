@@ -40,3 +40,18 @@ def cmd_llm(args: argparse.Namespace) -> int:
         return 2
     return LLM_COMMANDS[args.llm_command].run(args)
 
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="a .gguf file, or the name of a packaged model (smollm2)")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="the TCP port (default 8000; 0 picks a free one)")
+    p.add_argument("--context", type=int, default=None,
+                   help="the context length in tokens (default: the model's, at most 4096)")
+
+
+@llm_command("serve", "serve MODEL over HTTP: an OpenAI-compatible API (/v1/chat/completions, /v1/completions, "
+                      "/v1/models, /health) and a chat page at /", _serve_args)
+def cmd_serve(args: argparse.Namespace) -> int:
+    from tg_core.llm.server import serve_model
+    return serve_model(args.model, args.host, args.port, args.context)
