@@ -51,15 +51,21 @@ class ThinkSplitter:
     def __init__(self, prompt_opens_think: bool = False):
         self.state = "reasoning" if prompt_opens_think else "start"
         self.buf = ""
+        self.strip = prompt_opens_think  # drop the newlines that follow a tag, even when they arrive later
 
     def feed(self, text: str) -> list[tuple[str, str]]:
         self.buf += text
         out: list[tuple[str, str]] = []
         while self.buf:
+            if self.strip:
+                self.buf = self.buf.lstrip("\n")
+                if not self.buf:
+                    break
+                self.strip = False
             if self.state == "start":
                 head = self.buf.lstrip()
                 if head.startswith(THINK_OPEN):
-                    self.state, self.buf = "reasoning", head[len(THINK_OPEN):].lstrip("\n")
+                    self.state, self.buf, self.strip = "reasoning", head[len(THINK_OPEN):], True
                 elif head and not THINK_OPEN.startswith(head):
                     self.state = "content"
                 else:
@@ -69,14 +75,14 @@ class ThinkSplitter:
                 if i >= 0:
                     if i:
                         out.append(("reasoning", self.buf[:i]))
-                    self.state, self.buf = "after", self.buf[i + len(THINK_CLOSE):].lstrip("\n")
+                    self.state, self.buf, self.strip = "content", self.buf[i + len(THINK_CLOSE):], True
                     continue
                 hold = _partial_suffix(self.buf, THINK_CLOSE)
                 if len(self.buf) > hold:
                     out.append(("reasoning", self.buf[:len(self.buf) - hold]))
                 self.buf = self.buf[len(self.buf) - hold:]
                 break
-            else:  # "content" or "after" the reasoning
+            else:  # content
                 out.append(("content", self.buf))
                 self.buf = ""
         return out
