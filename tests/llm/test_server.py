@@ -18,7 +18,6 @@ from tg_core.llm.chat import ChatTemplate
 from tg_core.llm.generate import Generator
 from tg_core.llm.gguf import GGUFFile
 from tg_core.llm.model import Transformer
-from tg_core.llm.sampling import SamplingParams
 from tg_core.llm.server import load_model, make_server
 from tg_core.llm.stream import StopStrings, ThinkSplitter
 from tg_core.llm.tokenizer import Tokenizer
