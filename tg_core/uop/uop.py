@@ -39,6 +39,10 @@ def _sweep_dead() -> None:
     _sweep_at = max(1 << 16, 2 * len(_ucache))
 
 
+_IDENTITY_HASH = object.__hash__  # the hash of types whose equality is identity
+_BY_ADDRESS = object()             # marks an arg keyed by address (no real arg is this object)
+
+
 def _arg_key(arg: Any) -> Any:
     """Floats key by their bits so that 0.0 and -0.0 stay distinct and NaN constants are shared; bools key
     apart from ints (True == 1 in Python, but a node's arg must be what its builder gave)."""
@@ -121,7 +125,15 @@ class UOp(TensorOps):
         # sources by address: a key must not keep them alive (a dead node's entry would otherwise hold its
         # whole graph, and the device memory of its buffers, until the next sweep). Addresses are unique
         # while the entry's node lives, since it holds its sources; a dead entry is only ever replaced.
-        key = (op, dtype, tuple(map(id, src)), _arg_key(arg) if targ is float or targ is tuple or targ is bool else arg, tag)
+        # Args compared by identity (hcq's Mem holding a device Buffer, functions) key by address for the
+        # same reason: an eager AMD loop otherwise kept every step's buffers alive until the sweep.
+        if targ is float or targ is tuple or targ is bool:
+            akey = _arg_key(arg)
+        elif targ.__hash__ is _IDENTITY_HASH and arg is not None:
+            akey = (_BY_ADDRESS, id(arg))
+        else:
+            akey = arg
+        key = (op, dtype, tuple(map(id, src)), akey, tag)
         ref = _ucache.get(key)
         if ref is not None:
             node = ref()
