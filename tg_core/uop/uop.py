@@ -39,7 +39,7 @@ def _sweep_dead() -> None:
     _sweep_at = max(1 << 16, 2 * len(_ucache))
 
 
-_IDENTITY_HASH = object.__hash__  # the hash of types whose equality is identity
+_IDENTITY_HASH: Any = object.__hash__  # the hash of types whose equality is identity
 _BY_ADDRESS = object()             # marks an arg keyed by address (no real arg is this object)
 
 
