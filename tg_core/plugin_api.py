@@ -26,6 +26,8 @@ templates); its tests may use anything. The names are grouped by the job they do
   `doorbell`, ...), and `Struct`/`Pointer`/`Array` (C structs as patched byte buffers, for drivers);
 - kernels on the reference interpreter: `InterpretedKernels` (the pipeline's stages for a device whose kernels
   the interpreter runs, as the PYTHON device and the plugin template do);
+- tensors (API 1.1): `Tensor`, for plugins that work on a user's tensors rather than provide a device (tg-mpi's
+  collectives across processes), and `DataParallel` (what `tg_data_parallel` returns);
 - checking a device: `run_kernel` (the reference interpreter) and `DeviceConformance` (the conformance
   suite; imported on first use, since it needs pytest).
 
@@ -34,7 +36,7 @@ manifest `API` range is a promise against them. Within one major version a name 
 documented: its signature, the meaning of each argument and result, and the hook contracts in
 tg_core/plugins/hookspecs.py. A minor bump adds names, arguments with defaults, or hooks; a major bump
 removes or changes one (and discovery then refuses plugins whose range excludes it, before importing them).
-Everything else in tg_core is internal and may change in any release. API 1.0 is exactly the list below.
+Everything else in tg_core is internal and may change in any release. API 1.1 is exactly the list below (1.0 without `Tensor` and `DataParallel`).
 """
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ from tg_core.hcq import ops as hcq_ops
 from tg_core.hcq.device import HCQCompiled
 from tg_core.hcq.structs import Array, Pointer, Struct
 from tg_core.helpers import DEBUG, Context
-from tg_core.plugins.contracts import DeviceFactory, Named, Profiler, Runner
+from tg_core.plugins.contracts import DataParallel, DeviceFactory, Named, Profiler, Runner
 from tg_core.plugins.errors import DeviceUnavailable, PluginBrokenError, PluginError
 from tg_core.plugins.hookspecs import hookimpl, hookspec
 from tg_core.plugins.specs import DeviceSpec, Option
@@ -100,6 +102,7 @@ from tg_core.renderer.isa import (
     label,
 )
 from tg_core.renderer.llvmir import LLVMFunction, LLVMRenderer, ltype, render_const
+from tg_core.tensor import Tensor
 from tg_core.trampoline import Call, trampoline
 from tg_core.uop.alu import float_to_int_range
 from tg_core.uop.ops import AxisType, GroupOp, KernelInfo, Ops
@@ -138,6 +141,8 @@ __all__ = [
     # plugin machinery
     "API_VERSION", "API_VERSION_STR", "DeviceFactory", "DeviceSpec", "DeviceUnavailable", "Named", "Option",
     "PluginBrokenError", "PluginError", "Profiler", "Runner", "collect_named", "hookimpl", "hookspec",
+    # tensors, for plugins that work on a user's tensors rather than provide a device (tg-mpi's collectives)
+    "DataParallel", "Tensor",
     # devices, memory, and the stages of the pipeline from kernel AST to runner
     "Allocator", "Buffer", "BufferSpec", "Compiled", "Compiler", "Device", "InterpretedKernels", "KernelSequence",
     "LRUAllocator", "Prepared", "PreparedKernel", "RunnerFn", "host_memory",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from tg_core.device import Buffer, Compiled
+    from tg_core.tensor import Tensor
 
 
 @runtime_checkable
@@ -55,4 +56,24 @@ class Profiler(Protocol):
     def collect(self) -> Sequence[Any]: ...
 
 
-__all__ = ["DeviceFactory", "Named", "Profiler", "Runner"]
+@runtime_checkable
+class DataParallel(Protocol):
+    """A `tg_data_parallel` result: this process's place in a group of processes training one model on parts of
+    each batch (tg-mpi's world). `device` is the device this process trains on; `broadcast_parameters` gives
+    every process rank 0's values of `params`; `distributed(opt)` is `opt` averaging the gradients over the
+    processes before each step; `mean(x)` averages a host number over them (a loss to report) and
+    `all_equal(params)` tells whether every process holds bit-identical values of `params`."""
+    rank: int
+    size: int
+    device: str
+
+    def broadcast_parameters(self, params: Sequence[Tensor]) -> None: ...
+
+    def distributed(self, opt: Any) -> Any: ...
+
+    def mean(self, x: float) -> float: ...
+
+    def all_equal(self, params: Sequence[Tensor]) -> bool: ...
+
+
+__all__ = ["DataParallel", "DeviceFactory", "Named", "Profiler", "Runner"]

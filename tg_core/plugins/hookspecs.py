@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from tg_core.plugins.contracts import Profiler
+    from tg_core.plugins.contracts import DataParallel, Profiler
     from tg_core.plugins.specs import DeviceSpec
     from tg_core.renderer import Renderer
     from tg_core.uop.rewrite import PatternMatcher
@@ -148,4 +148,17 @@ def tg_profilers(device: str) -> list[Profiler]:
     :returns: objects following `tg_core.plugins.contracts.Profiler` (`start()`, `stop()`, `collect()`).
 
     Combination: concatenated in plugin order.
+    """
+
+
+@hookspec
+def tg_data_parallel() -> DataParallel | None:
+    """This process's data-parallel group, for plugins that run one training over several processes (tg-mpi).
+
+    Called by `tg demo --data-parallel` (through `PluginRegistry.data_parallel`), once per process.
+
+    :returns: an object following `tg_core.plugins.contracts.DataParallel` (rank, size, device, gradient
+        averaging), or None when the plugin has no group to offer.
+
+    Combination: the first result that is not None, in plugin order.
     """

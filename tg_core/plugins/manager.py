@@ -48,7 +48,8 @@ log = logging.getLogger("tg.plugins")
 # first-party plugins (entry-point name: distribution, devices): a config may name them and their devices where
 # they are not installed (one config file may serve several machines), and errors say what to install
 FIRST_PARTY: dict[str, tuple[str, tuple[str, ...]]] = {
-    "amd": ("tg-amd", ("AMD",)), "cpu_x86": ("tg-cpu-x86", ("CPU",)), "mockgpu": ("tg-mockgpu", ())}
+    "amd": ("tg-amd", ("AMD",)), "cpu_x86": ("tg-cpu-x86", ("CPU",)), "mockgpu": ("tg-mockgpu", ()),
+    "mpi": ("tg-mpi", ("MPI",))}
 KNOWN_DEVICES: dict[str, str] = {d: dist for dist, devs in FIRST_PARTY.values() for d in devs}
 BUILTIN_NAME = "core"
 REFERENCE_DEVICE = "PYTHON"
@@ -120,6 +121,16 @@ class PluginRegistry:
             if norm(name) not in installed and norm(dist) not in installed:
                 out[name] = out[dist] = frozenset(first_party_devs)
         return out
+
+    def data_parallel(self) -> Any:
+        """This process's data-parallel group (`tg_data_parallel`): the first loaded plugin's that is not None, in
+        plugin order; None when no installed plugin offers one (`tg demo --data-parallel` then names tg-mpi)."""
+        self.load_all()
+        for rec in self.ordered([r for r in self.records if r.status is Status.LOADED]):
+            got = self.call(rec, "tg_data_parallel")
+            if got is not None:
+                return got
+        return None
 
     def device_names(self) -> list[str]:
         return sorted({d for r in self.records for d in r.devices})
