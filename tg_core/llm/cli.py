@@ -7,6 +7,7 @@ the function that runs, so `tg --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
 from tg_core.cli import Command, command
@@ -53,5 +54,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 @llm_command("serve", "serve MODEL over HTTP: an OpenAI-compatible API (/v1/chat/completions, /v1/completions, "
                       "/v1/models, /health) and a chat page at /", _serve_args)
 def cmd_serve(args: argparse.Namespace) -> int:
+    from tg_core.llm.chat import ChatTemplateError
+    from tg_core.llm.gguf import GGUFError
     from tg_core.llm.server import serve_model
-    return serve_model(args.model, args.host, args.port, args.context)
+    try:
+        return serve_model(args.model, args.host, args.port, args.context)
+    except (FileNotFoundError, GGUFError, ChatTemplateError, NotImplementedError, ValueError, OSError) as e:
+        # a model tg cannot load or an address it cannot bind: the user's to fix, one line
+        print(f"tg llm serve: error: {e}", file=sys.stderr)
+        return 2

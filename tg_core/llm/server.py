@@ -306,6 +306,8 @@ def load_model(model: str, context: int | None = None) -> tuple[Any, Tokenizer, 
 def serve_model(model: str, host: str = "127.0.0.1", port: int = 8000, context: int | None = None) -> int:
     """`tg llm serve`: load the model, compile its decode step once (so the first reply is not the one that
     waits for it), then serve until interrupted."""
+    if not 0 <= port <= 65535:  # before the model loads: a typo should not cost the load
+        raise ValueError(f"port must be in 0..65535, got {port}")
     t0 = time.perf_counter()
     generator, tok, template, n_ctx, name = load_model(model, context)
     print(f"tg llm serve: loaded {name} (context {n_ctx} tokens) in {time.perf_counter() - t0:.1f} s; compiling ...",
