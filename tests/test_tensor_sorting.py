@@ -205,3 +205,13 @@ def test_sorting_and_scatter_errors():
         t.scatter_reduce(0, Tensor([[2]]), t, "sum")
     with pytest.raises(TypeError, match=r"masked_select needs a bool mask tensor"):
         t.masked_select(Tensor([1, 0, 1]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float32_sort_keys_tie_signed_zeros_and_every_nan(device):
+    # float32 ranks come from integer keys of the bits: -0.0 must still tie with 0.0 (stable order) and a
+    # NaN with the sign bit set must sort with the other NaNs, above inf
+    x = np.array([0.0, -0.0, np.nan, -np.nan, 1.0, -np.inf, np.inf, -0.0], dtype=np.float32)
+    np.testing.assert_array_equal(T(x, device).argsort().numpy(), np.argsort(x, kind="stable"))
+    np.testing.assert_array_equal(T(x, device).argsort(descending=True).numpy(), [2, 3, 6, 4, 0, 1, 7, 5])
+    np.testing.assert_array_equal(T(x, device).topk(3, largest=False)[1].numpy(), [5, 0, 1])

@@ -169,6 +169,8 @@ class ReduceMixin(TensorBase):
     def _ranks(self, descending: bool) -> Tensor:
         """int32 ranks along the last axis; NaN sorts as the largest value (numpy, PyTorch)."""
         n = self.shape[-1]
+        if self.dtype is dtypes.float32 and n < 2**31:
+            return self._ranks_by_key(descending)
         # [..., i, j]: element i against element j, both expanded to (n, n) before any op, so that
         # isnan is computed per pair in the kernel rather than realized as a buffer and broadcast
         full = self.shape + (n,)
@@ -182,6 +184,27 @@ class ReduceMixin(TensorBase):
         idx = type(self)._iota(n, self.device)
         earlier = idx.reshape(1, n) < idx.reshape(n, 1)      # j < i
         return (before | (tie & earlier)).cast(dtypes.int32).sum(-1, dtype=dtypes.int32)
+
+    def _ranks_by_key(self, descending: bool) -> Tensor:
+        """float32 ranks from one unique int64 key per element (order bits * n + index): a single compare
+        per pair instead of the compare, tie, NaN and index terms. -0.0 is keyed as 0.0 (they tie, as in
+        PyTorch) and every NaN as one value above inf."""
+        n = self.shape[-1]
+        T = type(self)
+        full = self.shape + (n,)
+        idx = T._iota(n, self.device).cast(dtypes.int64)
+
+        def key(x: Tensor, i: Tensor) -> Tensor:
+            b = x.eq(0).where(0.0, x).bitcast(dtypes.int32)
+            ok = x.isnan().where(2**31, (b < 0).where(b ^ 0x7FFFFFFF, b).cast(dtypes.int64))  # NaN above inf
+            return (-ok if descending else ok) * n + i
+        # expanded to (n, n) before any op, so the keys are computed per pair in the one kernel (an
+        # expanded elementwise input would be realized as its own buffer first)
+        x = cast("Tensor", self).detach()    # ranks are integers: no gradient flows through the keys
+        ki = key(x.unsqueeze(-1).expand(full), idx.reshape(n, 1).expand(full))
+        kj = key(x.unsqueeze(-2).expand(full), idx.reshape(1, n).expand(full))
+        before = kj < ki                                     # [..., i, j]: j comes before i
+        return before.cast(dtypes.int32).sum(-1, dtype=dtypes.int32)
 
     def _select_ranks(self, k: int, descending: bool) -> tuple[Tensor, Tensor]:
         """The first k of the sorted order along the last axis: (values, int32 indices)."""
