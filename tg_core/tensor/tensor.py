@@ -263,7 +263,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             # a strided view of storage: its elements are gathered into a temporary buffer
             base = realize([u], devices=[self.device])[u]
         checks.report()  # a device-side check that failed in what ran so far is an error here, not a value
-        return buffer_of(base).numpy()[:prod(shape)].reshape(shape).copy()
+        flat = buffer_of(base).numpy()  # a new array: copied out of the buffer, owned by nobody else
+        # only a symbolic shape's dense prefix is copied again, so the array does not hold the whole buffer
+        return (flat if flat.size == prod(shape) else flat[:prod(shape)].copy()).reshape(shape)
 
     @staticmethod
     def synchronize(device: str | None = None) -> None:
