@@ -132,6 +132,21 @@ def test_max_unpool_errors():
         v.max_unpool2d(Tensor(np.full((1, 1, 2, 2), 16, np.int32)))
 
 
+
+@pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
+def test_pool_arguments_are_checked(pool):
+    x = Tensor(np.zeros((1, 1, 4, 4), np.float32))
+    with pytest.raises(ValueError, match=rf"{pool}: kernel_size 0: each entry must be >= 1, got 0"):
+        getattr(x, pool)(0)
+    with pytest.raises(ValueError, match=rf"{pool}: stride \(2, 0\): each entry must be >= 1, got 0"):
+        getattr(x, pool)(2, stride=(2, 0))
+    with pytest.raises(ValueError, match=rf"{pool}: dilation 0: each entry must be >= 1"):
+        getattr(x, pool)(2, dilation=0)
+    with pytest.raises(ValueError, match=rf"{pool}: kernel_size must be an int or 2 ints"):
+        getattr(x, pool)((2, 2, 2))
+    with pytest.raises(ValueError, match=rf"{pool} needs the last two axes to be \(H, W\), got shape \(3,\)"):
+        getattr(Tensor(np.zeros(3, np.float32)), pool)(1)
+
 def _axis_ref(n_in, n_out, mode, align, scale):
     """Per output position: [(source index, weight)], PyTorch's rules written as loops."""
     rows = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 
 def _pair(v: int | Sequence[int], n: int = 2) -> tuple[int, ...]:
     return (v,) * n if isinstance(v, int) else tuple(v)
+
+
+def _pool_args(name: str, kernel_size: Any, stride: Any, dilation: Any) -> tuple[tuple[int, ...], ...]:
+    """kernel_size, stride (default: kernel_size) and dilation of a 2-D pool, each an int or a pair of
+    ints >= 1 (a 0 would otherwise divide by zero deep in the window arithmetic)."""
+    k = resample.per_axis(kernel_size, 2, f"{name}: kernel_size", 1)
+    st = resample.per_axis(stride if stride is not None else k, 2, f"{name}: stride", 1)
+    return k, st, resample.per_axis(dilation, 2, f"{name}: dilation", 1)
 
 
 class NNMixin(TensorBase):
@@ -300,8 +308,9 @@ class NNMixin(TensorBase):
                    return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """The max of each window; with return_indices also the flat H*W index of each window's first
         maximum (int32), which max_unpool2d takes."""
-        k = _pair(kernel_size)
-        st, dl = _pair(stride if stride is not None else k), _pair(dilation)
+        if self.ndim < 2:
+            raise ValueError(f"max_pool2d needs the last two axes to be (H, W), got shape {self.shape}")
+        k, st, dl = _pool_args("max_pool2d", kernel_size, stride, dilation)
         pad, extra = self._pool_pads(k, st, dl, padding, ceil_mode)
         full = tuple((b + eb, a + ea) for (b, a), (eb, ea) in zip(pad, extra))
         x = self.pad(((0, 0),) * (self.ndim - 2) + full, value=dtypes.min(self.dtype))
@@ -341,8 +350,9 @@ class NNMixin(TensorBase):
                    padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
         """The mean of each window; the divisor counts the padding when count_include_pad, never the
         elements ceil_mode adds."""
-        k = _pair(kernel_size)
-        st, dl = _pair(stride if stride is not None else k), _pair(dilation)
+        if self.ndim < 2:
+            raise ValueError(f"avg_pool2d needs the last two axes to be (H, W), got shape {self.shape}")
+        k, st, dl = _pool_args("avg_pool2d", kernel_size, stride, dilation)
         pad, extra = self._pool_pads(k, st, dl, padding, ceil_mode)
         full = tuple((b + eb, a + ea) for (b, a), (eb, ea) in zip(pad, extra))
         total = self.pad(((0, 0),) * (self.ndim - 2) + full)._pool(k, st, dl).sum((-2, -1))
