@@ -100,15 +100,18 @@ def _check_headers(world: World, mine: np.ndarray, tag: int, what: str, dtype: n
 
 
 def _reduce_chunk(world: World, flat: np.ndarray, bounds: list[tuple[int, int]], op: str, tag: int,
-                  what: str) -> np.ndarray:
-    """This rank's chunk of the reduction: every rank's part of it, reduced in rank order."""
+                  what: str, out: np.ndarray | None = None) -> np.ndarray:
+    """This rank's chunk of the reduction: every rank's part of it, reduced in rank order (into `out` when
+    given: the caller's slice of the result, so the reduced chunk is never copied)."""
     me, peers = world.rank, [p for p in range(world.size) if p != world.rank]
     lo, hi = bounds[me]
     parts = {p: np.empty(hi - lo, dtype=flat.dtype) for p in peers}
     exchange(world.comm, {p: flat[bounds[p][0]:bounds[p][1]] for p in peers}, parts, tag, what, world.timeout)
     parts[me] = flat[lo:hi]
-    acc = parts[0].copy()
-    for r in range(1, world.size):
+    acc = np.empty(hi - lo, dtype=flat.dtype) if out is None else out
+    # the first two parts combine straight into acc (no copy of part 0 first); the order stays 0, 1, ..., n-1
+    UFUNCS[op](parts[0], parts[1], out=acc)
+    for r in range(2, world.size):
         UFUNCS[op](acc, parts[r], out=acc)
     if op == "mean":
         np.divide(acc, world.size, out=acc, casting="unsafe")
@@ -121,10 +124,9 @@ def host_allreduce(flat: np.ndarray, op: str, what: str, world: World, tag: int 
         return flat.copy()
     tag = world.next_tag() if tag is None else tag
     bounds = split(len(flat), world.size)
-    mine = _reduce_chunk(world, flat, bounds, op, tag, what)
     out = np.empty_like(flat)
     lo, hi = bounds[world.rank]
-    out[lo:hi] = mine
+    mine = _reduce_chunk(world, flat, bounds, op, tag, what, out[lo:hi])
     peers = [p for p in range(world.size) if p != world.rank]
     exchange(world.comm, {p: mine for p in peers}, {p: out[bounds[p][0]:bounds[p][1]] for p in peers}, tag, what,
              world.timeout)
