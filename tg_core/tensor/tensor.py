@@ -8,6 +8,7 @@ primitives they use.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -235,6 +236,31 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         u = self.uop
         return u.op is Ops.BUFFER or u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER or self.numel() == 0 or \
             u.op is Ops.MULTI and is_stored(u)
+
+    def data(self) -> memoryview:
+        """The value as a read-only memoryview of the tensor's shape (numpy's format for its dtype).
+
+        Where the device's memory is host memory (CPU devices) and the tensor is realized into a buffer of its
+        own shape, this is a view of that buffer, not a copy (tg-mpi sends gradients from it): it is valid while
+        the tensor lives and shows a later `assign` to it, so copy it (`np.array(t.data())`) to keep a value.
+        Everywhere else it views a new copy, as `numpy()` makes."""
+        if isinstance(self._device, str) and not has_sym(self.shape) and self.numel() > 0 and \
+                capture.active is None and not dtypes.is_weak(self.dtype):
+            self.realize()
+            u = self.uop
+            if u.op is Ops.BUFFER or u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
+                buf = buffer_of(u if u.op is Ops.BUFFER else u.src[0])
+                checks.report()
+                view = buf.allocator.host_view(buf.opaque)
+                npdt = to_numpy_dtype(self.dtype)
+                if view is not None and not view.readonly and view.nbytes == buf.nbytes and npdt.kind in "biuf":
+                    # kernels of such devices finish before realize returns: the memory holds the final value. The
+                    # view holds the Buffer (through a ctypes array over the same bytes), so the memory cannot go
+                    # back to the allocator and be reused while the view lives, even when the tensor is dropped
+                    holder = (ctypes.c_uint8 * buf.nbytes).from_buffer(view)
+                    holder.tg_buffer = buf  # type: ignore[attr-defined]
+                    return np.frombuffer(cast(Any, holder), npdt).reshape(self.shape).data.toreadonly()
+        return memoryview(cast(Any, self.numpy())).toreadonly()
 
     def numpy(self) -> np.ndarray:
         """The value as a new numpy array."""

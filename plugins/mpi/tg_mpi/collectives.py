@@ -57,13 +57,16 @@ def _check_op(op: str, what: str, dtype: np.dtype) -> None:
         raise TypeError(f"tg_mpi.{what}: op {op!r} on a bool tensor; bool allows 'max' (any rank true)")
 
 
-def _host(t: Tensor, what: str) -> np.ndarray:
+def _host(t: Tensor, what: str, async_op: bool) -> np.ndarray:
     if not isinstance(t, Tensor):
         raise TypeError(f"tg_mpi.{what} takes a tg Tensor, got {type(t).__name__}")
     if isinstance(t.device, tuple):
         raise ValueError(f"tg_mpi.{what} takes a tensor on one device, got one sharded over {t.device}: reduce it "
                          f"over its devices first, or pass each rank's local tensor")
-    return np.ascontiguousarray(t.numpy()).reshape(-1)
+    if async_op:  # the caller runs on while the messages move, and may assign to t: send a snapshot
+        return np.ascontiguousarray(t.numpy()).reshape(-1)
+    # a blocking collective sends straight from the tensor's memory where the device is host memory (no copy)
+    return np.asarray(t.data()).reshape(-1)
 
 
 def _header(kind: str, op: str, dtype: np.dtype, shapes: Sequence[tuple[int, ...]], root: int = 0) -> np.ndarray:
@@ -187,7 +190,7 @@ def allreduce_many(tensors: Sequence[Tensor], op: str = "sum", *, async_op: bool
     `bucket_bytes` (default devices.MPI.bucket_bytes): a model's many small gradients cost a few messages."""
     w = _world(world)
     what = "allreduce"
-    arrays = [_host(t, what) for t in tensors]
+    arrays = [_host(t, what, async_op) for t in tensors]
     for a in arrays:
         _check_op(op, what, a.dtype)
     limit = w.bucket_bytes if bucket_bytes is None else bucket_bytes
@@ -224,7 +227,7 @@ def broadcast(t: Tensor, root: int = 0, *, async_op: bool = False, world: World 
     w = _world(world)
     if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < w.size:
         raise ValueError(f"tg_mpi.broadcast: root is a rank from 0 to {w.size - 1}, got {root!r}")
-    flat = _host(t, "broadcast")
+    flat = _host(t, "broadcast", async_op)
     hdr = _header("broadcast", "-", flat.dtype, [t.shape], root)
 
     def body(tag: int) -> np.ndarray:
@@ -244,7 +247,7 @@ def all_gather(t: Tensor, *, async_op: bool = False, world: World | None = None)
     if not t.shape:
         raise ValueError("tg_mpi.all_gather concatenates along axis 0: it takes a tensor of at least 1 dimension, "
                          "got a 0-d one (reshape it to (1,))")
-    flat = _host(t, "all_gather")
+    flat = _host(t, "all_gather", async_op)
     hdr = _header("all_gather", "-", flat.dtype, [t.shape])
 
     def body(tag: int) -> np.ndarray:
@@ -265,7 +268,7 @@ def reduce_scatter(t: Tensor, op: str = "sum", *, async_op: bool = False, world:
     w = _world(world)
     if not t.shape:
         raise ValueError("tg_mpi.reduce_scatter splits axis 0: it takes a tensor of at least 1 dimension, got 0-d")
-    flat = _host(t, "reduce_scatter")
+    flat = _host(t, "reduce_scatter", async_op)
     _check_op(op, "reduce_scatter", flat.dtype)
     rows = split(t.shape[0], w.size)
     row = int(np.prod(t.shape[1:], dtype=np.int64))
