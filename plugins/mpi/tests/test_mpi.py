@@ -107,3 +107,26 @@ def test_split_matches_numpy():
     for n in (0, 1, 7, 12, 100003):
         for parts in (1, 2, 3, 4):
             assert [b - a for a, b in split(n, parts)] == [len(c) for c in np.array_split(np.arange(n), parts)]
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_the_demo_trains_the_same_on_two_ranks_as_on_one():
+    """`mpiexec -n 2 tg demo --data-parallel` (the command the README gives): the weights are checked equal on both
+    ranks after every step by the demo itself, and since both ranks' slices make up the one-process batch, the
+    loss and accuracy are those of one process (the mean of two half-batch gradients equals the whole batch's up
+    to float rounding)."""
+    import re
+    demo = [sys.executable, "-m", "tg_core", "demo", "--epochs", "2"]
+    line = re.compile(r"epoch\s+(\d+) .*loss (\d+\.\d+)\s+test accuracy\s+(\d+\.\d+)%")
+    env = {**os.environ, "TG_MPI_TIMEOUT": "60"}
+    env.pop("PMI_RANK", None)
+    one = subprocess.run(demo, capture_output=True, text=True, timeout=300, env=env)
+    two = subprocess.run([MPIEXEC, "-launcher", "fork", "-n", "2", *demo, "--data-parallel"], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert "on 2 processes (this is rank 0" in two.stdout, two.stdout + two.stderr
+    assert "weights differ" not in two.stdout + two.stderr
+    got, want = line.findall(two.stdout), line.findall(one.stdout)
+    assert len(got) == len(want) == 2, one.stdout + two.stdout + two.stderr
+    for (_, loss2, acc2), (_, loss1, acc1) in zip(got, want):
+        assert abs(float(loss2) - float(loss1)) < 2e-3 and abs(float(acc2) - float(acc1)) <= 0.6
