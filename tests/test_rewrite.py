@@ -292,3 +292,27 @@ def test_deep_chains_rewrite_without_recursion(bottom_up):
     out = graph_rewrite(z, PatternMatcher([(UPat(Ops.DEFINE_VAR, name="v"), lambda v: calls.append(v) or (Y if v is X else None))]),
                         bottom_up=bottom_up)
     assert out.evaluate({Y: 5}) == 10_005 and out is z.substitute({X: Y})
+
+
+def test_gc_paused_nests_and_restores_on_error():
+    import gc
+
+    from tg_core.uop.rewrite import gc_paused
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        with gc_paused():
+            assert not gc.isenabled()
+            try:
+                with gc_paused():
+                    raise KeyError("inner")
+            except KeyError:
+                pass
+            assert not gc.isenabled()  # the outer pause still holds
+        assert gc.isenabled()
+        gc.disable()
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a collector that was off before stays off
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -6,12 +6,11 @@ node they match, so a rewrite of a large graph only tries the rules that can app
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import inspect
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from tg_core.helpers import REWRITE_STEP_LIMIT
@@ -275,26 +274,37 @@ _gc_depth = 0
 _gc_was_enabled = False  # whether the collector ran before the outermost pause
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+class _GcPause:
+    """The pause as a plain context manager: a generator-based one cost several µs per use, and a tiny eager
+    realize enters it about six times (issue 16's launch overhead)."""
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _gc_depth, _gc_was_enabled
+        with _gc_lock:
+            if _gc_depth == 0:
+                _gc_was_enabled = gc.isenabled()
+                gc.disable()
+            _gc_depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _gc_depth
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+_GC_PAUSE = _GcPause()
+
+
+def gc_paused() -> _GcPause:
     """Pause the cyclic garbage collector while rewriting. A rewrite allocates many nodes and creates no
     reference cycles, and collections that walk millions of live nodes would otherwise double its time.
     Reference counting still frees everything at once; nested and concurrent rewrites share one pause.
     Codegen holds one pause around a whole kernel (its passes and the renderer's work in between allocate
     as much as the rewrites do: collections were a fifth of a first MLP forward's compile time)."""
-    global _gc_depth, _gc_was_enabled
-    with _gc_lock:
-        if _gc_depth == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_depth += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_depth -= 1
-            if _gc_depth == 0 and _gc_was_enabled:
-                gc.enable()
+    return _GC_PAUSE
 
 
 def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
