@@ -7,6 +7,11 @@ import pytest
 
 TINY_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
+# K types gguf cannot quantize: (byte offset of an f16 scale in the block, its magnitude per unit of weight
+# scale), chosen so a random block's values are of the weight's scale (Q4_K: d, dmin times 6-bit scales and
+# 4-bit quants; Q6_K: d times int8 scales and 6-bit quants minus 32)
+RANDOM_BYTE_SCALES = {12: ((0, 2e-3), (2, 2e-3)), 14: ((208, 5e-4),)}
+
 
 def write_tiny_llama(path, seed: int = 0, dim: int = 64, n_layers: int = 2, n_heads: int = 4, n_kv_heads: int = 2,
                      ffn_dim: int = 128, context: int = 256, types: dict | None = None) -> str:
@@ -41,6 +46,13 @@ def write_tiny_llama(path, seed: int = 0, dim: int = 64, n_layers: int = 2, n_he
         qtype = (types or {}).get(name.split(".")[-2] if name.count(".") > 1 else name, None)
         if qtype is None or qtype == gguf.GGMLQuantizationType.F32:
             w.add_tensor(name, data)
+        elif qtype in RANDOM_BYTE_SCALES:  # gguf cannot quantize K types: random bytes with small valid scales
+            elems, nbytes = gguf.GGML_QUANT_SIZES[qtype]
+            raw = rng.integers(0, 256, size=(shape[0], shape[1] // elems, nbytes), dtype=np.uint8)
+            for off, mag in RANDOM_BYTE_SCALES[qtype]:
+                raw[..., off:off + 2] = (rng.uniform(0.5, 1.0, size=raw.shape[:2] + (1,)) * mag * scale
+                                         ).astype(np.float16).view(np.uint8)
+            w.add_tensor(name, raw.reshape(shape[0], -1), raw_dtype=qtype)
         else:
             w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
     hd = dim // n_heads
