@@ -63,3 +63,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # a model tg cannot load or an address it cannot bind: the user's to fix, one line
         print(f"tg llm serve: error: {e}", file=sys.stderr)
         return 2
+
+
+def _chat_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="a .gguf file, or the name of a packaged model (smollm2)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (default 0: off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default 1: off)")
+    p.add_argument("--seed", type=int, default=None, help="the sampling seed (default: random)")
+    p.add_argument("--max-tokens", type=int, default=512, help="the longest reply in tokens (default 512)")
+    p.add_argument("--system", default=None, help="a system message that opens the conversation")
+    p.add_argument("--context", type=int, default=None,
+                   help="the context length in tokens (default: the model's, at most 4096)")
+
+
+@llm_command("chat", "chat with MODEL in the terminal: streamed replies, a tokens/s line after each, "
+                     "/exit or EOF ends, Ctrl-C stops a reply", _chat_args)
+def cmd_chat(args: argparse.Namespace) -> int:
+    from tg_core.llm.chat import ChatTemplateError
+    from tg_core.llm.gguf import GGUFError
+    from tg_core.llm.sampling import SamplingParams
+    from tg_core.llm.terminal_chat import run_chat
+    try:
+        params = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+        if args.max_tokens < 1:
+            raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+        return run_chat(args.model, params, args.max_tokens, args.system, args.context)
+    except (FileNotFoundError, GGUFError, ChatTemplateError, NotImplementedError, ValueError, OSError) as e:
+        print(f"tg llm chat: error: {e}", file=sys.stderr)
+        return 2
