@@ -121,6 +121,7 @@ class AMDDevice(HCQCompiled):
         self.hw_queues: dict[str, KFDQueue] = {}
         super().__init__(device, AMDAllocator(self), AMDCompiler(self.gpu.arch))
         self._shadows: dict[str, tuple[Buffer, Buffer]] = {}
+        self._instrumenters: list[Any] | None = None
         self._create_queues()
 
     # ---- queues ----
@@ -305,9 +306,27 @@ class AMDDevice(HCQCompiled):
     def make_runner(self, prepared: Prepared, programs: Sequence[Program], loaded: Sequence[Any]) -> Any:
         return KernelPlan(tuple(loaded), prepared.temps)
 
+    # ---- instrumentation (queues/instrument.py: what profiler plugins add through amd_dispatch_instrumenters) ----
+
+    def instrumenters(self) -> list[Any]:
+        """The instrumenters plugins offer for this device, asked once."""
+        if self._instrumenters is None:
+            from tg_amd.queues.instrument import instrumenters
+            self._instrumenters = instrumenters(self.device)
+        return self._instrumenters
+
+    def submit_instrumentation(self, queue: q.Queue, batch: int) -> list[Any]:
+        """Each instrumenter's instrumentation of one compute submit (the ones that instrument it)."""
+        insts = self.instrumenters()
+        if not insts:
+            return []
+        return [got for i in insts if (got := i.submit(self, queue, batch)) is not None]
+
     def synchronize(self) -> None:
         self._check_usable()
         super().synchronize()
+        for inst in self._instrumenters or ():
+            inst.synchronized(self)
 
     def close(self) -> None:
         try:

@@ -26,6 +26,7 @@ from tg_core.plugin_api import Device, Ops, PatternMatcher, UOp, UPat, dtypes
 from tg_core.plugin_api import hcq_ops as q
 from tg_amd.kernargs import kernarg_words
 from tg_amd.queues import pm4
+from tg_amd.queues.instrument import DispatchSite, SubmitInstrumentation
 from tg_amd.queues.pm4 import Word
 from tg_amd.queues.stream import AQLStream, PM4Stream
 
@@ -57,7 +58,24 @@ def grid_word(e: UOp) -> Word:
     return _int64(e).cast(dtypes.uint32)
 
 
-def _exec(stream: PM4Stream | AQLStream, dev: Any, x: UOp) -> None:
+class _Sites:
+    """The instrumentations of one submit and the dispatches placed so far (the site index)."""
+    def __init__(self, insts: list[SubmitInstrumentation], queue: q.Queue, batch: int):
+        self.insts, self.queue, self.batch, self.count = insts, queue, batch, 0
+
+    def words(self, dev: Any, ast: UOp, part: Any, image: Word, grid: tuple[Word, Word, Word]) -> dict[str, Any]:
+        if not self.insts:
+            return {}
+        site = DispatchSite(dev.device, self.queue, self.batch, self.count, part.kernel.name, ast, part, image, grid,
+                            part.launch.local_size)
+        self.count += 1
+        return {"before": [w for i in self.insts for w in i.before(site)],
+                "after_dispatch": [w for i in self.insts for w in i.after_dispatch(site)],
+                "after": [w for i in self.insts for w in i.after(site)],
+                "perfcount": any(i.perfcount for i in self.insts)}
+
+
+def _exec(stream: PM4Stream | AQLStream, dev: Any, x: UOp, sites: _Sites) -> None:
     ast, nbufs = x.arg[2], x.arg[3]
     refs, variables = list(x.src[:nbufs]), {v.arg[0]: v for v in x.src[nbufs:]}
     plan = dev.kernel_plan(ast)
@@ -72,20 +90,24 @@ def _exec(stream: PM4Stream | AQLStream, dev: Any, x: UOp) -> None:
         explicit += [(variables[n], size) for n, size in zip(part.variables, part.sizes[part.nbufs:])]
         kernargs = kernarg_words(part.kernel, explicit, grid, part.launch.local_size, part.layout)  # type: ignore[arg-type]
         image = q.addr(q.placeholder("program", part.image_size, dev.device, key=part.key))
+        extra = sites.words(dev, ast, part, image, grid)  # type: ignore[arg-type]
         if isinstance(stream, PM4Stream):
             stream.kernel(part.kernel, image, kernargs, grid, part.launch.local_size,  # type: ignore[arg-type]
-                          dev.scratch_bases(part.kernel))
+                          dev.scratch_bases(part.kernel), **extra)
         else:
-            stream.kernel(part.kernel, image, kernargs, grid, part.launch.local_size)  # type: ignore[arg-type]
+            stream.kernel(part.kernel, image, kernargs, grid, part.launch.local_size, **extra)  # type: ignore[arg-type]
 
 
-def _layout(dev: Any, body: UOp, base: Word) -> PM4Stream | AQLStream:
+def _layout(dev: Any, body: UOp, base: Word, sites: _Sites) -> PM4Stream | AQLStream:
     stream: PM4Stream | AQLStream = PM4Stream(base, dev.xccs) if dev.queue_kind == "pm4" else AQLStream(base)
+    sites.count = 0
     for u in body.src:
         if u.arg[0] == "words":
             stream.add(_words_of(u))
         else:
-            _exec(stream, dev, u)
+            _exec(stream, dev, u, sites)
+    if sites.count:
+        stream.add([w for i in sites.insts for w in i.end()])
     return stream
 
 
@@ -103,14 +125,19 @@ def encode_kernels(ctx: Any, s: UOp) -> UOp | None:
     if not any(u.arg[0] == "exec" for u in body.src):
         return None  # words only: core's pm_hcq_encode packs them
     queue = s.arg.queue
-    dev = Device[queue.device]
-    size = 4 * len(_layout(dev, body, 0).words)
-    stream = _layout(dev, body, q.addr(q.placeholder(f"cmdbuf_{queue.slug}", size, queue.device, key=ctx.batch.uid)))
+    dev: Any = Device[queue.device]  # an AMDDevice
+    sites = _Sites(dev.submit_instrumentation(queue, ctx.batch.uid), queue, ctx.batch.uid)
+    size = 4 * len(_layout(dev, body, 0, sites).words)
+    stream = _layout(dev, body, q.addr(q.placeholder(f"cmdbuf_{queue.slug}", size, queue.device, key=ctx.batch.uid)),
+                     sites)
     extra: tuple[UOp, ...] = ()
     if isinstance(stream, AQLStream):
         extra = (q.linear(*(q.words(queue, *(_u32(w) for w in p)) for p in stream.finish())),)
     cmd = q.command_buffer(queue, [_u32(w) for w in stream.words], ctx.batch.uid, *extra)
     assert cmd.arg[2] == size, "the two layouts of one command buffer differ in size"
+    host = [u for i in sites.insts for u in i.host()] if sites.count else []
+    if host:  # after the command buffer is written, before the push (rules.py puts src[1] first)
+        cmd = cmd.replace(src=(cmd.src[0], q.linear(*cmd.src[1].src, *host), *cmd.src[2:]))
     return s.replace(src=(cmd,))
 
 

@@ -163,6 +163,7 @@ class Dispatch:
     local: tuple[int, int, int]
     wave32: bool = True
     resource_limits: int = 0
+    perfcount: bool = False        # COMPUTE_PERFCOUNT_ENABLE: performance counters count this dispatch's waves
 
 
 def tmpring_size(private_bytes: int, waves: int) -> int:
@@ -180,8 +181,11 @@ def lds_granules(group_segment_bytes: int) -> int:
     return (-(-group_segment_bytes // 512)) << 15
 
 
-def dispatch(d: Dispatch, xccs: int = 1) -> list[Word]:
-    """The dispatch sequence of amd.md 2.3 (without profiling packets)."""
+def dispatch(d: Dispatch, xccs: int = 1, after_acquire: Sequence[Word] = (), after_dispatch: Sequence[Word] = ()) \
+        -> list[Word]:
+    """The dispatch sequence of amd.md 2.3; a profiler's words go right after the ACQUIRE_MEM (`after_acquire`: its
+    start) and right after DISPATCH_DIRECT (`after_dispatch`: e.g. the thread-trace marker), as hcq.md 10.1 places
+    them."""
     if len(d.user_data) > MAX_USER_DATA:
         raise ValueError(f"{len(d.user_data)} user SGPR values; COMPUTE_USER_DATA has {MAX_USER_DATA}")
     if len(d.scratch) != xccs:
@@ -190,6 +194,7 @@ def dispatch(d: Dispatch, xccs: int = 1) -> list[Word]:
         raise ValueError(f"kernel code at {d.code:#x}: COMPUTE_PGM_LO takes 256-byte aligned addresses")
     code = d.code >> 8
     ws: list[Word] = acquire_mem()
+    ws += after_acquire
     ws += set_sh_reg("COMPUTE_PGM_LO", lo(code), hi(code))
     ws += set_sh_reg("COMPUTE_PGM_RSRC1", d.rsrc1, d.rsrc2)
     ws += set_sh_reg("COMPUTE_PGM_RSRC3", d.rsrc3)
@@ -202,9 +207,10 @@ def dispatch(d: Dispatch, xccs: int = 1) -> list[Word]:
         ws += set_sh_reg("COMPUTE_USER_DATA_0", *d.user_data)
     ws += set_sh_reg("COMPUTE_RESOURCE_LIMITS", d.resource_limits)
     # START_X/Y/Z, NUM_THREAD_X/Y/Z, then PIPELINESTAT_ENABLE and PERFCOUNT_ENABLE (the next two registers)
-    ws += set_sh_reg("COMPUTE_START_X", 0, 0, 0, *d.local, 0, 0)
+    ws += set_sh_reg("COMPUTE_START_X", 0, 0, 0, *d.local, 0, int(d.perfcount))
     ws += packet("DISPATCH_DIRECT", *(u32(g) for g in d.grid),
                  DISPATCH_INITIATOR_W32 if d.wave32 else DISPATCH_INITIATOR_W64)
+    ws += after_dispatch
     ws += event_write(CS_PARTIAL_FLUSH, EVENT_INDEX_CS_PARTIAL_FLUSH)
     return ws
 
@@ -230,3 +236,37 @@ def wait(address: Word, value: Word) -> list[Word]:
 
 def barrier() -> list[Word]:
     return hdp_flush() + acquire_mem(GCR_FULL)
+
+
+# ---- register access (profilers: performance counters, thread traces) --------------------------------------
+
+UCONFIG_BASE = 0xC000         # SET_UCONFIG_REG payload dword 1 = absolute register - this (amd.md 2.2)
+COPY_SRC_REG, COPY_SRC_MEM, COPY_SRC_PERF, COPY_SRC_IMM = 0, 2, 4, 5
+COPY_DST_REG, COPY_DST_MEM = 0, 2
+COPY_WR_CONFIRM = 1 << 20
+
+
+def set_uconfig_reg(register: int, *values: Word) -> list[Word]:
+    """Consecutive values into consecutive UCONFIG registers from absolute dword address `register`."""
+    if not UCONFIG_BASE <= register < UCONFIG_BASE + 0x10000:
+        raise ValueError(f"register {register:#x} is outside the SET_UCONFIG_REG window [0xC000, 0x1C000)")
+    return packet("SET_UCONFIG_REG", register - UCONFIG_BASE, *values)
+
+
+def set_sh_reg_abs(register: int, *values: Word) -> list[Word]:
+    """SET_SH_REG by absolute dword address (registers outside `REGISTERS`)."""
+    if not SH_REG_BASE <= register < 0x3000:
+        raise ValueError(f"register {register:#x} is outside the SET_SH_REG window [0x2C00, 0x3000)")
+    return packet("SET_SH_REG", register - SH_REG_BASE, *values)
+
+
+def copy_data(src_sel: int, src: Word, dst_sel: int, dst: Word, confirm: bool = False) -> list[Word]:
+    """COPY_DATA of one dword: `src` a register index (SRC 0/4) or an address, `dst` an address (DST 2) or a
+    register."""
+    dw1 = src_sel | (dst_sel << 8) | (COPY_WR_CONFIRM if confirm else 0)
+    return packet("COPY_DATA", dw1, lo(src), hi(src), lo(dst), hi(dst))
+
+
+def wait_reg(register: int, value: int, mask: int, function: int = WAIT_EQ) -> list[Word]:
+    """Stall the queue until (register & mask) <function> value (register space: dw2 the register, dw3 0)."""
+    return packet("WAIT_REG_MEM", function, register, 0, value, mask, 4)

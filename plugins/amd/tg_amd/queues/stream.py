@@ -10,6 +10,7 @@ buffer's base (an int, or a UOp such as the address of the command-buffer placeh
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from tg_amd.interface import KernelSymbol
@@ -18,6 +19,7 @@ from tg_amd.queues.kernel import dispatch_of
 from tg_amd.queues.pm4 import Word
 
 KERNARG_ALIGN = 64            # bytes: what the HSA runtime guarantees a kernarg segment
+PERFCOUNT_ENABLE = 0x2E0B     # COMPUTE_PERFCOUNT_ENABLE (amd.md 10)
 
 
 def _segment(kernel: KernelSymbol, kernargs: Sequence[Word]) -> list[Word]:
@@ -38,7 +40,10 @@ class PM4Stream:
         self.words += words
 
     def kernel(self, kernel: KernelSymbol, image_va: Word, kernargs: Sequence[Word], grid: tuple[Word, Word, Word],
-               local: tuple[int, int, int], scratch: Sequence[Word] = (0,)) -> None:
+               local: tuple[int, int, int], scratch: Sequence[Word] = (0,), before: Sequence[Word] = (),
+               after_dispatch: Sequence[Word] = (), after: Sequence[Word] = (), perfcount: bool = False) -> None:
+        """A dispatch with its segment; `before`/`after_dispatch`/`after`: an instrumenter's words
+        (queues/instrument.py), `perfcount` its COMPUTE_PERFCOUNT_ENABLE."""
         seg = _segment(kernel, kernargs)
         align = KERNARG_ALIGN // 4
         pad = -(len(self.words) + 1) % align
@@ -46,8 +51,9 @@ class PM4Stream:
             self.words += pm4.packet("NOP", *([0] * ((pad + align if pad == 1 else pad) - 1)))
         at = self.base + 4 * (len(self.words) + 1)
         self.words += pm4.packet("NOP", *seg)
-        self.words += pm4.dispatch(dispatch_of(kernel, image_va, {"kernarg_segment_ptr": at}, grid, local, scratch),
-                                   self.xccs)
+        d = dispatch_of(kernel, image_va, {"kernarg_segment_ptr": at}, grid, local, scratch)
+        self.words += pm4.dispatch(dataclasses.replace(d, perfcount=perfcount), self.xccs, before, after_dispatch)
+        self.words += after
 
 
 class AQLStream:
@@ -66,7 +72,14 @@ class AQLStream:
         self._run = len(self.words)
 
     def kernel(self, kernel: KernelSymbol, image_va: Word, kernargs: Sequence[Word], grid: tuple[Word, Word, Word],
-               local: tuple[int, int, int]) -> None:
+               local: tuple[int, int, int], before: Sequence[Word] = (), after_dispatch: Sequence[Word] = (),
+               after: Sequence[Word] = (), perfcount: bool = False) -> None:
+        """A dispatch packet; an instrumenter's `before` words end the PM4 run before it, `after_dispatch` and
+        `after` start the next (the packet's barrier bit orders them after the dispatch). `perfcount` goes to
+        COMPUTE_PERFCOUNT_ENABLE in the run before (the packet processor programs the rest)."""
+        if perfcount:
+            self.words += pm4.set_sh_reg_abs(PERFCOUNT_ENABLE, 1)
+        self.words += before
         self._close()
         while len(self.words) * 4 % KERNARG_ALIGN:
             self.words.append(0)
@@ -74,6 +87,7 @@ class AQLStream:
         self.words += _segment(kernel, kernargs)
         self.packets.append(aql.kernel_dispatch(kernel, image_va, at, grid, local))
         self._run = len(self.words)
+        self.words += [*after_dispatch, *after]
 
     def finish(self) -> list[list[Word]]:
         """The ring packets, the last PM4 run closed."""
