@@ -22,7 +22,8 @@ NAMES = {v: k for k, v in OPCODES.items()}
 # gfx11 GC register segment bases and the registers the queues write: (segment, offset) (amd.md 10)
 SEG_BASE = (0x1260, 0xA000, 0x1C000, 0x2402C00)
 REGISTERS = {
-    "COMPUTE_START_X": (0, 0x1BA4), "COMPUTE_NUM_THREAD_X": (0, 0x1BA7), "COMPUTE_PGM_LO": (0, 0x1BAC),
+    "COMPUTE_START_X": (0, 0x1BA4), "COMPUTE_NUM_THREAD_X": (0, 0x1BA7), "COMPUTE_PERFCOUNT_ENABLE": (0, 0x1BAB),
+    "COMPUTE_PGM_LO": (0, 0x1BAC),
     "COMPUTE_DISPATCH_SCRATCH_BASE_LO": (0, 0x1BB0), "COMPUTE_PGM_RSRC1": (0, 0x1BB2),
     "COMPUTE_RESOURCE_LIMITS": (0, 0x1BB5), "COMPUTE_TMPRING_SIZE": (0, 0x1BB8), "COMPUTE_RESTART_X": (0, 0x1BBB),
     "COMPUTE_PGM_RSRC3": (0, 0x1BC8), "COMPUTE_USER_DATA_0": (0, 0x1BE0),
@@ -237,36 +238,3 @@ def wait(address: Word, value: Word) -> list[Word]:
 def barrier() -> list[Word]:
     return hdp_flush() + acquire_mem(GCR_FULL)
 
-
-# ---- register access (profilers: performance counters, thread traces) --------------------------------------
-
-UCONFIG_BASE = 0xC000         # SET_UCONFIG_REG payload dword 1 = absolute register - this (amd.md 2.2)
-COPY_SRC_REG, COPY_SRC_MEM, COPY_SRC_PERF, COPY_SRC_IMM = 0, 2, 4, 5
-COPY_DST_REG, COPY_DST_MEM = 0, 2
-COPY_WR_CONFIRM = 1 << 20
-
-
-def set_uconfig_reg(register: int, *values: Word) -> list[Word]:
-    """Consecutive values into consecutive UCONFIG registers from absolute dword address `register`."""
-    if not UCONFIG_BASE <= register < UCONFIG_BASE + 0x10000:
-        raise ValueError(f"register {register:#x} is outside the SET_UCONFIG_REG window [0xC000, 0x1C000)")
-    return packet("SET_UCONFIG_REG", register - UCONFIG_BASE, *values)
-
-
-def set_sh_reg_abs(register: int, *values: Word) -> list[Word]:
-    """SET_SH_REG by absolute dword address (registers outside `REGISTERS`)."""
-    if not SH_REG_BASE <= register < 0x3000:
-        raise ValueError(f"register {register:#x} is outside the SET_SH_REG window [0x2C00, 0x3000)")
-    return packet("SET_SH_REG", register - SH_REG_BASE, *values)
-
-
-def copy_data(src_sel: int, src: Word, dst_sel: int, dst: Word, confirm: bool = False) -> list[Word]:
-    """COPY_DATA of one dword: `src` a register index (SRC 0/4) or an address, `dst` an address (DST 2) or a
-    register."""
-    dw1 = src_sel | (dst_sel << 8) | (COPY_WR_CONFIRM if confirm else 0)
-    return packet("COPY_DATA", dw1, lo(src), hi(src), lo(dst), hi(dst))
-
-
-def wait_reg(register: int, value: int, mask: int, function: int = WAIT_EQ) -> list[Word]:
-    """Stall the queue until (register & mask) <function> value (register space: dw2 the register, dw3 0)."""
-    return packet("WAIT_REG_MEM", function, register, 0, value, mask, 4)

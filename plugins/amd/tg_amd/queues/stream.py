@@ -19,7 +19,6 @@ from tg_amd.queues.kernel import dispatch_of
 from tg_amd.queues.pm4 import Word
 
 KERNARG_ALIGN = 64            # bytes: what the HSA runtime guarantees a kernarg segment
-PERFCOUNT_ENABLE = 0x2E0B     # COMPUTE_PERFCOUNT_ENABLE (amd.md 10)
 
 
 def _segment(kernel: KernelSymbol, kernargs: Sequence[Word]) -> list[Word]:
@@ -78,7 +77,7 @@ class AQLStream:
         `after` start the next (the packet's barrier bit orders them after the dispatch). `perfcount` goes to
         COMPUTE_PERFCOUNT_ENABLE in the run before (the packet processor programs the rest)."""
         if perfcount:
-            self.words += pm4.set_sh_reg_abs(PERFCOUNT_ENABLE, 1)
+            self.words += pm4.set_sh_reg("COMPUTE_PERFCOUNT_ENABLE", 1)
         self.words += before
         self._close()
         while len(self.words) * 4 % KERNARG_ALIGN:
