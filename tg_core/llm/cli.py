@@ -39,7 +39,14 @@ def cmd_llm(args: argparse.Namespace) -> int:
     if args.llm_command is None:
         print(f"tg llm: a subcommand is needed: {', '.join(LLM_COMMANDS)}")
         return 2
-    return LLM_COMMANDS[args.llm_command].run(args)
+    from tg_core.llm.chat import ChatTemplateError
+    from tg_core.llm.gguf import GGUFError
+    try:
+        return LLM_COMMANDS[args.llm_command].run(args)
+    except (FileNotFoundError, GGUFError, ChatTemplateError, NotImplementedError, ValueError, OSError) as e:
+        # a model tg cannot load, a bad option value or an address it cannot bind: the user's to fix, one line
+        print(f"tg llm {args.llm_command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 
@@ -54,15 +61,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 @llm_command("serve", "serve MODEL over HTTP: an OpenAI-compatible API (/v1/chat/completions, /v1/completions, "
                       "/v1/models, /health) and a chat page at /", _serve_args)
 def cmd_serve(args: argparse.Namespace) -> int:
-    from tg_core.llm.chat import ChatTemplateError
-    from tg_core.llm.gguf import GGUFError
     from tg_core.llm.server import serve_model
-    try:
-        return serve_model(args.model, args.host, args.port, args.context)
-    except (FileNotFoundError, GGUFError, ChatTemplateError, NotImplementedError, ValueError, OSError) as e:
-        # a model tg cannot load or an address it cannot bind: the user's to fix, one line
-        print(f"tg llm serve: error: {e}", file=sys.stderr)
-        return 2
+    return serve_model(args.model, args.host, args.port, args.context)
 
 
 def _chat_args(p: argparse.ArgumentParser) -> None:
@@ -80,15 +80,9 @@ def _chat_args(p: argparse.ArgumentParser) -> None:
 @llm_command("chat", "chat with MODEL in the terminal: streamed replies, a tokens/s line after each, "
                      "/exit or EOF ends, Ctrl-C stops a reply", _chat_args)
 def cmd_chat(args: argparse.Namespace) -> int:
-    from tg_core.llm.chat import ChatTemplateError
-    from tg_core.llm.gguf import GGUFError
     from tg_core.llm.sampling import SamplingParams
     from tg_core.llm.terminal_chat import run_chat
-    try:
-        params = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
-        if args.max_tokens < 1:
-            raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-        return run_chat(args.model, params, args.max_tokens, args.system, args.context)
-    except (FileNotFoundError, GGUFError, ChatTemplateError, NotImplementedError, ValueError, OSError) as e:
-        print(f"tg llm chat: error: {e}", file=sys.stderr)
-        return 2
+    params = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    return run_chat(args.model, params, args.max_tokens, args.system, args.context)
