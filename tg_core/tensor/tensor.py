@@ -247,8 +247,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         if isinstance(self._device, str) and not has_sym(self.shape) and self.numel() > 0 and \
                 capture.active is None and not dtypes.is_weak(self.dtype):
             self.realize()
-            u = self.uop
-            if u.op is Ops.BUFFER or u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
+            if self._is_realized():  # one device and numel > 0: a BUFFER, or a RESHAPE of one
+                u = self.uop
                 buf = buffer_of(u if u.op is Ops.BUFFER else u.src[0])
                 checks.report()
                 view = buf.allocator.host_view(buf.opaque)
