@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from timing import best_of  # noqa: E402  (bench/timing.py)
 
 from tg_core import Tensor, TinyJit  # noqa: E402
 from tg_core.device import Device  # noqa: E402
@@ -46,15 +47,6 @@ def bytes_table(numel: int) -> list[dict]:
     return rows
 
 
-def _best(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def ring_timing(numel: int, repeat: int) -> dict:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal(numel).astype(np.float32), rng.standard_normal(numel).astype(np.float32)
@@ -78,8 +70,8 @@ def ring_timing(numel: int, repeat: int) -> dict:
             reduce(parts)
             Device["CPU"].synchronize()
             Device["CPU:1"].synchronize()
-        tg = _best(run, repeat)
-    ref = _best(lambda: np.add(a, b), repeat)
+        tg = best_of(run, repeat)
+    ref = best_of(lambda: np.add(a, b), repeat)
     return {"elements": numel, "tg_s": tg, "numpy_s": ref, "tg_over_numpy": tg / ref}
 
 

@@ -20,20 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+from timing import best_of  # noqa: E402  (bench/timing.py)
 
 import tg_core.engine.realize  # noqa: E402,F401  (the module, for its stats)
 from tg_core import Tensor  # noqa: E402
 
 STATS = sys.modules["tg_core.engine.realize"].stats
-
-
-def _best(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def main() -> None:
@@ -57,7 +49,7 @@ def main() -> None:
         tg_fn()
         first = time.perf_counter() - t
         kernels = STATS["kernels"] - before
-        tg_s, np_s = _best(tg_fn, a.repeat), _best(np_fn, a.repeat)
+        tg_s, np_s = best_of(tg_fn, a.repeat), best_of(np_fn, a.repeat)
         rows.append({"op": name, "n": a.n, "kernels": kernels, "first_s": first, "tg_s": tg_s, "numpy_s": np_s,
                      "ratio": tg_s / np_s})
     if a.json:
