@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import prod
 
+from tg_core.codegen.block_ranges import split_block_ranges
 from tg_core.dtype import dtypes
 from tg_core.trampoline import Call, trampoline
 from tg_core.uop.ops import AxisType, GroupOp, KernelInfo, Ops
@@ -222,7 +223,7 @@ class Scheduler:
 
     def _emit(self, ast: UOp, k: Kernel) -> None:
         """Add a finished kernel: its index math simplified and, with CHECK_OOB=1, every access proven in bounds."""
-        ast = simplify(ast)
+        ast = split_block_ranges(simplify(ast))
         check_oob(ast)
         self.items.append((ast, list(k.params)))
 
