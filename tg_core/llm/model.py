@@ -119,6 +119,9 @@ class Block:
         q, k, v = h @ w["attn_q"].T, h @ w["attn_k"].T, h @ w["attn_v"].T
         if "attn_q.bias" in w:
             q, k, v = q + w["attn_q.bias"], k + w["attn_k.bias"], v + w["attn_v.bias"]
+        # realized: RoPE reads two rows of each projection per output and the cache write selects between k
+        # and v, so inlined, every output element would compute two (or both) dot products
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         q, k, v = q.reshape(B, T, H, d), k.reshape(B, T, Hk, d), v.reshape(B, T, Hk, d)
         if "attn_q_norm" in w:  # qwen3: RMSNorm over each head before RoPE
             q, k = rms_norm(q, w["attn_q_norm"], cfg.norm_eps), rms_norm(k, w["attn_k_norm"], cfg.norm_eps)
