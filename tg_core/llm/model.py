@@ -136,8 +136,10 @@ class Block:
             allowed = Tensor.arange(S, device=x.device).reshape(1, S) <= \
                 (Tensor.arange(T, device=x.device).reshape(T, 1) + (S - T))
             scores = allowed.where(scores, -math.inf)
-        att = scores.softmax(-1) @ values.unsqueeze(2)                            # (B, Hk, G, T, d)
-        x = x + att.permute(0, 3, 1, 2, 4).reshape(B, T, H * d).contiguous() @ w["attn_output"].T
+        # realized in its own (B, Hk, G, T, d) layout: realized after the reshape to (B, T, H*d), its one output
+        # axis would be a head and a dim at once, and the softmax of a head would be recomputed for each of its d
+        att = (scores.softmax(-1) @ values.unsqueeze(2)).contiguous()               # (B, Hk, G, T, d)
+        x = x + att.permute(0, 3, 1, 2, 4).reshape(B, T, H * d) @ w["attn_output"].T
         h = rms_norm(x, w["ffn_norm"], cfg.norm_eps).contiguous()
         return x + ((h @ w["ffn_gate"].T).silu() * (h @ w["ffn_up"].T)).contiguous() @ w["ffn_down"].T
 
