@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from tg_amd.interface import DESCRIPTOR_SIZE, USER_SGPR_FIELDS, KernelDescriptor
 from tg_mockgpu.cp.memory import Memory, PacketError, dwords, read, read64, write64
+from tg_mockgpu.cp.perf import PERFCOUNT_ENABLE, THREAD_TRACE_ENABLE
 from tg_mockgpu.cp.pm4 import DispatchState, PM4Queue
 
 PACKET = 64
@@ -130,7 +131,9 @@ class AQLQueue:
                 RSRC2: kd.compute_pgm_rsrc2 | ((-(-max(group, kd.group_segment_fixed_size) // 512)) << 15),
                 RSRC3: kd.compute_pgm_rsrc3, TMPRING: tmpring,
                 **{NUM_THREAD_X + i: x for i, x in enumerate(local)},
-                **{USER_DATA_0 + i: u for i, u in enumerate(user)}}
+                **{USER_DATA_0 + i: u for i, u in enumerate(user)},
+                # what the vendor packets programmed stays in the SH registers the packet processor dispatches with
+                **{r: self.pm4.regs[0][r] for r in (PERFCOUNT_ENABLE, THREAD_TRACE_ENABLE) if r in self.pm4.regs[0]}}
         grid = (items[0] // local[0], items[1] // local[1], items[2] // local[2])
         w32 = CS_W32_EN if kd.kernel_code_properties >> WAVEFRONT32_BIT & 1 else 0
         self.launch(DispatchState(self.name, regs, grid, 0x5 | w32, scratch))

@@ -11,6 +11,9 @@ hardware's wave launcher takes it (amd.md 2.5), not from a kernel descriptor.
   own arrays (emu/machine.py), not in that memory: an access past the programmed per-lane size is a GPUFault;
 - the initiator's CS_W32_EN: wave32 (the emulator runs wave32 only).
 
+When the GPU's PerfUnit (perf.py) counts or traces the dispatch (`watch`), the emulator logs what each batch
+executed and the launcher reports the dispatch's work (work.py) to it.
+
 The waves start as the mock interface's do (interface.py `start_waves`, `resident_batches`), and run on the
 emulator over the launcher's GPUMemory. The code is read from GPU memory once per (address, bytes) seen.
 """
@@ -19,7 +22,9 @@ from __future__ import annotations
 import time
 
 from tg_amd.interface import WAVEFRONT_SIZE32_BIT, KernelDescriptor
+from tg_mockgpu.cp.perf import PerfUnit
 from tg_mockgpu.cp.pm4 import DispatchState
+from tg_mockgpu.cp.work import WorkBuilder
 from tg_mockgpu.emu.machine import EmulatorError
 from tg_mockgpu.emu.program import Program
 from tg_mockgpu.emu.run import run
@@ -44,6 +49,7 @@ class EmulatorLauncher:
         self.mem = mem
         self.programs: dict[int, Program] = {}
         self.last = DispatchStats()  # what the last DISPATCH_DIRECT cost (bench/emulator.py reads it)
+        self.perf = PerfUnit(mem)    # the GPU's performance monitor; its queues share it
 
     def _code(self, va: int) -> bytes:
         """The bytes from the entry point to the end of its mapping (at most MAX_CODE)."""
@@ -85,12 +91,19 @@ class EmulatorLauncher:
         prog = self._program(code, name)
         t0 = time.perf_counter()
         self.last = DispatchStats()
+        traced = self.perf.watch(r)
+        work = None if traced is None else WorkBuilder(prog, grid, traced)
         for groups in resident_batches(grid, local, kd):  # type: ignore[arg-type]
             m = start_waves(self.mem, kd, name, groups, local, user)  # type: ignore[arg-type]
-            run(m, prog, code)
+            log: list | None = None if work is None else []
+            run(m, prog, code, log)
+            if work is not None and log is not None:
+                work.add(groups, m.waves_per_group, log)
             self.last.lane_instructions += m.lane_count
             self.last.waves += m.nwaves
         self.last.seconds = time.perf_counter() - t0
+        if work is not None:
+            self.perf.dispatched(work.finish(), r)
 
     def _check_scratch(self, st: DispatchState, name: str) -> None:
         """A kernel with a private segment needs the scratch its queue programmed: TMPRING_SIZE's waves x wave size

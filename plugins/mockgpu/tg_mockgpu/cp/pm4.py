@@ -9,6 +9,11 @@ CP's does).
 State: SH and UCONFIG registers per XCC (SET_SH_REG writes them; DISPATCH_DIRECT reads XCC 0's, since the mock
 runs the whole grid at once). A PRED_EXEC block runs its packets only on the XCCs of its mask: register writes go
 to those XCCs' files, memory writes happen once if any selected XCC exists.
+
+The performance monitor's registers (perf.py: GRBM_GFX_INDEX, the PMC counters, SQ_THREAD_TRACE_*) belong to
+the GPU's `PerfUnit`, shared with its launcher: writes to them (SET_UCONFIG_REG, COPY_DATA to a register) go
+there when XCC 0 is selected, and reads (COPY_DATA SRC_SEL 0 or 4, register WAIT_REG_MEM) come from there;
+EVENT_WRITE hands it the event type (the thread-trace marker and finish).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tg_mockgpu.cp.memory import Memory, PacketError, dwords, read32, read64, write32, write64
+from tg_mockgpu.cp.perf import PerfUnit
 
 # the processor's own view of the packets and registers (amd.md 2.2, 10): absolute dword register addresses
 OPCODES = {0x10: "NOP", 0x15: "DISPATCH_DIRECT", 0x23: "PRED_EXEC", 0x3C: "WAIT_REG_MEM", 0x3F: "INDIRECT_BUFFER",
@@ -70,10 +76,13 @@ class PM4Queue:
     frames: list[Frame] = field(default_factory=list)
     stalled: tuple[int, int] | None = None  # (address, reference) of the wait it stopped at
     mmio: dict[int, int] = field(default_factory=dict)
+    perf: PerfUnit | None = None  # None: the launcher's (the GPU's), or one of its own when the launcher has none
 
     def __post_init__(self) -> None:
         if self.xccs < 1:
             raise ValueError(f"{self.name}: a part has at least one XCC, not {self.xccs}")
+        if self.perf is None:
+            self.perf = getattr(self.launch, "perf", None) or PerfUnit(self.mem)
         self.regs = [{} for _ in range(self.xccs)]
         if self.rptr is not None:
             write64(self.mem, self.rptr, 0)
@@ -164,7 +173,7 @@ class PM4Queue:
             for x in range(self.xccs):
                 if active >> x & 1:
                     for i, v in enumerate(p[1:]):
-                        self.regs[x][reg + i] = v
+                        self._set(x, reg + i, v, bad)
         elif name == "PRED_EXEC":
             mask, count = p[0] >> 24, p[0] & 0x3FFF
             end = f.pos + 2 + count
@@ -187,13 +196,40 @@ class PM4Queue:
             self._release(p, bad)
         elif name == "COPY_DATA":
             self._copy_data(p, bad)
+        elif name == "EVENT_WRITE":
+            self._unit.event(p[0] & 0x3F)
         elif name == "DISPATCH_DIRECT":
             if self.launch is None:
                 raise bad("this queue has no launcher (no GPU to run kernels on)")
             scratch = tuple((r.get(SCRATCH_BASE_LO, 0) | r.get(SCRATCH_BASE_LO + 1, 0) << 32) << 8 for r in self.regs)
             self.launch(DispatchState(self.name, dict(self.regs[0]), (p[0], p[1], p[2]), p[3], scratch))
-        # NOP, EVENT_WRITE, ACQUIRE_MEM: ordering and caches, which the mock's in-order, coherent memory has already
+        # NOP, ACQUIRE_MEM and EVENT_WRITE's flushes: ordering and caches, which the mock's in-order, coherent
+        # memory has already
         return True
+
+    @property
+    def _unit(self) -> PerfUnit:
+        assert self.perf is not None, "__post_init__ sets it"
+        return self.perf
+
+    def _set(self, x: int, reg: int, value: int, bad: Callable[[str], PacketError]) -> None:
+        """A register write on XCC x: the performance monitor's registers go to the GPU's PerfUnit (XCC 0's)."""
+        if not PerfUnit.owns(reg):
+            self.regs[x][reg] = value
+        elif x == 0:
+            try:
+                self._unit.write(reg, value)
+            except ValueError as e:
+                raise bad(str(e)) from None
+
+    def _get(self, reg: int, bad: Callable[[str], PacketError]) -> int:
+        """A register read (XCC 0's file, the PerfUnit's registers, or the MMIO the mock answers)."""
+        if PerfUnit.owns(reg):
+            try:
+                return self._unit.read(reg)
+            except ValueError as e:
+                raise bad(str(e)) from None
+        return self.regs[0].get(reg, self.mmio.get(reg, 0))
 
     def _compare(self, fn: int, value: int, ref: int, bad: Callable[[str], PacketError]) -> bool:
         ops = {0: lambda: True, 1: lambda: value < ref, 2: lambda: value <= ref, 3: lambda: value == ref,
@@ -215,7 +251,7 @@ class PM4Queue:
                 self.mmio[p[1]] = ref
                 if p[1] == HDP_FLUSH_REQ:
                     self.mmio[HDP_FLUSH_DONE] = ref
-            addr, value = p[2], self.mmio.get(p[2], 0)
+            addr, value = p[2], self._get(p[2], bad)
         if self._compare(fn, value & mask, ref, bad):
             self.stalled = None
             return True
@@ -241,8 +277,8 @@ class PM4Queue:
     def _copy_data(self, p: list[int], bad: Callable[[str], PacketError]) -> None:
         src_sel, dst_sel, wide = p[0] & 0xF, p[0] >> 8 & 0xF, p[0] >> 16 & 1
         src, dst = p[1] | (p[2] << 32), p[3] | (p[4] << 32)
-        if src_sel == 0:
-            value = self.regs[0].get(p[1], self.mmio.get(p[1], 0))
+        if src_sel in (0, 4):   # a register, or a performance counter register: both by dword address
+            value = self._get(p[1], bad) | (self._get(p[1] + 1, bad) << 32 if wide else 0)
         elif src_sel == 2:
             lo_hi = dwords(self.mem, src, 2 if wide else 1)
             value = lo_hi[0] | (lo_hi[1] << 32 if wide else 0)
@@ -251,15 +287,18 @@ class PM4Queue:
         elif src_sel in (9, 10):
             value = gpu_clock()
         else:
-            raise bad(f"SRC_SEL {src_sel}; the mock reads 0 register, 2 memory, 5 immediate, 9/10 clock")
+            raise bad(f"SRC_SEL {src_sel}; the mock reads 0 register, 2 memory, 4 perf counter, 5 immediate, "
+                      "9/10 clock")
         value &= (1 << 64) - 1 if wide else 0xFFFFFFFF
-        if dst_sel == 0:
+        if dst_sel in (0, 4):
             for x in range(self.xccs):
-                self.regs[x][p[3]] = value
+                self._set(x, p[3], value & 0xFFFFFFFF, bad)
+                if wide:
+                    self._set(x, p[3] + 1, value >> 32, bad)
         elif dst_sel == 2:
             (write64 if wide else write32)(self.mem, dst, value)
         else:
-            raise bad(f"DST_SEL {dst_sel}; the mock writes 0 register, 2 memory")
+            raise bad(f"DST_SEL {dst_sel}; the mock writes 0 register, 2 memory, 4 perf counter")
 
 
 @dataclass(frozen=True)

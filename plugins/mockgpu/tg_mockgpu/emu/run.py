@@ -6,6 +6,10 @@ that fell behind catches up and the two merge where they meet again (typically r
 A group runs straight-line code without going back to the scheduler; it merges with any group waiting at the pc it
 reaches. s_barrier holds a wave until every live wave of its workgroup has arrived (waves that ended do not count);
 when a whole workgroup arrives together, it just continues.
+
+`log`, when given, receives one (pc, waves) pair per instruction executed by a batch (waves: the machine's wave
+indices that ran it), in execution order: what the performance counters and the thread trace count (cp/work.py).
+It is None on the plain path, which then pays one test per batch-instruction.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from tg_mockgpu.emu.program import Program
 from tg_mockgpu.emu.salu import BARRIER, END, JUMP, NEXT
 
 
-def run(m: Machine, prog: Program, entry: int) -> None:
+def run(m: Machine, prog: Program, entry: int, log: list[tuple[int, np.ndarray]] | None = None) -> None:
     groups: dict[int, Batch] = {entry: Batch(m, np.arange(m.nwaves))}
     alive = np.ones(m.nwaves, bool)
     held = np.zeros(m.nwaves, bool)
@@ -55,6 +59,8 @@ def run(m: Machine, prog: Program, entry: int) -> None:
                 except EmulatorError as e:
                     raise EmulatorError(f"{e}, executing {c.where}") from None
                 executed += bt.n
+                if log is not None:
+                    log.append((pc, bt.waves))
                 flow = c.flow
                 if flow is NEXT:
                     pc += c.size
