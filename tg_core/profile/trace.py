@@ -35,6 +35,8 @@ def kernel_args(e: Event) -> dict[str, Any]:
     if data.get("jit"):
         out["jit"] = data["jit"]
     out["clock"] = "device timestamps" if data.get("device_clock") else "host"
+    if data.get("counters"):  # what a profiler plugin counted for the kernel (tg-profiler-sqtt: PMC totals)
+        out["counters"] = dict(data["counters"])
     if e.kind == "kernel" and data.get("ast") is not None:
         ops, nbytes = estimate(data["ast"], data.get("var_vals"))
         out.update(ops=ops, bytes=nbytes)

@@ -268,3 +268,48 @@ def test_every_replay_of_every_jit_kernel_is_profiled(monkeypatch, amd):
 def test_no_profiler_without_pmc_or_sqtt():
     from tg_profiler_sqtt.plugin import profiler
     assert not profiler().settings.enabled or "PMC" in __import__("os").environ
+
+
+def test_results_go_into_the_trace_file(monkeypatch, amd, tmp_path):
+    import json
+
+    from tg_core import profile
+    from tg_core.profile import events as ev
+    from tg_core.profile import state
+    from tg_profiler_sqtt.sqtt import decode
+    traces = {se: ref.stream(CAPTURE, se) for se in range(6)}
+    FakeHardware(monkeypatch, traces)
+    profile_with(monkeypatch, amd, Settings(pmc=True, counters=("SQ_WAVES", "GRBM_GUI_ACTIVE"), sqtt=True,
+                                            buffer_mib=1, slots=4))
+    a = np.arange(16, dtype=np.float32)
+    x = Tensor(a, device=amd.device).realize()
+    amd.synchronize()
+    results.take(amd.device)
+    monkeypatch.setattr(state, "on", True)
+    profile.collect()
+    ev.take()
+    np.testing.assert_allclose((x + 1).numpy(), a + 1)
+    amd.synchronize()
+    doc = json.loads(profile.write_trace(tmp_path / "trace.json", profile.collect()).read_text())
+    monkeypatch.setattr(state, "on", False)
+    (p,) = results.take(amd.device)
+    evs = doc["traceEvents"]
+    for e in evs:
+        assert {"name", "ph", "ts", "pid", "tid"} <= set(e) and (e["ph"] != "X" or e["dur"] >= 0), e
+    last: dict[tuple[int, int], float] = {}
+    for e in evs:
+        if e["ph"] == "X":
+            key = (e["pid"], e["tid"])
+            assert e["ts"] >= last.get(key, 0.0), e
+            last[key] = e["ts"]
+    (pmc,) = [e for e in evs if e.get("cat") == "pmc"]
+    assert pmc["name"] == p.kernel and pmc["args"]["counters"] == p.totals
+    (kernel,) = [e for e in evs if e.get("cat") == "kernel" and e["name"] == p.kernel]
+    assert kernel["args"]["counters"] == p.totals  # the kernel's own event carries them too
+    assert kernel["ts"] <= pmc["ts"] and pmc["ts"] + pmc["dur"] <= kernel["ts"] + kernel["dur"] + 1e-3
+    pairs = sum(min(sum(1 for q in t if q.kind == "WAVESTART"), sum(1 for q in t if q.kind == "WAVEEND"))
+                for t in map(decode, traces.values()))
+    waves = [e for e in evs if e.get("cat") == "wave"]
+    assert pairs >= 1 and len(waves) == pairs
+    tracks = {m["tid"]: m["args"]["name"] for m in evs if m["name"] == "thread_name" and m["pid"] == waves[0]["pid"]}
+    assert all(tracks[w["tid"]].startswith("SQTT SE") for w in waves)

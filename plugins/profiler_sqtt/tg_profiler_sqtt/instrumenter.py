@@ -96,8 +96,8 @@ class Profiler:
     (results.py) until taken."""
     name = "tg-profiler-sqtt"
 
-    def __init__(self, settings: Settings):
-        self.settings = settings
+    def __init__(self, settings: Settings, error: ValueError | None = None):
+        self.settings, self.error = settings, error
         self.rings: dict[str, Ring] = {}
         self.lock = threading.Lock()
 
@@ -109,6 +109,8 @@ class Profiler:
             return got
 
     def submit(self, device: Any, queue: q.Queue, batch: int) -> Submit | None:
+        if self.error is not None:
+            raise ValueError(f"{device.device}: profiling asked for but not possible: {self.error}")
         if not self.settings.enabled:
             return None
         return Submit(self.ring(device), queue)

@@ -19,11 +19,14 @@ def profiler() -> Any:
         if _profiler is None:
             from tg_profiler_sqtt.instrumenter import Profiler
             from tg_profiler_sqtt.settings import Settings
-            _profiler = Profiler(Settings.from_env())
+            try:
+                _profiler = Profiler(Settings.from_env())
+            except ValueError as e:  # raised where it is seen, at the first profiled submit (not a broken plugin)
+                _profiler = Profiler(Settings(), error=e)
         return _profiler
 
 
 @hookimpl
 def amd_dispatch_instrumenters(device: str) -> list:
     p = profiler()
-    return [p] if p.settings.enabled else []
+    return [p] if p.settings.enabled or p.error is not None else []

@@ -110,8 +110,24 @@ def record_events(ring: Ring, got: list[DispatchProfile]) -> None:
             args["sqtt_bytes"] = {str(se): len(b) for se, b in p.raw_traces.items()}
         ev.record("pmc" if p.counters else "sqtt", p.kernel, ring.device, f"{p.site.queue} PMC", start, end,
                   ring.device, args)
+        if p.counters:
+            _annotate_kernel(ring.device, start, end, p.totals)
         if p.raw_traces:
             _wave_events(ring, p, start)
+
+
+def _annotate_kernel(device: str, start: int, end: int, totals: dict[str, int], window: int = 4096) -> None:
+    """Core's event of the kernel this dispatch belongs to (on the device's clock, enclosing the dispatch's own
+    stamps: core stamps each exec around all of its dispatches) gets the counters as args; the recent events
+    are searched, since core records a run's kernels when it reads the run back, just before this."""
+    from tg_core.profile import events as ev
+    recent = ev.events[-window:]
+    for e in reversed(recent):
+        if e.kind == "kernel" and e.process == device and e.clock == device and e.start <= start and end <= e.end:
+            got = e.data.setdefault("counters", {})
+            for k, v in totals.items():  # a split kernel's parts add up
+                got[k] = got.get(k, 0) + v
+            return
 
 
 def _wave_events(ring: Ring, p: DispatchProfile, start_ns: int) -> None:

@@ -175,10 +175,13 @@ class Ring:
                               f"{n} bytes into its {self.window}-byte window: not a trace; skipped",
                               ProfileWarning, stacklevel=4)
                 continue
-            if n >= self.window - UNIT:
+            if n >= self.window - UNIT:  # the pointer stops at the last unit: the trace did not fit
                 full.append(se)
-                warnings.warn(f"{self.device}: the SQTT window of SE {se} filled during {site.name}: its trace is cut "
-                              f"at {self.window} bytes; raise SQTT_BUFFER_SIZE (now {self.settings.buffer_mib} MiB "
-                              f"per SE over {self.slots} slots)", ProfileWarning, stacklevel=4)
             out[se] = bytes(data[off:off + n])
+        if full:
+            ses = ", ".join(map(str, full))
+            warnings.warn(f"{self.device}: the SQTT window{'s' if len(full) > 1 else ''} of SE {ses} filled during "
+                          f"{site.name}: the trace is cut at {self.window} bytes per SE; raise SQTT_BUFFER_SIZE (now "
+                          f"{self.settings.buffer_mib} MiB per SE over {self.slots} slots)", ProfileWarning,
+                          stacklevel=4)
         return out, tuple(full)
