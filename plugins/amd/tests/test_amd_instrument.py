@@ -81,6 +81,9 @@ def test_words_run_around_each_dispatch(monkeypatch, perfcount):
     assert marks.syncs == syncs + 1
 
 
-def test_no_instrumenter_is_offered_without_a_profiler_plugin():
-    # the test plugin set has no profiler implementing amd_dispatch_instrumenters (tg-profiler-sqtt has no hook yet)
+def test_no_instrumenter_is_offered_unless_profiling_asks_for_one():
+    # tg-profiler-sqtt implements amd_dispatch_instrumenters, but offers its instrumenter only with PMC=1 or SQTT=1
+    import os
+    if any(os.environ.get(k, "0") not in ("", "0") for k in ("PMC", "SQTT")):
+        pytest.skip("PMC or SQTT is set in this environment")
     assert [i.name for i in Device["AMD"].instrumenters()] == []
