@@ -87,13 +87,14 @@ DISPATCH_LATENCY = 16
 class GPU:
     """A GPU memory, the emulator launcher and a PM4 queue; `submit(words)` runs them as one indirect buffer."""
 
-    def __init__(self) -> None:
+    def __init__(self, xccs: int = 1) -> None:
         from tg_mockgpu.cp.launch import EmulatorLauncher
         from tg_mockgpu.cp.pm4 import PM4Queue
         self.mem = GPUMemory()
         self.launcher = EmulatorLauncher(self.mem)
         self.ring, rptr = self.mem.alloc(4096), self.mem.alloc(8)
-        self.cp = PM4Queue("AMD COMPUTE:0", self.mem, self.ring, 1024, rptr, launch=self.launcher)
+        self.xccs = xccs
+        self.cp = PM4Queue("AMD COMPUTE:0", self.mem, self.ring, 1024, rptr, launch=self.launcher, xccs=xccs)
         self.head = 0
         co = asm_kernel(KERNEL, vgprs=8, lds=4 * LOCAL)
         self.kernel = co.kernel("k")
@@ -114,8 +115,9 @@ class GPU:
         from tg_amd.queues.kernel import dispatch_of
         kernargs = self.buf(64)
         self.mem.write(kernargs, struct.pack("<Q", out))
-        d = dispatch_of(self.kernel, self.image, {"kernarg_segment_ptr": kernargs}, (groups, 1, 1), (LOCAL, 1, 1))
-        return [int(w) for w in pm4.dispatch(dataclasses.replace(d, perfcount=perfcount), 1)]
+        d = dispatch_of(self.kernel, self.image, {"kernarg_segment_ptr": kernargs}, (groups, 1, 1), (LOCAL, 1, 1),
+                        [0] * self.xccs)
+        return [int(w) for w in pm4.dispatch(dataclasses.replace(d, perfcount=perfcount), self.xccs)]
 
     def submit(self, words: list[int]) -> None:
         from tg_amd.queues import pm4
@@ -326,3 +328,42 @@ def test_a_full_window_stops_at_its_last_unit_and_counts_what_it_dropped(gpu):
 def test_bad_grbm_index_is_named(gpu):
     with pytest.raises(PacketError, match="GRBM_GFX_INDEX 0x70000 selects SE 7"):
         gpu.submit(uconfig(GRBM_GFX_INDEX, 7 << 16) + uconfig(TT_CTRL, 1))
+
+
+def test_other_xccs_count_nothing_and_trace_only_a_header():
+    """Dispatches run on XCC 0: a readback predicated on XCC 1 reads its own, idle, counters and trace."""
+    from tg_amd.queues import pm4
+    from tg_profiler_sqtt.pmc import decode_pmc
+    from tg_profiler_sqtt.sqtt import decode
+    gpu = GPU(xccs=2)
+    try:
+        window = 1 << 14
+        out, bufs, base, wptrs = gpu.buf(4 * 8 * LOCAL), [gpu.buf(4096) for _ in range(2)], gpu.buf(2 * window), \
+            [gpu.buf(4 * SES) for _ in range(2)]
+        start = pmc_start()
+        for x in range(2):   # SE 0 of XCC x traces into base + x * window
+            va = base + x * window
+            body = uconfig(GRBM_GFX_INDEX, 1 << 30)          # SE 0
+            body += uconfig(TT_BUF0_SIZE, (va >> 44) & 0xF | (window >> 12) << 8)
+            body += uconfig(TT_BUF0_BASE, (va >> 12) & 0xFFFFFFFF) + uconfig(TT_MASK, 0x10000)
+            body += uconfig(TT_TOKEN_MASK, 0x1F1800) + uconfig(TT_CTRL, 0x80023C41)
+            start += [int(w) for w in pm4.pred_exec(1 << x, body, 2)]
+        start += pkt(SET_SH_REG, THREAD_TRACE_ENABLE_SH, 1)
+        words = start + gpu.dispatch(8, out) + pkt(EVENT_WRITE, FINISH)
+        sched = None
+        for x in range(2):
+            read, sched = pmc_read(bufs[x])
+            body = read + uconfig(GRBM_GFX_INDEX, 1 << 30) + copy_reg_to_mem(TT_WPTR, wptrs[x])
+            words += [int(w) for w in pm4.pred_exec(1 << x, body, 2)]
+        gpu.submit(words)
+        c0, c1 = (decode_pmc(gpu.mem.read(b, 4096), sched) for b in bufs)
+        assert c0["SQ_INSTS_VALU"].total == 16 * VALU and c0["GRBM_GUI_ACTIVE"].total > 0
+        assert all(c.total == 0 for c in c1.values())
+        for x, dw in ((0, True), (1, False)):
+            va = base + x * window
+            nbytes = int(gpu.u32(wptrs[x])[0] & 0x1FFFFFFF) * 32 - ((va // 32) & 0x1FFFFFFF) * 32
+            d = decode(gpu.mem.read(va, nbytes))
+            assert d[0].kind == "LAYOUT_HEADER"
+            assert any(p.kind == "WAVESTART" for p in d) == dw
+    finally:
+        gpu.close()

@@ -49,7 +49,14 @@ class EmulatorLauncher:
         self.mem = mem
         self.programs: dict[int, Program] = {}
         self.last = DispatchStats()  # what the last DISPATCH_DIRECT cost (bench/emulator.py reads it)
-        self.perf = PerfUnit(mem)    # the GPU's performance monitor; its queues share it
+        self.perf = PerfUnit(mem)    # XCC 0's performance monitor (dispatches run there); the GPU's queues share it
+        self._idle_xccs: dict[int, PerfUnit] = {}
+
+    def perf_of(self, xcc: int) -> PerfUnit:
+        """The performance monitor of XCC `xcc` (the others see no dispatch: their counters stay 0)."""
+        if xcc == 0:
+            return self.perf
+        return self._idle_xccs.setdefault(xcc, PerfUnit(self.mem))
 
     def _code(self, va: int) -> bytes:
         """The bytes from the entry point to the end of its mapping (at most MAX_CODE)."""

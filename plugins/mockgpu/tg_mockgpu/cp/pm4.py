@@ -11,9 +11,11 @@ runs the whole grid at once). A PRED_EXEC block runs its packets only on the XCC
 to those XCCs' files, memory writes happen once if any selected XCC exists.
 
 The performance monitor's registers (perf.py: GRBM_GFX_INDEX, the PMC counters, SQ_THREAD_TRACE_*) belong to
-the GPU's `PerfUnit`, shared with its launcher: writes to them (SET_UCONFIG_REG, COPY_DATA to a register) go
-there when XCC 0 is selected, and reads (COPY_DATA SRC_SEL 0 or 4, register WAIT_REG_MEM) come from there;
-EVENT_WRITE hands it the event type (the thread-trace marker and finish).
+each XCC's `PerfUnit`, shared by the GPU's queues through its launcher (`perf_of(xcc)`): writes to them
+(SET_UCONFIG_REG, COPY_DATA to a register) go to the selected XCCs' units, reads (COPY_DATA SRC_SEL 0 or 4,
+register WAIT_REG_MEM) come from the first selected XCC's; EVENT_WRITE hands the event type (the thread-trace
+marker and finish) to the selected XCCs' units. Dispatches run on XCC 0, so the other XCCs' counters stay 0
+and their traces hold only a header.
 """
 from __future__ import annotations
 
@@ -76,13 +78,14 @@ class PM4Queue:
     frames: list[Frame] = field(default_factory=list)
     stalled: tuple[int, int] | None = None  # (address, reference) of the wait it stopped at
     mmio: dict[int, int] = field(default_factory=dict)
-    perf: PerfUnit | None = None  # None: the launcher's (the GPU's), or one of its own when the launcher has none
+    perf: list[PerfUnit] = field(default_factory=list)  # per XCC: the launcher's (`perf_of`), else its own
 
     def __post_init__(self) -> None:
         if self.xccs < 1:
             raise ValueError(f"{self.name}: a part has at least one XCC, not {self.xccs}")
-        if self.perf is None:
-            self.perf = getattr(self.launch, "perf", None) or PerfUnit(self.mem)
+        if not self.perf:
+            perf_of = getattr(self.launch, "perf_of", None)
+            self.perf = [perf_of(x) if perf_of is not None else PerfUnit(self.mem) for x in range(self.xccs)]
         self.regs = [{} for _ in range(self.xccs)]
         if self.rptr is not None:
             write64(self.mem, self.rptr, 0)
@@ -191,13 +194,15 @@ class PM4Queue:
             # the caller moves past this packet now; the ring's read pointer passes it when the IB is done
             self.frames.append(Frame(f"the indirect buffer at {va:#x}", va, 0, size))
         elif name == "WAIT_REG_MEM":
-            return self._wait(p, bad)
+            return self._wait(p, active, bad)
         elif name == "RELEASE_MEM":
             self._release(p, bad)
         elif name == "COPY_DATA":
-            self._copy_data(p, bad)
+            self._copy_data(p, active, bad)
         elif name == "EVENT_WRITE":
-            self._unit.event(p[0] & 0x3F)
+            for x in range(self.xccs):
+                if active >> x & 1:
+                    self.perf[x].event(p[0] & 0x3F)
         elif name == "DISPATCH_DIRECT":
             if self.launch is None:
                 raise bad("this queue has no launcher (no GPU to run kernels on)")
@@ -207,29 +212,26 @@ class PM4Queue:
         # memory has already
         return True
 
-    @property
-    def _unit(self) -> PerfUnit:
-        assert self.perf is not None, "__post_init__ sets it"
-        return self.perf
-
     def _set(self, x: int, reg: int, value: int, bad: Callable[[str], PacketError]) -> None:
-        """A register write on XCC x: the performance monitor's registers go to the GPU's PerfUnit (XCC 0's)."""
+        """A register write on XCC x: the performance monitor's registers go to that XCC's PerfUnit."""
         if not PerfUnit.owns(reg):
             self.regs[x][reg] = value
-        elif x == 0:
-            try:
-                self._unit.write(reg, value)
-            except ValueError as e:
-                raise bad(str(e)) from None
+            return
+        try:
+            self.perf[x].write(reg, value)
+        except ValueError as e:
+            raise bad(str(e)) from None
 
-    def _get(self, reg: int, bad: Callable[[str], PacketError]) -> int:
-        """A register read (XCC 0's file, the PerfUnit's registers, or the MMIO the mock answers)."""
+    def _get(self, reg: int, active: int, bad: Callable[[str], PacketError]) -> int:
+        """A register read on the first XCC of `active`: its file, its PerfUnit's registers, or the MMIO the mock
+        answers."""
+        x = (active & -active).bit_length() - 1
         if PerfUnit.owns(reg):
             try:
-                return self._unit.read(reg)
+                return self.perf[x].read(reg)
             except ValueError as e:
                 raise bad(str(e)) from None
-        return self.regs[0].get(reg, self.mmio.get(reg, 0))
+        return self.regs[x].get(reg, self.mmio.get(reg, 0))
 
     def _compare(self, fn: int, value: int, ref: int, bad: Callable[[str], PacketError]) -> bool:
         ops = {0: lambda: True, 1: lambda: value < ref, 2: lambda: value <= ref, 3: lambda: value == ref,
@@ -238,7 +240,7 @@ class PM4Queue:
             raise bad(f"compare function {fn}; functions are 0..6")
         return ops[fn]()
 
-    def _wait(self, p: list[int], bad: Callable[[str], PacketError]) -> bool:
+    def _wait(self, p: list[int], active: int, bad: Callable[[str], PacketError]) -> bool:
         fn, mem_space, operation = p[0] & 7, p[0] >> 4 & 1, p[0] >> 6 & 3
         ref, mask = p[3], p[4]
         if mem_space:
@@ -251,7 +253,7 @@ class PM4Queue:
                 self.mmio[p[1]] = ref
                 if p[1] == HDP_FLUSH_REQ:
                     self.mmio[HDP_FLUSH_DONE] = ref
-            addr, value = p[2], self._get(p[2], bad)
+            addr, value = p[2], self._get(p[2], active, bad)
         if self._compare(fn, value & mask, ref, bad):
             self.stalled = None
             return True
@@ -274,11 +276,11 @@ class PM4Queue:
         if int_sel and self.interrupt is not None:
             self.interrupt(p[6])
 
-    def _copy_data(self, p: list[int], bad: Callable[[str], PacketError]) -> None:
+    def _copy_data(self, p: list[int], active: int, bad: Callable[[str], PacketError]) -> None:
         src_sel, dst_sel, wide = p[0] & 0xF, p[0] >> 8 & 0xF, p[0] >> 16 & 1
         src, dst = p[1] | (p[2] << 32), p[3] | (p[4] << 32)
         if src_sel in (0, 4):   # a register, or a performance counter register: both by dword address
-            value = self._get(p[1], bad) | (self._get(p[1] + 1, bad) << 32 if wide else 0)
+            value = self._get(p[1], active, bad) | (self._get(p[1] + 1, active, bad) << 32 if wide else 0)
         elif src_sel == 2:
             lo_hi = dwords(self.mem, src, 2 if wide else 1)
             value = lo_hi[0] | (lo_hi[1] << 32 if wide else 0)
@@ -292,9 +294,10 @@ class PM4Queue:
         value &= (1 << 64) - 1 if wide else 0xFFFFFFFF
         if dst_sel in (0, 4):
             for x in range(self.xccs):
-                self._set(x, p[3], value & 0xFFFFFFFF, bad)
-                if wide:
-                    self._set(x, p[3] + 1, value >> 32, bad)
+                if active >> x & 1:
+                    self._set(x, p[3], value & 0xFFFFFFFF, bad)
+                    if wide:
+                        self._set(x, p[3] + 1, value >> 32, bad)
         elif dst_sel == 2:
             (write64 if wide else write32)(self.mem, dst, value)
         else:

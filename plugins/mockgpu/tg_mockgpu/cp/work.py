@@ -17,6 +17,7 @@ places them and times them by rules of its own:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -153,9 +154,7 @@ class WorkBuilder:
             counts[self._class(pc), waves] += 1
         self.parts.append((group, index, counts))
         if self.traced:
-            se, sa, wgp, simd = _place(group, index)
-            keys = np.array([(int(a), int(b), int(c), int(d)) in self.traced for a, b, c, d in
-                             zip(se, sa, wgp, simd)], bool)
+            keys = np.isin(_unit(*_place(group, index)), [_unit(*u) for u in self.traced])
             if keys.any():
                 want = np.flatnonzero(keys)
                 seqs: dict[int, list[int]] = {int(w): [] for w in want}
@@ -177,7 +176,7 @@ class WorkBuilder:
             counts = np.zeros((len(CLASSES), 0), np.int64)
         se, sa, wgp, simd = _place(group, index)
         cycles = COST @ counts
-        unit = ((se * SAS + sa) * WGPS + wgp) * SIMDS + simd
+        unit = _unit(se, sa, wgp, simd)
         order = np.argsort(unit, kind="stable")              # each SIMD's waves in dispatch order
         u, d = unit[order], cycles[order]
         first = np.ones(len(u), bool)
@@ -205,3 +204,8 @@ def _place(group: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray
     """(se, sa, wgp, simd) of waves given their workgroup's flat index and their index in it (module doc)."""
     u = group % UNITS
     return u % SES, (u // SES) % SAS, u // (SES * SAS), index % SIMDS
+
+
+def _unit(se: Any, sa: Any, wgp: Any, simd: Any) -> Any:
+    """One number per SIMD (ints or arrays of them)."""
+    return ((se * SAS + sa) * WGPS + wgp) * SIMDS + simd
