@@ -113,3 +113,32 @@ def test_a_trace_window_too_small_warns(monkeypatch, amd):
     (p,) = results.take(amd.device)
     assert p.full == (0,) and len(p.raw_traces[0]) == 4096 - 32
     assert p.traces[0][0].kind == "LAYOUT_HEADER"
+
+
+def test_the_trace_file_shows_counters_waves_and_their_instructions(monkeypatch, amd):
+    from tg_core import profile
+    from tg_core.profile import events as ev
+    from tg_core.profile import state
+    profile_with(monkeypatch, amd, Settings(pmc=True, counters=("SQ_INSTS_VALU",), sqtt=True, buffer_mib=4, slots=4))
+    a = np.arange(256, dtype=np.float32)
+    x = Tensor(a, device=amd.device).realize()
+    amd.synchronize()
+    results.take(amd.device)
+    monkeypatch.setattr(state, "on", True)
+    profile.collect()
+    ev.take()
+    np.testing.assert_allclose((x * 3 + 1).numpy(), a * 3 + 1)
+    amd.synchronize()
+    evs = profile.collect()
+    monkeypatch.setattr(state, "on", False)
+    (p,) = results.take(amd.device)
+    (kernel,) = [e for e in evs if e.kind == "kernel"]
+    assert kernel.data["counters"] == p.totals and p.totals["SQ_INSTS_VALU"] > 0
+    waves = [e for e in evs if e.kind == "wave"]
+    ins = [e for e in evs if e.kind == "instruction"]
+    assert waves and ins and {e.track for e in ins} <= {e.track for e in waves}
+    for track in {e.track for e in ins}:
+        mine = [e.name for e in ins if e.track == track]
+        assert mine[-1] == "s_endpgm" and any(n.startswith("v_mul_f32") for n in mine), mine
+        spans = [(w.start, w.end) for w in waves if w.track == track]
+        assert all(any(a <= e.start <= b for a, b in spans) for e in ins if e.track == track)
