@@ -287,6 +287,14 @@ def test_sqtt_decodes_into_the_waves_and_instructions_that_ran(gpu):
         assert all(a.time <= b.time for a, b in zip(d, d[1:]))
         waves_here = sum(1 for g in range(groups) if g % 48 % 6 == se) * 2
         assert sum(p.kind == "WAVESTART" for p in d) == waves_here
+        # the cycle model: every wave lasts the issue cycles of what it executed
+        opened: dict[tuple[int, int, int, int], int] = {}
+        for p in d:
+            key = (p.sa, p.wgp, p.simd, p.wave) if p.kind in ("WAVESTART", "WAVEEND") else None
+            if p.kind == "WAVESTART":
+                opened[key] = p.time
+            elif p.kind == "WAVEEND":
+                assert p.time - opened.pop(key) == WAVE_CYCLES
         regs = [(p.subop, p.value) for p in d if p.kind == "REG"]
         assert (USERDATA_2, 0x11) in regs and (USERDATA_2 + 1, 0x22) in regs   # the RGP markers
         assert (0xFF, MARKER) in regs and (0xFF, FINISH) in regs

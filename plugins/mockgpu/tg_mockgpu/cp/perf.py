@@ -181,8 +181,7 @@ class PerfUnit:
             size_reg = r.get(TT_BUF0_SIZE, 0)
             base = (size_reg & 0xF) << 44 | r.get(TT_BUF0_BASE, 0) << 12
             size = ((size_reg >> 8) & 0x3FFFFF) << 12
-            s = enc.Stream()
-            s.time = self.clock
+            s = enc.Stream(self.clock)
             name, fields = enc.header(r.get(TT_MASK, 0) & 3)
             s.put(name, self.clock, **fields)
             self.traces[se] = SETrace(base, size, s)
@@ -241,8 +240,10 @@ class PerfUnit:
             return frozenset() if counting else None
         units = set()
         for se in self.traces:
-            m = self.se_regs[se].get(TT_MASK, 0)
-            units.add((se, m >> 9 & 1, m >> 4 & 0xF, m & 3))
+            r = self.se_regs[se]
+            m, exclude = r.get(TT_MASK, 0), r.get(TT_TOKEN_MASK, 0)
+            if any(not exclude >> enc.EXCLUDE_BIT[k] & 1 for k in ("VALUINST", "IMMEDIATE", "INST")):
+                units.add((se, m >> 9 & 1, m >> 4 & 0xF, m & 3))   # this SE traces instructions
         return frozenset(units)
 
     def dispatched(self, work: DispatchWork, regs: dict[int, int]) -> None:
@@ -256,9 +257,8 @@ class PerfUnit:
                 m = r.get(TT_MASK, 0)
                 if not m & CS_WAVES:
                     continue
-                for time, name, fields in enc.dispatch_packets(work, se, t0, (m >> 9 & 1, m >> 4 & 0xF, m & 3),
-                                                           r.get(TT_TOKEN_MASK, 0) & 0x7FF, self.waves):
-                    t.stream.put(name, time, **fields)
+                t.stream.put_many(*enc.dispatch_packets(work, se, t0, (m >> 9 & 1, m >> 4 & 0xF, m & 3),
+                                                        r.get(TT_TOKEN_MASK, 0) & 0x7FF, self.waves))
                 self._commit(se)
             self.waves += work.waves
         self.clock = t0 + work.span

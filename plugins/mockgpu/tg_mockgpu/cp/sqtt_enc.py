@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tg_mockgpu.cp.work import DispatchWork
+import numpy as np
+
+from tg_mockgpu.cp.work import CLASSES, DispatchWork
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,14 @@ INST_OP = {"SALU": 0x0, "SALU_EXEC": 0x72, "SMEM": 0x1, "MESSAGE": 0x9, "VALU_TR
 JUMP, JUMP_NO = 0x3, 0x4
 
 
+KINDS = tuple(LAYOUTS)
+KIND = {name: i for i, name in enumerate(KINDS)}
+NIBBLES = np.array([LAYOUTS[k].nibbles for k in KINDS], np.int64)
+DELTA_LO = np.array([LAYOUTS[k].fields.get("delta", (0, 0))[0] for k in KINDS], np.uint64)
+ROOM = np.array([(1 << LAYOUTS[k].fields.get("delta", (0, 0))[1]) - 1 for k in KINDS], np.int64)
+MAX_MARK = (1 << 36) - 1              # TS_DELTA_OR_MARK's delta field
+
+
 def pack(name: str, **values: int) -> int:
     """A packet's bits: its pattern and its fields (each must fit)."""
     lay = LAYOUTS[name]
@@ -75,38 +85,64 @@ def pack(name: str, **values: int) -> int:
     return bits
 
 
+def pack_many(name: str, n: int, **values: np.ndarray | int) -> np.ndarray:
+    """`pack` over arrays: n packets' bits (uint64)."""
+    lay = LAYOUTS[name]
+    bits = np.full(n, lay.pattern, np.uint64)
+    for key, v in values.items():
+        lo, width = lay.fields[key]
+        a = np.asarray(v, np.int64)
+        if a.size and (a.min() < 0 or a.max() >= 1 << width):
+            raise ValueError(f"{name}.{key} has values outside its {width} bits")
+        bits |= a.astype(np.uint64) << np.uint64(lo)
+    return bits
+
+
 class Stream:
     """One SE's trace as nibbles, with the time of its last packet (cycles from the trace's start)."""
 
-    def __init__(self) -> None:
+    def __init__(self, time: int = 0) -> None:
         self.nibbles = bytearray()
-        self.time = 0
+        self.time = time
 
     def put(self, name: str, time: int, **values: int) -> None:
-        """Packet `name` at cycle `time` (never before the last packet's)."""
-        gap = max(0, time - self.time)
-        spec = LAYOUTS[name].fields.get("delta")
-        room = (1 << spec[1]) - 1 if spec else 0
-        if gap > room:
-            self._advance(gap)
-            gap = 0
-        if spec:
-            values["delta"] = gap
-        self._raw(name, pack(name, **values))
-        self.time = max(self.time, time)
+        """Packet `name` at cycle `time` (a time before the last packet's counts as the last packet's)."""
+        self.put_many(np.array([time], np.int64), np.array([KIND[name]]), np.array([pack(name, **values)], np.uint64))
 
-    def _advance(self, gap: int) -> None:
-        if SHORT_MIN <= gap <= SHORT_MAX:
-            self._raw("TS_DELTA_SHORT", pack("TS_DELTA_SHORT", delta=gap - SHORT_MIN))
+    def put_many(self, times: np.ndarray, kinds: np.ndarray, bits: np.ndarray) -> None:
+        """Packets in time order: their cycles, kinds (KIND) and bits without the delta. Each packet's delta is
+        the gap since the packet before it; a gap its delta field cannot hold goes into a timestamp packet just
+        before it (TS_DELTA_SHORT for 4..19 cycles, else TS_DELTA_OR_MARK)."""
+        if not len(times):
             return
-        most = (1 << 36) - 1
-        while gap:
-            step = min(gap, most)
-            self._raw("TS_DELTA_OR_MARK", pack("TS_DELTA_OR_MARK", delta=step))
-            gap -= step
+        prev = np.concatenate([[self.time], np.maximum.accumulate(times)[:-1]])
+        gap = np.maximum(times - prev, 0)
+        if gap.max() > MAX_MARK:   # longer than one timestamp packet holds (hours of GPU time): one at a time
+            for t, k, b in zip(times.tolist(), kinds.tolist(), bits.tolist()):
+                g = max(0, t - self.time)
+                while g > MAX_MARK:
+                    self._append(np.array([pack("TS_DELTA_OR_MARK", delta=MAX_MARK)], np.uint64), np.array([12]))
+                    self.time += MAX_MARK
+                    g -= MAX_MARK
+                self.put_many(np.array([self.time + g]), np.array([k]), np.array([b], np.uint64))
+            return
+        ts = gap > ROOM[kinds]
+        short = ts & (gap >= SHORT_MIN) & (gap <= SHORT_MAX)
+        g = gap.astype(np.uint64)
+        pre = np.where(short, LAYOUTS["TS_DELTA_SHORT"].pattern | (g - np.uint64(SHORT_MIN)) << np.uint64(4),
+                       LAYOUTS["TS_DELTA_OR_MARK"].pattern | g << np.uint64(12))
+        pre_len = np.where(ts, np.where(short, 2, 12), 0)
+        main = bits | np.where(ts, np.uint64(0), g) << DELTA_LO[kinds]
+        both = np.stack([pre, main], 1).ravel()
+        lens = np.stack([pre_len, NIBBLES[kinds]], 1).ravel()
+        keep = lens > 0
+        self._append(both[keep], lens[keep])
+        self.time = max(self.time, int(times.max()))
 
-    def _raw(self, name: str, bits: int) -> None:
-        self.nibbles.extend((bits >> (4 * i)) & 0xF for i in range(LAYOUTS[name].nibbles))
+    def _append(self, bits: np.ndarray, lens: np.ndarray) -> None:
+        at = np.repeat(np.cumsum(lens) - lens, lens)
+        shift = (4 * (np.arange(int(lens.sum())) - at)).astype(np.uint64)
+        self.nibbles += ((np.repeat(bits, lens) >> shift) & np.uint64(0xF)).astype(np.uint8).tobytes()
 
     def pad(self) -> None:
         """NOPs up to the next whole 32-byte unit (what the hardware flushes when tracing finishes)."""
@@ -114,8 +150,8 @@ class Stream:
 
     def to_bytes(self, start: int, end: int) -> bytes:
         """Nibbles [start, end) (both even) as bytes, low nibble first."""
-        n = self.nibbles
-        return bytes(n[i] | n[i + 1] << 4 for i in range(start, end, 2))
+        n = np.frombuffer(self.nibbles, np.uint8, end - start, start)
+        return (n[0::2] | n[1::2] << 4).astype(np.uint8).tobytes()
 
 
 def header(simd: int) -> tuple[str, dict[str, int]]:
@@ -123,38 +159,71 @@ def header(simd: int) -> tuple[str, dict[str, int]]:
 
 
 def dispatch_packets(work: DispatchWork, se: int, t0: int, unit: tuple[int, int, int] | None, exclude: int,
-                     first_id: int) -> list[tuple[int, str, dict[str, int]]]:
-    """The packets (cycle, name, fields) of SE `se` for a dispatch that started at cycle t0, in time order:
-    every wave's start and end, and the instructions of the waves on `unit` (sa, wgp, simd; None: no
-    instruction tracing on this SE). `exclude` is TOKEN_MASK's token_exclude; `first_id` numbers the waves."""
+                     first_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The packets (cycles, kinds, bits without delta; Stream.put_many) of SE `se` for a dispatch that started at
+    cycle t0, in time order: every wave's start and end, and the instructions of the waves on `unit` (sa, wgp,
+    simd; None: no instruction tracing on this SE). `exclude` is TOKEN_MASK's token_exclude; `first_id` numbers
+    the waves. Ties keep each wave's own order, waves in dispatch order."""
     def wanted(name: str) -> bool:
         return not exclude >> EXCLUDE_BIT[name] & 1
-    events: list[tuple[int, int, str, dict[str, int]]] = []
-    for w in (int(i) for i in (work.se == se).nonzero()[0]):
-        where = {"sa": int(work.sa[w]), "simd": int(work.simd[w]), "wgp": int(work.wgp[w]),
-                 "wave": int(work.slot[w])}
-        start = t0 + int(work.start[w])
-        if wanted("WAVESTART"):
-            events.append((start, len(events), "WAVESTART", {**where, "id": (first_id + w) & 0x3FFF}))
-        if unit is not None and (where["sa"], where["wgp"], where["simd"]) == unit:
-            for t, cls, taken in work.issued.get(w, ()):
-                p = _issue(cls, taken, where["wave"])
-                if p is not None and wanted(p[0]):
-                    events.append((t0 + t, len(events), *p))
-        if wanted("WAVEEND"):
-            events.append((start + int(work.cycles[w]), len(events), "WAVEEND", where))
-    events.sort(key=lambda e: (e[0], e[1]))
-    return [(t, name, f) for t, _, name, f in events]
+    mine = np.flatnonzero(work.se == se)
+    sa, simd, wgp, slot = work.sa[mine], work.simd[mine], work.wgp[mine], work.slot[mine]
+    start = t0 + work.start[mine]
+    n = len(mine)
+    times, ranks, order, kinds, bits = [], [], [], [], []
+    if wanted("WAVESTART"):
+        times.append(start)
+        ranks.append(np.arange(n))
+        order.append(np.zeros(n, np.int64))
+        kinds.append(np.full(n, KIND["WAVESTART"]))
+        bits.append(pack_many("WAVESTART", n, sa=sa, simd=simd, wgp=wgp, wave=slot, id=(first_id + mine) & 0x3FFF))
+    if wanted("WAVEEND"):
+        times.append(start + work.cycles[mine])
+        ranks.append(np.arange(n))
+        order.append(np.full(n, 1 << 40, np.int64))
+        kinds.append(np.full(n, KIND["WAVEEND"]))
+        bits.append(pack_many("WAVEEND", n, sa=sa, simd=simd, wgp=wgp, wave=slot))
+    if unit is not None:
+        on_unit = (sa == unit[0]) & (wgp == unit[1]) & (simd == unit[2])
+        for rank in np.flatnonzero(on_unit).tolist():
+            got = work.issued.get(int(mine[rank]))
+            if got is None:
+                continue
+            when, cls, taken = got
+            kind = ISSUE_KIND[cls]
+            op = np.where(cls == CLASS_JUMP, np.where(taken, JUMP, JUMP_NO), ISSUE_OP[cls])
+            keep = (kind >= 0) & ~(exclude >> EXCLUDE_OF_KIND[np.maximum(kind, 0)] & 1).astype(bool)
+            kind, op, idx = kind[keep], op[keep], np.flatnonzero(keep)
+            wave = np.uint64(int(slot[rank]))
+            inst = kind == KIND["INST"]
+            b = PATTERN[kind] | np.where(inst, wave << np.uint64(8) | op.astype(np.uint64) << np.uint64(13),
+                                         wave << np.uint64(7))
+            times.append(t0 + when[keep])
+            ranks.append(np.full(len(idx), rank, np.int64))
+            order.append(1 + idx)
+            kinds.append(kind)
+            bits.append(b)
+    if not times:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint64)
+    tt, rr, oo, kk, bb = (np.concatenate(x) for x in (times, ranks, order, kinds, bits))
+    idx = np.lexsort((oo, rr, tt))
+    return tt[idx], kk[idx], bb[idx]
 
 
-def _issue(c: str, taken: bool, wave: int) -> tuple[str, dict[str, int]] | None:
-    """The packet of one issued instruction of class `c` (work.py), None when it issues none."""
-    if c in ("NONE", "ENDPGM"):
-        return None
-    if c == "VALU":
-        return "VALUINST", {"wave": wave}
-    if c == "IMMEDIATE":
-        return "IMMEDIATE", {"wave": wave}
-    if c == "JUMP":
-        return "INST", {"wave": wave, "op": JUMP if taken else JUMP_NO}
-    return "INST", {"wave": wave, "op": INST_OP[c]}
+def _issue_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Per instruction class (work.py CLASSES): the kind of packet it issues (-1: none) and the INST op."""
+    kind, op = np.full(len(CLASSES), -1, np.int64), np.zeros(len(CLASSES), np.int64)
+    for i, c in enumerate(CLASSES):
+        if c in ("NONE", "ENDPGM"):
+            continue   # s_delay_alu issues nothing; s_endpgm is the WAVEEND
+        if c in ("VALU", "IMMEDIATE"):
+            kind[i] = KIND["VALUINST" if c == "VALU" else "IMMEDIATE"]
+        else:
+            kind[i], op[i] = KIND["INST"], INST_OP.get(c, JUMP)
+    return kind, op
+
+
+ISSUE_KIND, ISSUE_OP = _issue_tables()
+CLASS_JUMP = CLASSES.index("JUMP")
+PATTERN = np.array([LAYOUTS[k].pattern for k in KINDS], np.uint64)
+EXCLUDE_OF_KIND = np.array([EXCLUDE_BIT.get(k, 31) for k in KINDS], np.int64)   # 31: never excluded

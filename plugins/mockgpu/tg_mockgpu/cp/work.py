@@ -102,7 +102,8 @@ class DispatchWork:
     start: np.ndarray                    # cycle each wave starts, from the dispatch's start
     cycles: np.ndarray                   # cycles each wave lasts
     span: int                            # cycles of the whole dispatch
-    issued: dict[int, list[tuple[int, str, bool]]] = field(default_factory=dict)  # wave -> (cycle, class, taken)
+    # wave -> (issue cycle from the dispatch's start, class index, branch taken) of each executed instruction
+    issued: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def waves(self) -> int:
@@ -133,7 +134,7 @@ class WorkBuilder:
         self.prog, self.grid, self.traced = prog, grid, traced
         self.cls: dict[int, int] = {}
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per batch: group, index, counts
-        self.seqs: dict[int, list[int]] = {}   # global wave -> executed pcs
+        self.seqs: dict[int, np.ndarray] = {}  # global wave -> executed pcs
         self.done = 0                          # waves of earlier batches
 
     def _class(self, pc: int) -> int:
@@ -142,7 +143,7 @@ class WorkBuilder:
             c = self.cls[pc] = CLASS[classify(self.prog.at(pc).inst)]
         return c
 
-    def add(self, group_ids: np.ndarray, waves_per_group: int, log: list[tuple[int, np.ndarray]]) -> None:
+    def add(self, group_ids: np.ndarray, waves_per_group: int, log: list[tuple[int, slice | np.ndarray]]) -> None:
         """One batch: its workgroup ids (n, 3), waves per workgroup and the run's log."""
         gx, gy, _ = self.grid
         n = len(group_ids) * waves_per_group
@@ -156,14 +157,18 @@ class WorkBuilder:
         if self.traced:
             keys = np.isin(_unit(*_place(group, index)), [_unit(*u) for u in self.traced])
             if keys.any():
-                want = np.flatnonzero(keys)
-                seqs: dict[int, list[int]] = {int(w): [] for w in want}
+                pcs, hits = [], []
                 for pc, waves in log:
-                    hit = waves[keys[waves]]
-                    for w in hit.tolist():
-                        seqs[w].append(pc)
-                for w, pcs in seqs.items():
-                    self.seqs[self.done + w] = pcs
+                    hit = np.flatnonzero(keys[waves]) + waves.start if isinstance(waves, slice) else waves[keys[waves]]
+                    if len(hit):
+                        pcs.append(np.full(len(hit), pc, np.int64))
+                        hits.append(hit)
+                w_all, pc_all = np.concatenate(hits), np.concatenate(pcs)
+                order = np.argsort(w_all, kind="stable")          # each wave's pcs in execution order
+                w_all, pc_all = w_all[order], pc_all[order]
+                cut = np.flatnonzero(np.diff(w_all)) + 1
+                for ws, seq in zip(np.split(w_all, cut), np.split(pc_all, cut)):
+                    self.seqs[self.done + int(ws[0])] = seq
         self.done += n
 
     def finish(self) -> DispatchWork:
@@ -189,14 +194,23 @@ class WorkBuilder:
         start[order], slot[order] = ends - d - base, rank % WAVE_SLOTS
         work = DispatchWork(se, sa, wgp, simd, slot, counts, start, cycles, 0)
         work.span = int(work.busy().max()) if len(se) else 0
-        for w, pcs in self.seqs.items():
-            t, out = int(start[w]), []
-            for i, pc in enumerate(pcs):
-                taken = i + 1 < len(pcs) and pcs[i + 1] != pc + self.prog.at(pc).size
-                name = CLASSES[self._class(pc)]
-                out.append((t, name, taken))
-                t += CYCLES[name]
-            work.issued[w] = out
+        if self.seqs:   # all traced waves at once: classes, issue cycles and taken branches
+            waves = list(self.seqs)
+            pcs = np.concatenate([self.seqs[w] for w in waves])
+            uniq, at = np.unique(pcs, return_inverse=True)
+            cls = np.array([self._class(int(pc)) for pc in uniq], np.int64)[at]
+            size = np.array([self.prog.at(int(pc)).size for pc in uniq], np.int64)[at]
+            lens = np.array([len(self.seqs[w]) for w in waves])
+            first = np.cumsum(lens) - lens
+            cost = COST[cls]
+            done = np.cumsum(cost) - cost                               # cycles before, over all the waves
+            when = done - np.repeat(done[first], lens) + np.repeat(start[waves], lens)
+            taken = np.zeros(len(pcs), bool)
+            taken[:-1] = pcs[1:] != pcs[:-1] + size[:-1]
+            taken[first + lens - 1] = False                             # a wave's last instruction
+            cut = first[1:]
+            for w, t, c, k in zip(waves, np.split(when, cut), np.split(cls, cut), np.split(taken, cut)):
+                work.issued[w] = (t, c, k)
         return work
 
 

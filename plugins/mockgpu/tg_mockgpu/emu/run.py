@@ -8,7 +8,7 @@ reaches. s_barrier holds a wave until every live wave of its workgroup has arriv
 when a whole workgroup arrives together, it just continues.
 
 `log`, when given, receives one (pc, waves) pair per instruction executed by a batch (waves: the machine's wave
-indices that ran it), in execution order: what the performance counters and the thread trace count (cp/work.py).
+indices that ran it, a slice when they are consecutive), in execution order: what the performance counters and the thread trace count (cp/work.py).
 It is None on the plain path, which then pays one test per batch-instruction.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tg_mockgpu.emu.program import Program
 from tg_mockgpu.emu.salu import BARRIER, END, JUMP, NEXT
 
 
-def run(m: Machine, prog: Program, entry: int, log: list[tuple[int, np.ndarray]] | None = None) -> None:
+def run(m: Machine, prog: Program, entry: int, log: list[tuple[int, slice | np.ndarray]] | None = None) -> None:
     groups: dict[int, Batch] = {entry: Batch(m, np.arange(m.nwaves))}
     alive = np.ones(m.nwaves, bool)
     held = np.zeros(m.nwaves, bool)
@@ -60,7 +60,7 @@ def run(m: Machine, prog: Program, entry: int, log: list[tuple[int, np.ndarray]]
                     raise EmulatorError(f"{e}, executing {c.where}") from None
                 executed += bt.n
                 if log is not None:
-                    log.append((pc, bt.waves))
+                    log.append((pc, bt.idx))
                 flow = c.flow
                 if flow is NEXT:
                     pc += c.size
