@@ -375,3 +375,31 @@ def test_other_xccs_count_nothing_and_trace_only_a_header():
             assert any(p.kind == "WAVESTART" for p in d) == dw
     finally:
         gpu.close()
+
+
+def test_aql_dispatches_count_with_the_enable_their_vendor_packets_set(gpu):
+    """An AQL queue's dispatches run with the SH registers its PM4 vendor packets programmed: with
+    COMPUTE_PERFCOUNT_ENABLE set there, the counters of the GPU's shared PerfUnit count them."""
+    from tg_amd.queues import aql
+    from tg_mockgpu.cp.aql import AQLQueue
+    from tg_profiler_sqtt.pmc import decode_pmc
+
+    def ib(words: list[int]) -> list[int]:
+        va = gpu.mem.alloc(4 * len(words))
+        gpu.mem.write(va, struct.pack(f"<{len(words)}I", *words))
+        return [int(w) for w in aql.pm4_ib(va, len(words))]
+    groups, out, buf, kernargs = 6, gpu.buf(4 * 6 * LOCAL), gpu.buf(4096), gpu.buf(64)
+    gpu.mem.write(kernargs, struct.pack("<Q", out))
+    read, sched = pmc_read(buf)
+    packets = [ib(pmc_start() + pkt(SET_SH_REG, 0x20B, 1)),
+               [int(w) for w in aql.kernel_dispatch(gpu.kernel, gpu.image, kernargs, (groups, 1, 1), (LOCAL, 1, 1))],
+               ib(read)]
+    ring, rptr = gpu.mem.alloc(64 * 4), gpu.mem.alloc(256)
+    for i, p in enumerate(packets):
+        gpu.mem.write(ring + 64 * i, struct.pack("<16I", *p))
+    q = AQLQueue("AMD COMPUTE:0", gpu.mem, ring, 4, rptr + 128, queue_va=rptr, launch=gpu.launcher)
+    assert q.pm4.perf[0] is gpu.cp.perf[0]          # one performance monitor per GPU, whichever queue
+    assert q.run(2) and q.read_pointer == 3
+    np.testing.assert_array_equal(gpu.u32(out, groups * LOCAL), np.arange(groups * LOCAL) + LOOPS)
+    c = decode_pmc(gpu.mem.read(buf, 4096), sched)
+    assert c["SQ_INSTS_VALU"].total == 2 * groups * VALU and c["SQ_WAVES"].total == 2 * groups
