@@ -21,7 +21,8 @@ pytestmark = needs_llvm_mc
 SET_SH_REG, SET_UCONFIG_REG, COPY_DATA, EVENT_WRITE, WAIT_REG_MEM = 0x76, 0x79, 0x40, 0x46, 0x3C
 GRBM_GFX_INDEX, BROADCAST = 0xC200, 0xE0000000
 CP_PERFMON_CNTL, SQ_PERFCOUNTER_CTRL, SQ_PERFCOUNTER_CTRL2 = 0xD808, 0xD9E0, 0xD9E2
-SQ_SELECT, SQ_LO, GRBM_SELECT, GRBM_LO, GL2C_SELECT, GL2C_LO = 0xD9C0, 0xD1C0, 0xD840, 0xD040, 0xDB80, 0xD380
+SQ_SELECT, SQ_LO, GL2C_SELECT, GL2C_LO = 0xD9C0, 0xD1C0, 0xDB80, 0xD380
+GRBM_SELECT, GRBM_LO, GRBM_HI = (0xD840, 0xD841), (0xD040, 0xD043), (0xD041, 0xD044)
 SPI_CONFIG_CNTL, TRACE_ON, TRACE_OFF = 0xC440, 0xC362C688, 0xC062C688
 TT_BUF0_BASE, TT_BUF0_SIZE, TT_CTRL, TT_MASK, TT_TOKEN_MASK, TT_WPTR = 0xD9E8, 0xD9E9, 0xD9EC, 0xD9ED, 0xD9EE, 0xD9EF
 TT_STATUS, TT_DROPPED, USERDATA_2 = 0xD9F4, 0xD9FA, 0xC342
@@ -141,40 +142,41 @@ def gpu():
 
 # ---- PMC ----------------------------------------------------------------------------------------------------
 
-def pmc_start(sq_ctrl: int = 0x55) -> list[int]:
-    """amd.md 9's start: broadcast, reset, SQ control, one counter of each selection, count."""
+def pmc_start(sq_ctrl: int = 0x55, counters: list = COUNTERS) -> list[int]:
+    """amd.md 9's start: broadcast, reset, SQ control, each block's next counter for each selection, count."""
     ws = uconfig(GRBM_GFX_INDEX, BROADCAST) + uconfig(CP_PERFMON_CNTL, 0) + uconfig(SQ_PERFCOUNTER_CTRL, sq_ctrl)
     ws += uconfig(SQ_PERFCOUNTER_CTRL2, 1 | 0xFFFF << 4)
-    n = 0
-    for _, block, sel in COUNTERS:
-        if block == "SQ":
-            ws += uconfig(SQ_SELECT + 2 * n, sel)
-            n += 1
-    ws += uconfig(GRBM_SELECT, 2) + uconfig(GL2C_SELECT, 42)
+    used = {"SQ": 0, "GRBM": 0, "GL2C": 0}
+    for _, block, sel in counters:
+        n = used[block]
+        used[block] += 1
+        ws += uconfig(SQ_SELECT + 2 * n if block == "SQ" else GRBM_SELECT[n] if block == "GRBM" else
+                      GL2C_SELECT + 2 * n, sel)
     return ws + uconfig(CP_PERFMON_CNTL, 0) + uconfig(CP_PERFMON_CNTL, 1)
 
 
-def pmc_read(buf: int) -> tuple[list[int], list[dict]]:
+def pmc_read(buf: int, counters: list = COUNTERS) -> tuple[list[int], list[dict]]:
     """amd.md 9's readback: sample, then each counter's instances (SQ: se, sa, wgp; 8 bytes each) into buf, and
     the schedule tg-profiler-sqtt's decoder reads."""
     ws = uconfig(GRBM_GFX_INDEX, BROADCAST) + uconfig(CP_PERFMON_CNTL, 0x401)
-    sched, off, n = [], 0, 0
-    for name, block, _ in COUNTERS:
+    sched, off, used = [], 0, {"SQ": 0, "GRBM": 0, "GL2C": 0}
+    for name, block, _ in counters:
+        n = used[block]
+        used[block] += 1
         if block == "SQ":
             shape = (1, 1, SES, SAS, WGPS)
             for se, sa, wgp in np.ndindex(SES, SAS, WGPS):
                 at = off + 8 * ((se * SAS + sa) * WGPS + wgp)
                 ws += uconfig(GRBM_GFX_INDEX, se << 16 | sa << 8 | wgp << 2) + copy_reg_to_mem(SQ_LO + 2 * n, buf + at)
-            n += 1
         elif block == "GRBM":
             shape = (1, 1, 1, 1, 1)
-            ws += uconfig(GRBM_GFX_INDEX, BROADCAST) + copy_reg_to_mem(GRBM_LO, buf + off)
-            ws += copy_reg_to_mem(GRBM_LO + 1, buf + off + 4)
+            ws += uconfig(GRBM_GFX_INDEX, BROADCAST) + copy_reg_to_mem(GRBM_LO[n], buf + off)
+            ws += copy_reg_to_mem(GRBM_HI[n], buf + off + 4)
         else:
             shape = (1, 32, 1, 1, 1)
             for i in range(32):
-                ws += uconfig(GRBM_GFX_INDEX, 1 << 31 | 1 << 29 | i) + copy_reg_to_mem(GL2C_LO, buf + off + 8 * i)
-                ws += copy_reg_to_mem(GL2C_LO + 1, buf + off + 8 * i + 4)
+                ws += uconfig(GRBM_GFX_INDEX, 1 << 31 | 1 << 29 | i) + copy_reg_to_mem(GL2C_LO + 2 * n, buf + off + 8 * i)
+                ws += copy_reg_to_mem(GL2C_LO + 2 * n + 1, buf + off + 8 * i + 4)
         size = 8 * int(np.prod(shape))
         sched.append(dict(name=name, block=block, **dict(zip(("xcc", "inst", "se", "sa", "wgp"), shape)),
                           off=off, size=size))
@@ -182,11 +184,11 @@ def pmc_read(buf: int) -> tuple[list[int], list[dict]]:
     return ws + uconfig(GRBM_GFX_INDEX, BROADCAST), sched
 
 
-def counted(gpu: GPU, groups: int, perfcount: bool = True, sq_ctrl: int = 0x55) -> dict:
+def counted(gpu: GPU, groups: int, perfcount: bool = True, sq_ctrl: int = 0x55, counters: list = COUNTERS) -> dict:
     from tg_profiler_sqtt.pmc import decode_pmc
     out, buf = gpu.buf(4 * groups * LOCAL), gpu.buf(4096)
-    read, sched = pmc_read(buf)
-    gpu.submit(pmc_start(sq_ctrl) + gpu.dispatch(groups, out, perfcount) + read)
+    read, sched = pmc_read(buf, counters)
+    gpu.submit(pmc_start(sq_ctrl, counters) + gpu.dispatch(groups, out, perfcount) + read)
     np.testing.assert_array_equal(gpu.u32(out, groups * LOCAL), np.arange(groups * LOCAL) + LOOPS)
     return decode_pmc(gpu.mem.read(buf, 4096), sched)
 
@@ -211,6 +213,20 @@ def test_counters_count_the_instructions_the_waves_executed(gpu, groups):
     assert c["GRBM_GUI_ACTIVE"].total == DISPATCH_LATENCY + int(want.max()) // 2 * WAVE_CYCLES
     # what the mock cannot model reads 0
     assert c["SQC_LDS_BANK_CONFLICT"].total == 0 and c["GL2C_HIT"].total == 0
+
+
+def test_more_instruction_counters_and_a_second_grbm_counter(gpu):
+    counters = [("SQ_INSTS_LDS", "SQ", 57), ("SQ_INSTS_SMEM", "SQ", 59), ("SQ_INSTS_TEX_LOAD", "SQ", 66),
+                ("SQ_INSTS_TEX_STORE", "SQ", 67), ("SQ_INSTS_WAVE32", "SQ", 70), ("SQ_INSTS_WAVE32_LDS", "SQ", 72),
+                ("SQ_INSTS_WAVE32_VALU", "SQ", 73), ("SQ_WAIT_ANY", "SQ", 35), ("GRBM_GUI_ACTIVE", "GRBM", 2),
+                ("GRBM_COUNT", "GRBM", 0)]
+    waves = 2 * 10
+    c = counted(gpu, 10, counters=counters)
+    per_wave = {"SQ_INSTS_LDS": LDS, "SQ_INSTS_SMEM": 1, "SQ_INSTS_TEX_LOAD": 0, "SQ_INSTS_TEX_STORE": 1,
+                "SQ_INSTS_WAVE32": len(EXECUTED), "SQ_INSTS_WAVE32_LDS": LDS, "SQ_INSTS_WAVE32_VALU": VALU,
+                "SQ_WAIT_ANY": 0}
+    assert {k: c[k].total for k in per_wave} == {k: v * waves for k, v in per_wave.items()}
+    assert c["GRBM_COUNT"].total == c["GRBM_GUI_ACTIVE"].total == DISPATCH_LATENCY + WAVE_CYCLES
 
 
 def test_valu_doubles_when_the_grid_doubles(gpu):

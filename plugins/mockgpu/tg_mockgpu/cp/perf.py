@@ -15,8 +15,10 @@ Registers (absolute dword addresses):
 - SQ counter n (0..7): SELECT 0xD9C0 + 2n (perf_sel [8:0]), LO 0xD1C0 + 2n, one per WGP: GRBM se, sa and
   instance = wgp << 2 (sub-instances 1..3 read 0); no HI register (gfx11). They count dispatches whose
   COMPUTE_PERFCOUNT_ENABLE (SH 0x2E0B) bit 0 is set while SQ_PERFCOUNTER_CTRL (0xD9E0) cs_en (bit 6) is set.
-- GRBM counter 0: SELECT 0xD840 (perf_sel [5:0]), LO/HI 0xD040/0xD041, one instance.
-- GL2C counter n (0..3): SELECT 0xDB80 + 2n, LO/HI 0xD380 + 2n / + 1, instances 0..31.
+- GRBM counters 0 and 1: SELECT 0xD840 / 0xD841 (perf_sel [5:0]), LO/HI 0xD040/0xD041 and 0xD043/0xD044 (the
+  gfx11 register header's layout; amd.md 10 lists counter 0), one instance.
+- GL2C counter n (0..3): SELECT 0xDB80, 0xDB82, 0xDB84, 0xDB85 (0 and 1 have a SELECT1 after them), LO/HI
+  0xD380 + 2n / + 1, instances 0..31.
 - SQ_THREAD_TRACE (per SE): BUF0_BASE 0xD9E8 (address >> 12), BUF0_SIZE 0xD9E9 (base_hi [3:0] = address >> 44,
   size [29:8] in 4 KiB), CTRL 0xD9EC (mode [1:0]: 1 traces, 0 stops), MASK 0xD9ED (simd_sel [1:0], wgp_sel
   [7:4], sa_sel 9, wtype_include [16:10]: bit 16 = compute waves), TOKEN_MASK 0xD9EE (token_exclude [10:0],
@@ -24,11 +26,16 @@ Registers (absolute dword addresses):
   25), DROPPED_CNTR 0xD9FA; SQ_THREAD_TRACE_USERDATA_0..7 0xC340.., SPI_CONFIG_CNTL 0xC440 (kept, not read:
   the mock always has the wave events).
 
-Counters the mock models (perf_sel): SQ 3 SQ_BUSY_CYCLES (cycles the WGP is busy), 4 SQ_WAVES (waves started),
-58 SQ_INSTS_SALU, 62 SQ_INSTS_VALU, 261 SQC_LDS_IDX_ACTIVE (DS instructions executed); GRBM 2 GRBM_GUI_ACTIVE
-(cycles the GPU is busy: each dispatch's DISPATCH_LATENCY + span). Every other selection counts nothing and reads
-0: among them SQC_LDS_BANK_CONFLICT (256; the emulator has no LDS bank model), GL2C_HIT / GL2C_MISS (42/43;
-no cache model), and all other SQ, GRBM and GL2C events.
+Counters the mock models (perf_sel; executed instructions of the waves on that WGP, classes as work.py sorts
+them): SQ 3 SQ_BUSY_CYCLES (cycles the WGP is busy), 4 SQ_WAVES (waves started), 57 SQ_INSTS_LDS and 72
+SQ_INSTS_WAVE32_LDS (DS), 58 SQ_INSTS_SALU (SOP1/2/C/K), 59 SQ_INSTS_SMEM, 62 SQ_INSTS_VALU and 73
+SQ_INSTS_WAVE32_VALU (every VALU encoding, VOPD as one), 66 SQ_INSTS_TEX_LOAD / 67 SQ_INSTS_TEX_STORE (vector
+memory: GLOBAL, SCRATCH, FLAT, buffer; atomics count as stores), 70 SQ_INSTS_WAVE32 (every instruction but
+s_delay_alu: all waves are wave32), 261 SQC_LDS_IDX_ACTIVE (DS instructions executed); GRBM 2 GRBM_GUI_ACTIVE
+(cycles the GPU is busy: each dispatch's DISPATCH_LATENCY + span) and 0 GRBM_COUNT (the same: the mock's clock
+runs only during dispatches). Every other selection counts nothing and reads 0: among them
+SQC_LDS_BANK_CONFLICT (256; the emulator has no LDS bank model), GL2C_HIT / GL2C_MISS (42/43; no cache model),
+waits and stalls (no memory latency model), and all other SQ, GRBM and GL2C events.
 
 Thread trace: CTRL mode 1 starts an SE's trace (a LAYOUT_HEADER) in the window BUF0_BASE/BUF0_SIZE name;
 dispatches with COMPUTE_THREAD_TRACE_ENABLE (SH 0x2E1E) bit 0 add their waves' packets (sqtt_enc.py);
@@ -46,7 +53,7 @@ import numpy as np
 
 from tg_mockgpu.cp import sqtt_enc as enc
 from tg_mockgpu.cp.memory import Memory, write
-from tg_mockgpu.cp.work import LDS_CLASSES, SALU_CLASSES, SAS, SES, VALU_CLASSES, WGPS, DispatchWork
+from tg_mockgpu.cp.work import CLASSES, LDS_CLASSES, SALU_CLASSES, SAS, SES, VALU_CLASSES, WGPS, DispatchWork
 
 GRBM_GFX_INDEX, GRBM_BROADCAST = 0xC200, 0xE0000000
 SE_BROADCAST, SA_BROADCAST, INSTANCE_BROADCAST = 1 << 31, 1 << 29, 1 << 30
@@ -54,10 +61,10 @@ USERDATA = range(0xC340, 0xC348)
 SPI_CONFIG_CNTL = 0xC440
 CP_PERFMON_CNTL, SAMPLE_ENABLE = 0xD808, 1 << 10
 STATE_RESET, STATE_COUNT = 0, 1
-SQ_COUNTERS, GL2C_COUNTERS, GL2C_INSTANCES = 8, 4, 32
+SQ_COUNTERS, GRBM_COUNTERS, GL2C_COUNTERS, GL2C_INSTANCES = 8, 2, 4, 32
 SQ_SELECT, SQ_LO = 0xD9C0, 0xD1C0
-GRBM_SELECT, GRBM_LO = 0xD840, 0xD040
-GL2C_SELECT, GL2C_LO = 0xDB80, 0xD380
+GRBM_SELECT, GRBM_LO, GRBM_HI = (0xD840, 0xD841), (0xD040, 0xD043), (0xD041, 0xD044)
+GL2C_SELECT, GL2C_LO = (0xDB80, 0xDB82, 0xDB84, 0xDB85), 0xD380
 SQ_PERFCOUNTER_CTRL, SQ_PERFCOUNTER_CTRL2, CS_EN = 0xD9E0, 0xD9E2, 1 << 6
 TT_BUF0_BASE, TT_BUF0_SIZE, TT_CTRL, TT_MASK, TT_TOKEN_MASK, TT_WPTR = 0xD9E8, 0xD9E9, 0xD9EC, 0xD9ED, 0xD9EE, 0xD9EF
 TT_STATUS, TT_STATUS2, TT_DROPPED = 0xD9F4, 0xD9F5, 0xD9FA
@@ -71,12 +78,20 @@ THREAD_TRACE_MARKER, THREAD_TRACE_FINISH = 0x35, 0x37
 DISPATCH_LATENCY = 16                    # cycles from DISPATCH_DIRECT to the first wave (the model's)
 # perf_sel values (amd.md 9's gfx11 list; SQ_WAVES 4 is gfx10's, which gfx11 keeps for its low selections)
 SQ_BUSY_CYCLES, SQ_WAVES, SQ_INSTS_SALU, SQ_INSTS_VALU, SQC_LDS_IDX_ACTIVE = 3, 4, 58, 62, 261
-GRBM_GUI_ACTIVE = 2
+SQ_INSTS_LDS, SQ_INSTS_SMEM, SQ_INSTS_TEX_LOAD, SQ_INSTS_TEX_STORE = 57, 59, 66, 67
+SQ_INSTS_WAVE32, SQ_INSTS_WAVE32_LDS, SQ_INSTS_WAVE32_VALU = 70, 72, 73
+GRBM_COUNT, GRBM_GUI_ACTIVE = 0, 2
+ALL_ISSUED = frozenset(CLASSES) - {"NONE"}
+# perf_sel -> the instruction classes it counts
+SQ_INSTRUCTIONS = {SQ_INSTS_VALU: VALU_CLASSES, SQ_INSTS_WAVE32_VALU: VALU_CLASSES, SQ_INSTS_SALU: SALU_CLASSES,
+                   SQ_INSTS_LDS: LDS_CLASSES, SQ_INSTS_WAVE32_LDS: LDS_CLASSES, SQC_LDS_IDX_ACTIVE: LDS_CLASSES,
+                   SQ_INSTS_SMEM: frozenset({"SMEM"}), SQ_INSTS_TEX_LOAD: frozenset({"VMEM_RD", "FLAT_RD"}),
+                   SQ_INSTS_TEX_STORE: frozenset({"VMEM_WR", "FLAT_WR"}), SQ_INSTS_WAVE32: ALL_ISSUED}
 
 OWNED = frozenset({GRBM_GFX_INDEX, *USERDATA, SPI_CONFIG_CNTL, CP_PERFMON_CNTL, SQ_PERFCOUNTER_CTRL,
-                   SQ_PERFCOUNTER_CTRL2, *PER_SE, GRBM_SELECT, GRBM_LO, GRBM_LO + 1,
+                   SQ_PERFCOUNTER_CTRL2, *PER_SE, *GRBM_SELECT, *GRBM_LO, *GRBM_HI,
                    *(SQ_SELECT + 2 * n for n in range(SQ_COUNTERS)), *(SQ_LO + 2 * n for n in range(SQ_COUNTERS)),
-                   *(GL2C_SELECT + 2 * n for n in range(GL2C_COUNTERS)),
+                   *GL2C_SELECT,
                    *(GL2C_LO + 2 * n + h for n in range(GL2C_COUNTERS) for h in (0, 1))})
 
 
@@ -101,9 +116,9 @@ class PerfUnit:
     regs: dict[int, int] = field(default_factory=dict)
     se_regs: list[dict[int, int]] = field(default_factory=lambda: [{} for _ in range(SES)])
     sq: np.ndarray = field(default_factory=lambda: np.zeros((SQ_COUNTERS, SES, SAS, WGPS), np.uint64))
-    grbm: int = 0
+    grbm: list[int] = field(default_factory=lambda: [0] * GRBM_COUNTERS)
     sampled_sq: np.ndarray = field(default_factory=lambda: np.zeros((SQ_COUNTERS, SES, SAS, WGPS), np.uint64))
-    sampled_grbm: int = 0
+    sampled_grbm: list[int] = field(default_factory=lambda: [0] * GRBM_COUNTERS)
     traces: dict[int, SETrace] = field(default_factory=dict)   # running SE traces
     clock: int = 0                                             # GPU cycles so far (the model's)
     waves: int = 0                                             # waves dispatched while tracing (wave ids)
@@ -149,10 +164,10 @@ class PerfUnit:
         if reg == CP_PERFMON_CNTL:
             if value & 0xF == STATE_RESET:
                 self.sq[:] = 0
-                self.grbm = 0
+                self.grbm = [0] * GRBM_COUNTERS
             if value & SAMPLE_ENABLE:
                 self.sampled_sq[:] = self.sq
-                self.sampled_grbm = self.grbm
+                self.sampled_grbm = list(self.grbm)
         elif reg in USERDATA:
             self._record_reg(reg, value)
 
@@ -167,8 +182,10 @@ class PerfUnit:
             if se >= SES or sa >= SAS or wgp >= WGPS or sub:
                 return 0
             return int(self.sampled_sq[(reg - SQ_LO) // 2, se, sa, wgp]) & 0xFFFFFFFF
-        if reg in (GRBM_LO, GRBM_LO + 1):
-            return (self.sampled_grbm >> (32 * (reg - GRBM_LO))) & 0xFFFFFFFF
+        if reg in GRBM_LO:
+            return self.sampled_grbm[GRBM_LO.index(reg)] & 0xFFFFFFFF
+        if reg in GRBM_HI:
+            return self.sampled_grbm[GRBM_HI.index(reg)] >> 32 & 0xFFFFFFFF
         if GL2C_LO <= reg < GL2C_LO + 2 * GL2C_COUNTERS:
             return 0   # no cache model: every GL2C event reads 0
         return self.regs.get(reg, 0)
@@ -264,8 +281,9 @@ class PerfUnit:
         self.clock = t0 + work.span
 
     def _count(self, work: DispatchWork, regs: dict[int, int]) -> None:
-        if self.regs.get(GRBM_SELECT, 0) & 0x3F == GRBM_GUI_ACTIVE:
-            self.grbm += DISPATCH_LATENCY + work.span
+        for n, select in enumerate(GRBM_SELECT):
+            if select in self.regs and self.regs[select] & 0x3F in (GRBM_COUNT, GRBM_GUI_ACTIVE):
+                self.grbm[n] += DISPATCH_LATENCY + work.span
         if not (regs.get(PERFCOUNT_ENABLE, 0) & 1 and self.regs.get(SQ_PERFCOUNTER_CTRL, 0) & CS_EN):
             return
         for n in range(SQ_COUNTERS):
@@ -277,12 +295,8 @@ class PerfUnit:
                 v = work.busy()
             elif sel == SQ_WAVES:
                 v = work.per_unit(np.ones(work.waves, np.int64))
-            elif sel == SQ_INSTS_VALU:
-                v = work.per_unit(work.count(VALU_CLASSES))
-            elif sel == SQ_INSTS_SALU:
-                v = work.per_unit(work.count(SALU_CLASSES))
-            elif sel == SQC_LDS_IDX_ACTIVE:
-                v = work.per_unit(work.count(LDS_CLASSES))
+            elif sel in SQ_INSTRUCTIONS:
+                v = work.per_unit(work.count(SQ_INSTRUCTIONS[sel]))
             else:
                 continue   # not modelled: reads 0
             self.sq[n] += v.astype(np.uint64)
