@@ -6,6 +6,8 @@
   part's XCCs, waits that stall and resume);
 - `sdma.py`: the SDMA copy engine (copies page by page, fences, polls, timestamps, traps);
 - `launch.py`: DISPATCH_DIRECT on the RDNA3 emulator from the register state the packets built.
+- `perf.py`: the performance monitor the packets program (PMC counters, SQTT per SE), fed by `work.py` (what a
+  dispatch executed, where and when: placement and cycle model) and `sqtt_enc.py` (the RDNA3 trace packets).
 
 A processor runs when told to (`run(doorbell)`: the doorbell callback of a queue, or a host wait): it executes
 packets from its read pointer up to the doorbell value and returns, leaving its place at a wait that is not yet

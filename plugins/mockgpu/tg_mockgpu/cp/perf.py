@@ -1,10 +1,10 @@
 """The GPU's performance monitor as the mock's command processors program it: GRBM_GFX_INDEX, the PMC counter
 blocks (SQ, GRBM, GL2C) and the SQ thread trace of each shader engine (amd.md 9, 10).
 
-One `PerfUnit` per GPU (the EmulatorLauncher's, which every queue of the GPU shares): SET_UCONFIG_REG and
-COPY_DATA (to a register) write its registers, COPY_DATA (SRC_SEL 0 or 4) and register WAIT_REG_MEM read them,
-EVENT_WRITE passes it the thread-trace events, and the launcher reports each dispatch's work (work.py). Only
-XCC 0 has one (the mock runs every dispatch on XCC 0).
+One `PerfUnit` per XCC, held by the GPU's EmulatorLauncher (`perf_of`) and shared by every queue of the GPU:
+SET_UCONFIG_REG and COPY_DATA (to a register) write its registers, COPY_DATA (SRC_SEL 0 or 4) and register
+WAIT_REG_MEM read them, EVENT_WRITE passes it the thread-trace events, and the launcher reports each dispatch's
+work (work.py) to XCC 0's (the mock runs every dispatch there: the other XCCs count nothing).
 
 Registers (absolute dword addresses):
 - GRBM_GFX_INDEX 0xC200 (reset 0xE0000000, broadcast): instance [7:0], sa [15:8], se [23:16], broadcast bits
