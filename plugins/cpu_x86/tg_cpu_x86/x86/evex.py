@@ -116,6 +116,13 @@ def evex_rows() -> list[tuple[str, ...]]:
     rows += _expand("vpbroadcastd", "66", "0F38", "W0", "58", "V,xm32", "RM", "T1S", "mz")
     rows += _expand("vpbroadcastd", "66", "0F38", "W0", "7C", "V,r32", "RM", "T1S", "mz")
     rows += _expand("vpbroadcastq", "66", "0F38", "W1", "59", "V,xm64", "RM", "T1S", "mz")
+    # sign/zero extensions of bytes or words to dword lanes: the source is a quarter or half of the vector
+    for name, op, part in (("vpmovsxbd", "21", 4), ("vpmovzxbd", "31", 4), ("vpmovsxwd", "23", 2),
+                           ("vpmovzxwd", "33", 2)):
+        for bits in _WIDTHS:
+            src = f"{'xm' if bits // part <= 128 else 'ym'}{bits // part}"
+            rows += _expand(name, "66", "0F38", "W0", op, f"V,{src}", "RM", "QVM" if part == 4 else "HVM", "mz",
+                            widths=(bits,))
     # 256-bit and 128-bit parts of a zmm (horizontal reductions fold halves) and back
     rows += _expand("vextractf64x4", "66", "0F3A", "W1", "1B", "ym256,V,u8", "MRI", "T4", "-", widths=(512,))
     rows += _expand("vextractf32x8", "66", "0F3A", "W0", "1B", "ym256,V,u8", "MRI", "T8", "-", widths=(512,))

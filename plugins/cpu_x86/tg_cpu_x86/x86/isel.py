@@ -53,7 +53,7 @@ from tg_core.plugin_api import (
     param_index,
 )
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
-from tg_cpu_x86.x86.slp import Group, buffer_of, gated_index, widest_plan
+from tg_cpu_x86.x86.slp import INT_LANES, NARROW, Group, buffer_of, gated_index, widest_plan
 
 DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -166,8 +166,9 @@ class Selector:
         for g in self.groups:
             if g.kind not in ("splat", "load"):  # loads are selected as scalars too (dead unless read by one)
                 self.vskip.update(u for u in g.lanes if u.op is not Ops.CONST)
-            if g.kind != "acc":
-                self.emit_at.setdefault(max(g.lanes, key=self.pos.__getitem__), []).append(g)
+            if g.kind != "acc":  # after its last lane (a made-up lane where its anchor is; see slp._complete)
+                at = max((self.packer.anchor(u) for u in g.lanes), key=lambda u: self.pos.get(u, -1))
+                self.emit_at.setdefault(at, []).append(g)
         for g in self.groups:  # a gated load's INDEX and the modulo on its element, read by nothing else: not
             # selected (dead-code elimination cannot drop a division's two-address chain on one register)
             for ld in g.lanes if g.kind == "gload" else ():
@@ -1328,7 +1329,8 @@ def _vsrc(ctx: Selector, g: Group, user: Group) -> Operand:
     is a vector load only `user` reads when no store comes between the load and here (its vmovups dies)."""
     if _const_group(g) and (blob := _const_blob(g, ctx.lanes)) != bytes(ctx.vbytes):
         return Mem(data=ctx.const_data(blob), size=ctx.vbytes)
-    if g.kind == "load" and not ctx.partial(g) and g.lanes[0].src[0] in ctx.addrs and all(
+    if g.kind == "load" and g.lanes[0].dtype.itemsize == 4 and not ctx.partial(g) and \
+            g.lanes[0].src[0] in ctx.addrs and all(
             ctx.users.get(ld) == [x] for ld, x in zip(g.lanes, user.lanes)) and \
             bisect.bisect(ctx.store_pos, ctx.pos[g.lanes[0]]) == bisect.bisect_left(ctx.store_pos, ctx.at):
         return dataclasses.replace(ctx.addrs[g.lanes[0].src[0]], size=ctx.vbytes)
@@ -1360,6 +1362,38 @@ def _to_int32(ctx: Selector, d: VReg, x: Operand) -> None:
     ctx.ins("vcmpps", ctx.vw(inside), x, hi, Imm(_LT_OQ), w=(0,), r=(1,))
     ctx.ins("vandps", ctx.vw(inside), ctx.vw(inside), ctx.vw(above), w=(0,), r=(1, 2))
     ctx.ins("vandps", ctx.vw(d), ctx.vw(d), ctx.vw(inside), w=(0,), r=(1, 2))
+
+
+# widening loads of narrow int lanes into int32 lanes, by the lanes' dtype
+_WIDEN = {dtypes.uint8: "vpmovzxbd", dtypes.int8: "vpmovsxbd", dtypes.uint16: "vpmovzxwd", dtypes.int16: "vpmovsxwd"}
+# int32 lane shifts: by an immediate, by a vector of per-lane amounts (codegen/shifts.py keeps amounts inside
+# the width, so neither needs the hardware's out-of-range results)
+_VEC_SHIFT = {Ops.SHL: ("vpslld", "vpsllvd"), Ops.SHR: ("vpsrld", "vpsrlvd")}
+_VEC_SAR = ("vpsrad", "vpsravd")
+
+
+def _wrap(ctx: Selector, d: VReg, x: VReg, dt: DType) -> None:
+    """d = int32 lanes x wrapped into the narrow `dt` (what its ops do): the low bits zero-extended (an AND with
+    the mask) or sign-extended (shifted to the top and arithmetically back)."""
+    bits = 8 * dt.itemsize
+    if dtypes.is_unsigned(dt):
+        mask = Mem(data=ctx.const_data(((1 << bits) - 1).to_bytes(4, "little") * ctx.lanes), size=ctx.vbytes)
+        ctx.ins("vpandd" if ctx.vbytes == 64 else "vpand", ctx.vw(d), ctx.vw(x), mask, w=(0,), r=(1, 2))
+    else:
+        ctx.ins("vpslld", ctx.vw(d), ctx.vw(x), Imm(32 - bits), w=(0,), r=(1,))
+        ctx.ins("vpsrad", ctx.vw(d), ctx.vw(d), Imm(32 - bits), w=(0,), r=(1,))
+
+
+def _int_shift(ctx: Selector, g: Group, d: VReg) -> None:
+    """d = int lanes shifted by a constant (an immediate) or by packed amounts (per-lane variable shifts);
+    right shifts of signed lanes are arithmetic, as alu.py's SHR of a signed int is."""
+    v0 = g.lanes[0]
+    names = _VEC_SAR if v0.op is Ops.SHR and not dtypes.is_unsigned(v0.dtype) else _VEC_SHIFT[v0.op]
+    x, amt = g.srcs
+    if _const_group(amt) and len({int(u.arg) for u in amt.lanes}) == 1:
+        ctx.ins(names[0], ctx.vw(d), ctx.vw(_vector(ctx, x)), Imm(int(amt.lanes[0].arg) & 31), w=(0,), r=(1,))
+    else:
+        ctx.ins(names[1], ctx.vw(d), ctx.vw(_vector(ctx, x)), _vsrc(ctx, amt, g), w=(0,), r=(1, 2))
 
 
 def _gate_mask(ctx: Selector, g: Group) -> VReg:
@@ -1451,15 +1485,18 @@ def emit_group(ctx: Selector, g: Group) -> None:
     elif g.kind == "hreduce":
         del ctx.vvals[g]
         _hreduce(ctx, g)
-    elif g.kind in ("bitcast", "alias"):
+    elif g.kind in ("bitcast", "alias") or g.kind == "convert" and not g.wrap:
         ctx.vvals[g] = _vector(ctx, g.srcs[0])
+    elif g.kind == "convert":
+        _wrap(ctx, d, _vector(ctx, g.srcs[0]), v0.dtype)
     elif g.kind == "gload":  # gated-off lanes are +0.0 and read nothing (nor fault: a border's column -1)
         ctx.ins("vmovups{z}", vw(d), _gate_mask(ctx, g), _gated_address(ctx, g), w=(0,), r=(1,))
     elif g.kind == "cast" and v0.dtype is dtypes.int32:
         _to_int32(ctx, d, vw(_vector(ctx, g.srcs[0])))
     elif g.kind == "cast":
         ctx.ins("vcvtdq2ps", vw(d), vw(_vector(ctx, g.srcs[0])), w=(0,), r=(1,))
-    elif g.kind == "splat" and v0.op is Ops.LOAD and v0.src[0] in ctx.addrs and v0.src[0] not in ctx.gates:
+    elif g.kind == "splat" and v0.op is Ops.LOAD and v0.dtype.itemsize == 4 and v0.src[0] in ctx.addrs and \
+            v0.src[0] not in ctx.gates:
         last = max(ctx.pos[x] for x in ctx.users[v0])
         if bisect.bisect(ctx.barriers, ctx.pos[v0]) == bisect.bisect_left(ctx.barriers, last):
             # no store, loop start or end before its last reader: broadcast where it is first read, so a tile
@@ -1469,9 +1506,10 @@ def emit_group(ctx: Selector, g: Group) -> None:
         else:
             ctx.ins("vbroadcastss", vw(d), ctx.addrs[v0.src[0]], w=(0,))  # from memory (the scalar load may die)
     elif g.kind == "splat" and v0.op is not Ops.CONST:
-        if v0.dtype is dtypes.int32 and n == 64:  # EVEX broadcasts from a general register
+        # an int's general register holds it as its int32 lane: narrow ints sign- or zero-extended
+        if v0.dtype in INT_LANES and n == 64:  # EVEX broadcasts from a general register
             ctx.ins("vpbroadcastd", vw(d), View(ctx.reg(v0), 4), w=(0,), r=(1,))
-        elif v0.dtype is dtypes.int32:
+        elif v0.dtype in INT_LANES:
             t = VReg("vec", 16)
             ctx.ins("vmovd", t, View(ctx.reg(v0), 4), w=(0,), r=(1,))
             ctx.ins("vpbroadcastd", vw(d), t, w=(0,), r=(1,))
@@ -1483,6 +1521,9 @@ def emit_group(ctx: Selector, g: Group) -> None:
             d.remat = ctx.ins("vxorps", vw(d), vw(d), vw(d), w=(0,))
         else:
             d.remat = ctx.ins("vmovups", vw(d), Mem(data=ctx.const_data(blob), size=n), w=(0,))
+    elif g.kind == "load" and v0.dtype in NARROW:  # whole vectors only (slp.py)
+        mem = dataclasses.replace(ctx.addrs[v0.src[0]], size=ctx.lanes * v0.dtype.itemsize)
+        ctx.ins(_WIDEN[v0.dtype], vw(d), mem, w=(0,))
     elif g.kind == "load":
         mem = dataclasses.replace(ctx.addrs[v0.src[0]], size=n)
         if ctx.partial(g):  # lanes past the run are zero and read nothing
@@ -1494,8 +1535,8 @@ def emit_group(ctx: Selector, g: Group) -> None:
         ma, mb = m.srcs
         ctx.ins("vmovaps", vw(d), vw(_vector(ctx, ma)), w=(0,), r=(1,), kind=MOVE)
         ctx.ins("vfmadd213ps", vw(d), vw(_vector(ctx, mb)), _vsrc(ctx, c, g), w=(0,), r=(0, 1, 2))
-    elif (op := v0.op) is Ops.SHL:  # int32 lanes by a constant (slp.py packs nothing else)
-        ctx.ins("vpslld", vw(d), vw(_vector(ctx, g.srcs[0])), Imm(int(v0.src[1].arg) & 31), w=(0,), r=(1,))
+    elif (op := v0.op) in (Ops.SHL, Ops.SHR):
+        _int_shift(ctx, g, d)
     elif op in _VEC_BIN or op is Ops.MAX:
         gx, gy = g.srcs
         a, b = _binary(ctx, g, gx, gy, commutative=op in (Ops.ADD, Ops.MUL))
@@ -1503,15 +1544,17 @@ def emit_group(ctx: Selector, g: Group) -> None:
             _vmax(ctx, vw(d), a, b, n)
         else:
             ints = _VEC_INT_EVEX if n == 64 else _VEC_INT
-            ctx.ins((ints if v0.dtype is dtypes.int32 else _VEC_BIN)[op], vw(d), a, b, w=(0,), r=(1, 2))
+            ctx.ins((ints if v0.dtype in INT_LANES else _VEC_BIN)[op], vw(d), a, b, w=(0,), r=(1, 2))
     else:
         srcs = [_vector(ctx, s) for s in g.srcs]
-        if v0.dtype is dtypes.int32:
+        if v0.dtype in INT_LANES:
             ints = _VEC_INT_EVEX if n == 64 else _VEC_INT
             ctx.ins(ints[op], vw(d), vw(srcs[0]), vw(srcs[1]), w=(0,), r=(1, 2))
         else:  # MULACC
             ctx.ins("vmovaps", vw(d), vw(srcs[2]), w=(0,), r=(1,), kind=MOVE)
             ctx.ins("vfmadd231ps", vw(d), vw(srcs[0]), vw(srcs[1]), w=(0,), r=(0, 1, 2))
+    if g.wrap and g.kind == "alu":
+        _wrap(ctx, d, d, v0.dtype)
 
 
 _FLAG_WRITERS = frozenset({"cmp", "test", "vucomiss", "vucomisd"})

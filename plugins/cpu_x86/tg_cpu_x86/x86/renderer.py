@@ -129,7 +129,14 @@ _TARGETS = {"avx512": ((16, _VECTOR512, _NARROW512), (8, _VECTOR, _NARROW)), "av
 _VECTOR_OPS = frozenset({Ops.SINK, Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.END, Ops.INDEX, Ops.LOAD,
                          Ops.STORE, Ops.REDUCE, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC, Ops.GROUP,
                          Ops.AFTER, Ops.NOOP, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.EXP2, Ops.LOG2, Ops.SQRT,
-                         Ops.RECIPROCAL, Ops.CAST, Ops.BITCAST})
+                         Ops.RECIPROCAL, Ops.CAST, Ops.BITCAST, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR})
+# what a kernel may load to be tried with vector lanes: float32, and the ints slp.py widens into int32 lanes (a
+# quantized weight's bytes, dequantized in the kernel that reads them); stores stay float32
+_VECTOR_LOADS = frozenset({dtypes.float32, dtypes.int32, dtypes.uint8, dtypes.int8, dtypes.uint16, dtypes.int16})
+# what kernels reading narrow ints may contain besides: the index math of a weight's block fields (Q4_K's 6-bit
+# scales cut from 12 bytes by divisions, gated loads of the concatenated halves), computed per block in scalar
+# code and read by the lanes as broadcasts
+_BLOCK_OPS = frozenset({Ops.IDIV, Ops.MOD})
 # what padded (gated) loads add, tried only where AVX-512's masked loads can vectorize them: their gates' bool
 # AND/OR and the `% size` the scheduler leaves on their element (slp.gated_index)
 _GATED_OPS = frozenset({Ops.AND, Ops.OR, Ops.MOD})
@@ -198,9 +205,12 @@ class X86Renderer(Renderer):
         loads too (conv2d), whose gated loads slp.py packs into masked loads."""
         nodes = ast.toposort()
         gated = gated and any(u.op is Ops.INDEX and len(u.src) > 2 for u in nodes)
-        allowed = _VECTOR_OPS | _GATED_OPS if gated else _VECTOR_OPS
-        if any(u.op not in allowed or u.op in (Ops.LOAD, Ops.STORE) and u.src[0].dtype.base is not dtypes.float32
-               or u.op is Ops.INDEX and len(u.src) > 2 and not gated for u in nodes):
+        ints = any(u.op is Ops.LOAD and u.dtype.itemsize < 4 for u in nodes)
+        allowed = _VECTOR_OPS | (_GATED_OPS if gated else frozenset()) | (_BLOCK_OPS if ints else frozenset())
+        if any(u.op not in allowed or u.op is Ops.STORE and u.src[0].dtype.base is not dtypes.float32
+               or u.op is Ops.LOAD and u.src[0].dtype.base not in _VECTOR_LOADS
+               or u.op is Ops.INDEX and len(u.src) > 2 and not gated and not (ints and u.dtype.base.itemsize < 4)
+               for u in nodes):
             return []
         opts = cpu_opts(ast, tile)
         if opts and opts[0].op is OptOps.PACK:

@@ -19,8 +19,18 @@ from tg_core.plugin_api import Call, Ops, UOp, dtypes, trampoline
 
 LANES = 8  # float32 lanes of a ymm register (the default); a zmm register has 16
 _ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC})
-_INT_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL})
-_LANE_DTYPES = (dtypes.float32, dtypes.int32)
+_INT_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
+# narrow ints are int32 lanes holding the value sign- or zero-extended (as a general register holds them), so
+# loads of them are widening loads (a quantized weight's bytes) and bitwise ops and right shifts on the lanes
+# give the narrow op's value as is; ops that can leave the narrow range are re-extended after (Group.wrap)
+NARROW = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
+INT_LANES = (dtypes.int32, *NARROW)
+_LANE_DTYPES = (dtypes.float32, *INT_LANES)
+# int ops whose int32 result on extended operands is the narrow op's result extended (bitwise ops commute with
+# extension; a right shift by an amount below the width, which codegen/shifts.py guarantees, keeps the range)
+_EXACT = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.SHR})
+# the right identity of int ops (x op c == x): a lane symbolic simplified to x packs with lanes computing x op c
+_IDENTITY = {Ops.ADD: 0, Ops.SUB: 0, Ops.OR: 0, Ops.XOR: 0, Ops.SHL: 0, Ops.SHR: 0, Ops.MUL: 1}
 _CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 
 
@@ -28,7 +38,8 @@ _CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 class Group:
     """`lanes` uops computed as one vector. kind: "splat" (one scalar, broadcast), "const", "load", "store",
     "acc" (loads of accumulators), "accstore" (stores to them), "alu", "cmp" (a mask), "where" (a blend),
-    "cast" (float32 <-> int32), "bitcast" (the same bits), "gload" (gated loads of consecutive elements:
+    "cast" (float32 <-> int32, int -> float32), "bitcast" (the same bits), "convert" (an int -> int cast or
+    bitcast: the source's lanes, wrapped when the value may change), "gload" (gated loads of consecutive elements:
     one load under an opmask of the lanes' gates, AVX-512 only), "alias" (a group's value under other uops:
     where(gate, gated load, 0)), and "hreduce": a scalar ADD/MAX tree over an
     accumulator's lanes (its lanes are the tree's nodes, the last the root), computed by shuffles."""
@@ -36,6 +47,9 @@ class Group:
     lanes: tuple[UOp, ...]
     srcs: tuple[Group, ...] = ()
     accs: tuple[UOp, ...] = ()  # the accumulators (DEFINE_REGs) of an "acc"/"accstore" group, by lane
+    # the int32 result is truncated to the lanes' narrow dtype and extended again (an ADD/SUB/MUL/SHL that may
+    # leave the narrow range, a value-changing int cast or bitcast), so every lane holds the narrow value
+    wrap: bool = False
 
 
 def buffer_of(idx: UOp) -> UOp:
@@ -60,11 +74,14 @@ def offset(idx: UOp) -> tuple[UOp, int]:
     return i, 0
 
 
-def _plain_global(idx: UOp) -> bool:
-    """An ungated float32 element of a buffer or of a stack array (a packed panel)."""
-    if idx.op is not Ops.INDEX or len(idx.src) != 2 or idx.dtype.base is not dtypes.float32:
+def _plain_global(idx: UOp, ints: bool = False) -> bool:
+    """An ungated float32 element of a buffer or of a stack array (a packed panel); with `ints`, also an int
+    element (int32 or narrow) of a buffer."""
+    if idx.op is not Ops.INDEX or len(idx.src) != 2:
         return False
     buf = buffer_of(idx)
+    if idx.dtype.base is not dtypes.float32:
+        return ints and idx.dtype.base in INT_LANES and buf.op is Ops.PARAM
     return buf.op is Ops.PARAM or buf.op is Ops.DEFINE_REG and buf.ptrdtype.size > 1
 
 
@@ -99,7 +116,7 @@ def _offset_of(i: UOp) -> tuple[UOp, int]:
 
 
 def _consecutive(idxs: tuple[UOp, ...]) -> bool:
-    if not all(_plain_global(i) for i in idxs) or len({buffer_of(i) for i in idxs}) != 1:
+    if not all(_plain_global(i, ints=True) for i in idxs) or len({buffer_of(i) for i in idxs}) != 1:
         return False
     if all(i.src[1].op is Ops.CONST for i in idxs):  # constant elements: a 10-column tile's bias loads b[0..7]
         return all(i.src[1].arg == idxs[0].src[1].arg + k for k, i in enumerate(idxs))
@@ -121,6 +138,8 @@ class Packer:
         self.groups: list[Group] = []
         self.trees: dict[UOp, Group] = {}  # a reduction's root -> its "hreduce" group
         self.acc_stores: dict[UOp, list[UOp]] = {}  # accumulator -> its stores, in program order
+        # lanes made up by _complete (not in the program) -> the program uop each computes the value of
+        self.anchors: dict[UOp, UOp] = {}
         for u in uops:
             if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and (acc := _acc_of(u.src[0])) is not None:
                 self.acc_stores.setdefault(acc, []).append(u)
@@ -241,15 +260,18 @@ class Packer:
                 return (yield self._acc(vals, accs))
             if self.masked and _gated_consecutive(idxs):  # padded loads: one load under an opmask of the gates
                 return self._add(Group("gload", vals))
+            if v0.dtype in NARROW and len(vals) < self.lanes:
+                return None  # a partial widening load would need masked-off lanes not to fault: not relied on
             return self._add(Group("load", vals)) if _consecutive(idxs) else None
         if v0.op is Ops.WHERE and all(v.op is Ops.WHERE for v in vals):
             return (yield self._select(vals))
         if v0.op in (Ops.CAST, Ops.BITCAST) and all(v.op is v0.op for v in vals):
             src = yield self.pack(tuple(v.src[0] for v in vals))
-            ok = src is not None and {v0.dtype, v0.src[0].dtype} == set(_LANE_DTYPES)
-            return self._add(Group(v0.op.name.lower(), vals, (src,))) if ok else None
-        if v0.dtype is dtypes.int32 and v0.op not in _INT_ALU or v0.op is Ops.SHL and v0.src[1].op is not Ops.CONST:
+            return None if src is None else self._conversion(vals, src)
+        if v0.dtype in INT_LANES and v0.op not in _INT_ALU:
             return None
+        if v0.dtype in INT_LANES and len({v.op for v in vals}) > 1 and (done := self._complete(vals)) is not None:
+            vals, v0 = done, done[0]
         if (v0.op in _ALU or v0.op in _INT_ALU) and all(v.op is v0.op for v in vals):
             srcs = []
             for k in range(len(v0.src)):
@@ -257,7 +279,56 @@ class Packer:
                 if s is None:
                     return None
                 srcs.append(s)
-            return self._add(Group("alu", vals, tuple(srcs)))
+            wrap = v0.dtype in NARROW and v0.op not in _EXACT and not all(_exact_fits(v) for v in vals)
+            return self._add(Group("alu", vals, tuple(srcs), wrap=wrap))
+        return None
+
+    def _complete(self, vals: tuple[UOp, ...]) -> tuple[UOp, ...] | None:
+        """Int lanes some of which lost an op by a constant that the others have: symbolic simplifies each lane
+        on its own, so a uint8 `(q >> 7) & 1` is `q >> 7` while the other lanes keep the AND, and `q >> 0` is q.
+        Such a lane v becomes `v op c`, a uop of the same value made up here (emitted where v is, see anchor):
+        c is the op's identity, or for an AND the other lanes' mask when it keeps every value v can have."""
+        ops = [v.op for v in vals if v.op in (Ops.AND, *_IDENTITY) and v.src[1].op is Ops.CONST]
+        if not ops:
+            return None
+        op = max(dict.fromkeys(ops), key=ops.count)  # the most common (the first of equals)
+        masks = {v.src[1] for v in vals if v.op is op}
+        out = []
+        for v in vals:
+            if v.op is op:
+                out.append(v)
+                continue
+            if op is Ops.AND:
+                if len(masks) != 1:
+                    return None
+                c = next(iter(masks))
+                if v.vmin < 0 or (1 << int(v.vmax).bit_length()) - 1 & ~int(c.arg):
+                    return None
+            else:
+                c = UOp.const(v.dtype, _IDENTITY[op])
+            self.anchors[w := UOp(op, v.dtype, (v, c))] = v
+            out.append(w)
+        return tuple(out)
+
+    def anchor(self, u: UOp) -> UOp:
+        """The program uop whose value lane `u` is (u itself, unless _complete made it up)."""
+        while u in self.anchors:
+            u = self.anchors[u]
+        return u
+
+    def _conversion(self, vals: tuple[UOp, ...], src: Group) -> Group | None:
+        """A CAST or BITCAST of packed lanes: float32 <-> int32 and int -> float32 convert, an int -> int cast
+        (or a bitcast between narrow ints of one size) reuses the source's lanes, wrapped into the destination
+        unless every source value fits it (uint8 -> int32 never changes a value, uint8 -> int8 bits may)."""
+        v0 = vals[0]
+        sdt, ddt = v0.src[0].dtype, v0.dtype
+        if {sdt, ddt} == {dtypes.float32, dtypes.int32}:
+            return self._add(Group(v0.op.name.lower(), vals, (src,)))
+        if v0.op is Ops.CAST and sdt in NARROW and ddt is dtypes.float32:  # exact: the lanes hold the value
+            return self._add(Group("cast", vals, (src,)))
+        if sdt in INT_LANES and ddt in INT_LANES and (v0.op is Ops.CAST or sdt.itemsize == ddt.itemsize):
+            fits = all(dtypes.min(ddt) <= v.src[0].vmin and v.src[0].vmax <= dtypes.max(ddt) for v in vals)
+            return self._add(Group("convert", vals, (src,), wrap=not fits))
         return None
 
     def _reduction_tree(self, root: UOp) -> Call[Group | None]:
@@ -333,6 +404,26 @@ class Packer:
                     return None
                 self._add(Group("accstore", lane_stores, (value,), accs=accs))
         return group
+
+
+def _exact_fits(v: UOp) -> bool:
+    """Whether the exact (unwrapped) result of the narrow int ADD/SUB/MUL/SHL `v`, over its sources' bounds, lies
+    inside v's dtype: then the int32 lanes' result is the narrow result and needs no wrap (where it does not,
+    the int32 result is right modulo 2^32, so its low 8 or 16 bits are the narrow result's)."""
+    a, b = v.src
+    alo, ahi, blo, bhi = int(a.vmin), int(a.vmax), int(b.vmin), int(b.vmax)
+    if v.op is Ops.ADD:
+        lo, hi = alo + blo, ahi + bhi
+    elif v.op is Ops.SUB:
+        lo, hi = alo - bhi, ahi - blo
+    elif v.op is Ops.MUL:
+        corners = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+        lo, hi = min(corners), max(corners)
+    elif v.op is Ops.SHL and alo >= 0 and blo >= 0:
+        lo, hi = alo << blo, ahi << bhi
+    else:
+        return False
+    return dtypes.min(v.dtype) <= lo and hi <= dtypes.max(v.dtype)
 
 
 def _zero_where_of_gated_load(v: UOp) -> bool:
