@@ -40,6 +40,8 @@ def collect() -> list[Event]:
     if "tg_core.profile.hcq" in sys.modules:  # only HCQ batches leave runs to read back
         from tg_core.profile.hcq import collect as collect_hcq
         collect_hcq(wait=True)
+    for collector in list(_events.collectors):  # plugins' records still in device memory (events.collectors)
+        collector()
     return list(_events.events)
 
 

@@ -45,6 +45,9 @@ events: list[Event] = []  # list.append is atomic: threads record without a lock
 _memory: dict[str, int] = {}  # live bytes per device
 _memory_lock = threading.Lock()
 _jit = threading.local()  # the TinyJit whose capture or replay this thread runs (labels its kernels)
+# called by `tg_core.profile.collect()` before it returns the events: a plugin whose records are read back from
+# device memory (tg-profiler-sqtt's counters and traces, read at synchronize) reads what is still unread there
+collectors: list[Callable[[], None]] = []
 
 
 def record(kind: str, name: str, process: str, track: str, start: int, end: int, clock: str | None = None,

@@ -142,3 +142,20 @@ def test_the_trace_file_shows_counters_waves_and_their_instructions(monkeypatch,
         assert mine[-1] == "s_endpgm" and any(n.startswith("v_mul_f32") for n in mine), mine
         spans = [(w.start, w.end) for w in waves if w.track == track]
         assert all(any(a <= e.start <= b for a, b in spans) for e in ins if e.track == track)
+
+
+def test_the_export_reads_dispatches_nobody_synchronized(monkeypatch, amd):
+    from tg_core import profile
+    from tg_core.profile import events as ev
+    from tg_core.profile import state
+    profile_with(monkeypatch, amd, Settings(pmc=True, counters=("SQ_WAVES",), slots=4))
+    x = Tensor(np.arange(64, dtype=np.float32), device=amd.device).realize()
+    amd.synchronize()
+    monkeypatch.setattr(state, "on", True)
+    profile.collect()
+    ev.take()
+    (x + 1).realize()  # no host read, no synchronize: the slot is unread until the export collects
+    evs = profile.collect()
+    monkeypatch.setattr(state, "on", False)
+    (pmc,) = [e for e in evs if e.kind == "pmc"]
+    assert pmc.data["counters"]["SQ_WAVES"] > 0

@@ -106,7 +106,20 @@ class Profiler:
             got = self.rings.get(dev.device)
             if got is None:
                 got = self.rings[dev.device] = Ring(dev, self.settings)
+                if len(self.rings) == 1:  # the trace's export (tg profile, PROFILE=1 at exit) reads what is unread
+                    from tg_core.profile import events
+                    events.collectors.append(self.flush)
             return got
+
+    def flush(self) -> None:
+        """Synchronize every device with dispatches profiled but not read yet (which reads them)."""
+        from tg_core.plugin_api import Device
+        for name, ring in list(self.rings.items()):
+            if int(ring.log[0]) != ring.read:
+                dev = Device[name]
+                dev.synchronize()
+                if int(ring.log[0]) != ring.read:  # this profiler no longer instruments the device
+                    self.synchronized(dev)
 
     def submit(self, device: Any, queue: q.Queue, batch: int) -> Submit | None:
         if self.error is not None:
