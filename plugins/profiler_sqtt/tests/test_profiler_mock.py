@@ -159,3 +159,43 @@ def test_the_export_reads_dispatches_nobody_synchronized(monkeypatch, amd):
     monkeypatch.setattr(state, "on", False)
     (pmc,) = [e for e in evs if e.kind == "pmc"]
     assert pmc.data["counters"]["SQ_WAVES"] > 0
+
+
+CHILD = """
+import json, numpy as np
+from tg_core.device import Device
+from tg_core.tensor import Tensor
+from tg_profiler_sqtt import results
+dev = Device["AMD"]
+a = np.arange(4096, dtype=np.float32)
+x = Tensor(a, device="AMD").realize()
+dev.synchronize()
+results.take("AMD")
+np.testing.assert_allclose((x * 3 + 1).numpy(), a * 3 + 1)
+dev.synchronize()
+(p,) = results.take("AMD")
+print(json.dumps({"totals": p.totals, "traced": sorted(se for se, t in p.traces.items()
+                                                  if any(q.kind == "WAVESTART" for q in t)),
+                  "queue": dev.queue_kind, "xccs": dev.xccs}))
+"""
+
+
+@pytest.mark.parametrize("queue, xccs", [("aql", 1), ("pm4", 2)])
+def test_aql_queues_and_two_xccs_count_what_pm4_counts(queue, xccs):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def run(env: dict[str, str]) -> dict:
+        full = {**os.environ, "PMC": "1", "PMC_COUNTERS": "SQ_INSTS_VALU,SQ_WAVES,GRBM_GUI_ACTIVE", "SQTT": "1",
+                "SQTT_BUFFER_SIZE": "4", "PROF_SLOTS": "4", **env}
+        out = subprocess.run([sys.executable, "-c", CHILD], env=full, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    base = run({"TG_AMD_QUEUE": "pm4", "TG_AMD_MOCK_XCCS": "1"})
+    got = run({"TG_AMD_QUEUE": queue, "TG_AMD_MOCK_XCCS": str(xccs)})
+    assert (got["queue"], got["xccs"]) == (queue, xccs)
+    assert got["totals"]["SQ_INSTS_VALU"] == base["totals"]["SQ_INSTS_VALU"] > 0
+    assert got["totals"]["SQ_WAVES"] == base["totals"]["SQ_WAVES"] > 0
+    assert got["traced"] and set(base["traced"]) <= set(got["traced"])
