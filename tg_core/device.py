@@ -112,6 +112,13 @@ class Allocator:
         """Copy the allocation `src` into the host bytes `dest` (format 'B', exactly its size)."""
         raise NotImplementedError(f"{type(self).__name__} must implement copyout")
 
+    def adopt_host(self, array: np.ndarray) -> Any | None:
+        """An opaque for the bytes of `array` (a contiguous uint8 array the caller keeps unchanged) used in
+        place, kept alive by the opaque, or None (the default) when this device's kernels cannot address host
+        memory, and the caller copies instead. The CPU devices adopt: a memory-mapped model file is then the
+        device memory of its weights, with no copy of them in RAM."""
+        return None
+
     def host_view(self, opaque: Any) -> memoryview | None:
         """The allocation as host bytes the host may read now (format 'B'), or None (the default) when its memory
         is not host memory: a copy between devices then reads it straight from there instead of through a
@@ -315,6 +322,19 @@ class Buffer:
         array = np.ascontiguousarray(array)
         buf = cls(device, array.size, from_numpy_dtype(array.dtype))
         return buf.copyin(array) if buf.nbytes else buf
+
+    @classmethod
+    def from_host(cls, array: np.ndarray, device: str) -> Buffer:
+        """A buffer of `array`'s elements that uses its memory in place where the device adopts host memory
+        (`Allocator.adopt_host`), else a copy. In place, the array must stay unchanged while the buffer lives
+        (a read-only weight, such as a memory-mapped file's); the buffer never enters the LRU cache, so its
+        memory is not handed to another allocation."""
+        array = np.ascontiguousarray(array)
+        buf = cls(device, array.size, from_numpy_dtype(array.dtype), BufferSpec(nolru=True))
+        if not buf.nbytes:
+            return buf
+        adopted = buf.allocator.adopt_host(array.reshape(-1).view(np.uint8))
+        return buf.allocate(adopted) if adopted is not None else buf.copyin(array)
 
     def __repr__(self) -> str:
         view = f", view of offset {self.offset}" if self._base is not None else ""

@@ -227,3 +227,22 @@ def test_dequant_fuses_into_the_matmul(qtype):
     assert all(n < out_f * in_f for n in sizes), sizes
     ref = x.numpy() @ gguf.quants.dequantize(raw, qtype).reshape(out_f, in_f).T
     np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-3)
+
+
+def test_cpu_weights_are_the_file_map_and_other_devices_copy(tmp_path):
+    """On CPU a weight's bytes are the map's pages (no copy in RAM); a device that cannot adopt host memory
+    (PYTHON) gets a copy; both dequantize to the same values, and the file cannot be written through either."""
+    from tg_core.engine.realize import buffer_of
+    rng = np.random.default_rng(4)
+    q = gguf.quants.quantize(rng.standard_normal((8, 64)).astype(np.float32), Q.Q4_1)
+    f = GGUFFile(_write(tmp_path / "w.gguf", lambda w: w.add_tensor("w", q, raw_dtype=Q.Q4_1)))
+    raw = f.raw("w")
+    assert not raw.flags.writeable
+    cpu, py = f.raw_tensor("w", "CPU"), f.raw_tensor("w", "PYTHON")
+    assert buffer_of(cpu.uop.src[0]).opaque.addr == raw.ctypes.data  # in place
+    assert buffer_of(py.uop.src[0]).allocator.adopt_host(raw.reshape(-1)) is None
+    want = gguf.quants.dequantize(q, Q.Q4_1)
+    assert _bits_equal(f.tensor("w", "CPU").numpy(), want) and _bits_equal(f.tensor("w", "PYTHON").numpy(), want)
+    np.testing.assert_array_equal(py.numpy().reshape(-1), raw.reshape(-1))
+    with pytest.raises(BufferError):  # a weight still uses the map: closing it is refused, not a dangling pointer
+        f.close()

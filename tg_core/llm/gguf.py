@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tg_core.dtype import from_numpy_dtype
 from tg_core.llm.dequant import GGMLType, block_layout, dequantize, storage_dtype
 
 MAGIC = b"GGUF"
@@ -129,7 +130,7 @@ class GGUFFile:
             size = f.seek(0, 2)
             if size == 0:
                 raise GGUFError(f"{self.path}: empty file, not a GGUF file")
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         cur = _Cursor(self._map, self.path)
         magic = bytes(cur.take(4, "the magic"))
         if magic != MAGIC:
@@ -184,16 +185,28 @@ class GGUFFile:
         info = self._info(name)
         dt, block_elems, block_bytes = self._layout(info)
         view = np.frombuffer(self._map, dtype=np.uint8, count=info.n_bytes, offset=info.offset)
+        view.flags.writeable = False  # the map is private (copy on write), but the file's bytes are not ours to change
         return view.reshape(-1, block_bytes) if block_elems > 1 else view.view(dt)
 
     def tensor(self, name: str, device: str | None = None) -> Any:
         """The tensor `name` as a lazy float32 Tensor of its row-major shape: its raw bytes are uploaded to
         `device` as they are (quantized) and dequantized by the kernels that read it."""
-        from tg_core.tensor import Tensor
         info = self._info(name)
         self._layout(info)
-        raw = Tensor(np.ascontiguousarray(self.raw(name)), device=device)
-        return dequantize(raw, info.ggml_type).reshape(info.shape)
+        return dequantize(self.raw_tensor(name, device), info.ggml_type).reshape(info.shape)
+
+    def raw_tensor(self, name: str, device: str | None = None) -> Any:
+        """The tensor's bytes (as `raw` shapes them) on `device`: on a device that adopts host memory (CPU)
+        the map itself, so the file's pages are the weights' memory and no copy is made; elsewhere a copy."""
+        from tg_core.device import Buffer, Device
+        from tg_core.engine.realize import attach
+        from tg_core.tensor import Tensor
+        from tg_core.uop import UOp
+        arr = self.raw(name)
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        node = UOp.new_buffer(dev, arr.size, from_numpy_dtype(arr.dtype))
+        attach(node, Buffer.from_host(arr.reshape(-1), dev))
+        return Tensor(node.reshape(arr.shape), device=dev)
 
     def _info(self, name: str) -> TensorInfo:
         if name not in self.tensors:

@@ -14,8 +14,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import llvmlite.binding as llvm
-
 from tg_core.plugin_api import CPUTarget, LLVMRenderer, Opt, UOp, cpu_opts, decomp, pm_int_pow
 from tg_cpu_x86.x86 import isa as _isa
 
@@ -23,6 +21,19 @@ from tg_cpu_x86.x86 import isa as _isa
 # compile the MLP forward's kernels (0.34 s against 0.15 s here) and ran them no faster
 OPT_LEVEL = 2
 
+
+
+class _LazyLLVM:
+    """llvmlite.binding, imported when first used: loading LLVM costs 40 MB of resident memory and 50 ms, and a
+    process whose CPU device renders with X86 only registers this renderer, never runs it."""
+
+    def __getattr__(self, name: str) -> Any:
+        import llvmlite.binding as binding
+        globals()["llvm"] = binding
+        return getattr(binding, name)
+
+
+llvm: Any = _LazyLLVM()
 _init_lock = threading.Lock()
 _initialized = False
 
@@ -89,19 +100,32 @@ class HostTarget:
 
 # the feature-name prefixes AVX2 code must not use (AMX's avx512 flavour starts "amx-" and needs avx512f)
 _NOT_AVX2 = ("avx512", "avx10", "evex512", "amx-avx512")
-HOST = HostTarget.detect()
+
+
+def host() -> HostTarget:
+    """The host's target (`HOST`), detected by LLVM when first asked for."""
+    target = globals().get("HOST")
+    if target is None:
+        target = globals()["HOST"] = HostTarget.detect()
+    return target
+
+
+def __getattr__(name: str) -> Any:  # `HOST` is detected on first access: importing this module loads no LLVM
+    if name == "HOST":
+        return host()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def isa_target(isa: str | None = None) -> HostTarget:
     """The target CPU:LLVM compiles for: HOST limited to `isa` (default TG_X86_ISA; auto: HOST as it is). Off
     x86 the variable means nothing (HOST)."""
-    if not HOST.x86:
-        return HOST
+    if not host().x86:
+        return host()
     value = (os.environ.get(_isa.ENV, "") if isa is None else isa).strip().lower() or "auto"
     if value not in _isa.CHOICES:
         source = f"{_isa.ENV}={os.environ.get(_isa.ENV)!r}" if isa is None else f"isa={isa!r}"
         raise ValueError(f"{source} is not a vector ISA of CPU:LLVM; allowed: {', '.join(_isa.CHOICES)}")
-    return HOST if value == "auto" else HOST.for_isa(value)
+    return host() if value == "auto" else host().for_isa(value)
 
 
 class _VectorISA:
@@ -111,13 +135,25 @@ class _VectorISA:
         return obj.target.vector_isa if obj is not None else isa_target().vector_isa
 
 
+class _HostAttribute:
+    """A class attribute of CPULLVMRenderer computed from the host's target when first read."""
+
+    def __init__(self, compute: Any):
+        self.compute, self.value = compute, ""
+
+    def __get__(self, obj: object, cls: type | None = None) -> str:
+        if not self.value:
+            self.value = str(self.compute(host()))
+        return self.value
+
+
 class CPULLVMRenderer(LLVMRenderer):
     """Core's LLVM IR renderer for the host: its triple and data layout in every module; the CPU opts
     heuristic (register tiles), FMA contraction and reassociable reductions (see docs/architecture.md)."""
     name = "LLVM"
     device = "CPU"
-    target_triple = HOST.triple
-    data_layout = str(HOST.target_machine().target_data)
+    target_triple = _HostAttribute(lambda t: t.triple)
+    data_layout = _HostAttribute(lambda t: str(t.target_machine().target_data))
     float_flags = "contract"
     reduce_flags = "reassoc"
     # exp2/log2/sin/pow as arithmetic: it vectorizes, where a libm call per element does not (softmax 4x faster);
@@ -149,9 +185,9 @@ class LLVMKernel:
 class LLVMCompiler:
     """Optimizes LLVM IR text for the host and loads it; `assembly(src)` shows what would run."""
 
-    def __init__(self, target: HostTarget = HOST, opt_level: int = OPT_LEVEL):
+    def __init__(self, target: HostTarget | None = None, opt_level: int = OPT_LEVEL):
         _init_llvm()
-        self.target, self.opt_level = target, opt_level
+        self.target, self.opt_level = target or host(), opt_level
         self._lock = threading.Lock()  # LLVM contexts are not safe to use from two threads at once
 
     def optimize(self, src: str) -> Any:

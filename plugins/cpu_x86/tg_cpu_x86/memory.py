@@ -47,6 +47,10 @@ class CPUAllocator(LRUAllocator):
     def _offset(self, opaque: HostMemory, offset: int, size: int) -> HostMemory:
         return HostMemory(opaque.array[offset:offset + size], opaque.addr + offset)
 
+    def adopt_host(self, array: np.ndarray) -> HostMemory:
+        # kernels address any byte (no alignment beyond their element's is assumed); the view keeps it alive
+        return HostMemory(array, array.ctypes.data)
+
     def copyin(self, dest: HostMemory, src: memoryview) -> None:
         dest.array[:] = np.frombuffer(src, np.uint8)
 

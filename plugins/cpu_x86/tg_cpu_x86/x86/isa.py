@@ -30,7 +30,17 @@ class UnsupportedISAError(RuntimeError):
 
 @functools.cache
 def host_features() -> frozenset[str]:
-    """The CPU features of this host that LLVM reports as usable (avx2, avx512f, ...)."""
+    """The CPU features of this host that are usable (avx2, avx512f, ...): Linux's /proc/cpuinfo flags, which
+    the kernel lists only when it also saves their register state (it clears the AVX-512 flags otherwise),
+    else LLVM's host detection. Not LLVM first: loading it costs 40 MB of resident memory and 50 ms, which a
+    process rendering with X86 alone never needs."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
     import llvmlite.binding as llvm
     return frozenset(name for name, on in llvm.get_host_cpu_features().items() if on)
 
