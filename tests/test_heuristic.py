@@ -223,3 +223,30 @@ def test_tile_on_a_core_share_of_rows(n):
     for core in range(2):
         run(ast, [x, y, out], {"core_id": core}, opts=opts, renderer=FastCPU())
     np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_quantized_block_halves_are_unrolled_as_vectors():
+    """A Q4_1 matvec reads each block's 16 bytes twice (low nibbles, then high): without a loop vectorizer the
+    16 bytes are lanes and the two halves vectors of them (their shift amounts constants); LLVM's loop
+    vectorizer gets no opts."""
+    from tg_core.llm.dequant import GGMLType, dequantize
+    from tg_core.tensor import Tensor
+    raw = np.random.default_rng(0).integers(0, 256, size=(8 * 64 // 32, 20), dtype=np.uint8)
+    w = dequantize(Tensor(raw), int(GGMLType.Q4_1)).reshape(8, 64)
+    items, _ = create_schedule([(Tensor(np.ones((1, 64), np.float32)) @ w.T).uop])
+    (ast,) = [a for a, _ in items if a.op is Ops.SINK]
+    from tg_core.codegen.opts import kernel_ranges
+    assert [r.src[0].arg for r in kernel_ranges(ast, AxisType.REDUCE)] == [2, 2, 16]  # blocks, halves, bytes
+    assert cpu_opts(ast) == []
+    assert cpu_opts(ast, CPUTarget(vector_bytes=64, auto_vectorize=False)) == [Opt(OptOps.UNROLL, 2, 16),
+                                                                              Opt(OptOps.UNROLL, 1, 2)]
+    # 8 lanes: the 16 bytes are two vectors, so the halves are four
+    assert cpu_opts(ast, NO_AUTOVEC) == [Opt(OptOps.UNROLL, 2, 16), Opt(OptOps.UNROLL, 1, 2)]
+    # a Q8_0 block's 32 int8s: two vectors (AVX-512), four (AVX2), no loop of their own
+    raw = np.random.default_rng(0).integers(0, 256, size=(8 * 64 // 32, 34), dtype=np.uint8)
+    w = dequantize(Tensor(raw), int(GGMLType.Q8_0)).reshape(8, 64)
+    items, _ = create_schedule([(Tensor(np.ones((1, 64), np.float32)) @ w.T).uop])
+    (ast,) = [a for a, _ in items if a.op is Ops.SINK]
+    assert cpu_opts(ast, NO_AUTOVEC) == cpu_opts(ast, CPUTarget(vector_bytes=64, auto_vectorize=False)) == \
+        [Opt(OptOps.UNROLL, 1, 32)]
+    assert cpu_opts(ast) == []

@@ -79,21 +79,40 @@ def test_dequant_matmul_agrees_with_gguf(qtype, rows, isa):
         assert "vpmovzxbd" in asm or "vpmovsxbd" in asm  # the weight's bytes are read by widening loads
 
 
+def _matvec_asm(qtype: Q, isa: str) -> list[str]:
+    blk, _ = gguf.GGML_QUANT_SIZES[qtype]
+    raw = _blocks(qtype, 64 * 256 // blk, RNG)
+    w = dequantize(Tensor(raw).realize(), int(qtype)).reshape(64, 256)
+    x = RNG.standard_normal((1, 256)).astype(np.float32)
+    got, kernels = run_tensor(Tensor(x).realize() @ w.T, own_opts=True, isa=isa)
+    want = x.astype(np.float64) @ gguf.quants.dequantize(raw, qtype).reshape(64, 256).astype(np.float64).T
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    return _asm(kernels).splitlines()
+
+
 @pytest.mark.parametrize("isa", ISAS)
-def test_q4_1_matvec_inner_loop_is_vector_code(isa):
-    """The Q4_1 matvec's nibbles: one widening load of 16 (8) bytes, a shift and mask per half, int -> float
-    conversion and FMAs on vectors, and no scalar per-element work: the only scalar float ops left are the
-    block's two scales and the final horizontal sum."""
+def test_q4_1_matvec_is_vector_code(isa):
+    """The Q4_1 matvec: each block's bytes one widening load, the halves' nibbles a mask and a constant shift,
+    int -> float conversions and FMAs (x read from memory by the FMA) on vectors; the block's float16 scales one
+    16-bit load each, not two byte loads; no scalar float op but the final horizontal sum's."""
     _skip_unless(isa)
-    raw = _blocks(Q.Q4_1, 64 * 256 // 32, RNG)
-    w = dequantize(Tensor(raw).realize(), int(Q.Q4_1)).reshape(64, 256)
-    _, kernels = run_tensor(Tensor(RNG.standard_normal((1, 256)).astype(np.float32)).realize() @ w.T,
-                            own_opts=True, isa=isa)
-    asm = _asm(kernels)
+    asm = _matvec_asm(Q.Q4_1, isa)
     reg = "zmm" if isa == "avx512" else "ymm"
-    for op in ("vpmovzxbd", "vcvtdq2ps", "vfmadd231ps"):
-        assert any(line.startswith(op) and reg in line for line in asm.splitlines()), op
-    assert not any(line.startswith(("vcvtsi2ss", "vmulss", "vfmadd231ss")) for line in asm.splitlines())
+    for op in ("vpmovzxbd", "vpsrld", "vcvtdq2ps", "vfmadd213ps", "vfmadd231ps"):
+        assert any(line.startswith(op) and reg in line for line in asm), op
+    assert any(line.startswith("vfmadd231ps") and "word ptr" in line for line in asm)
+    assert sum(line.startswith("movzx") and "word ptr" in line for line in asm) == 2
+    assert not any("byte ptr" in line for line in asm)
+    assert not any(line.startswith(("vcvtsi2ss", "vmulss", "vfmadd231ss", "vpsrlvd")) for line in asm)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_q8_0_bytes_load_sign_extended(isa):
+    """Q8_0's uint8 bytes bitcast to int8 are sign-extending loads, not zero-extended and shifted back."""
+    _skip_unless(isa)
+    asm = _matvec_asm(Q.Q8_0, isa)
+    assert any(line.startswith("vpmovsxbd") for line in asm)
+    assert not any(line.startswith(("vpmovzxbd", "vpsrad")) for line in asm)
 
 
 # ---- the integer part, bit-exact -------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from tg_core.plugin_api import (
     param_index,
 )
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
-from tg_cpu_x86.x86.slp import INT_LANES, NARROW, Group, buffer_of, gated_index, widest_plan
+from tg_cpu_x86.x86.slp import INT_LANES, NARROW, Group, buffer_of, gated_index, offset, widest_plan
 
 DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -148,6 +148,14 @@ class Selector:
         self.lazy: dict[Group, Mem] = {}  # broadcasts of loads emitted where first read (see emit_group)
         self.folded_adds = {u.src[1] for u in self.uops if u.op is Ops.INDEX and self._disp_fold(u) is not None}
         self._vector_plan()
+        # uint16s read byte by byte, as one 16-bit load from the low byte's INDEX; the loads, casts and shift
+        # that only they read are not selected (two-address code on one register is not dead-code eliminated)
+        self.words: dict[UOp, UOp] = {}
+        for u in self.uops:
+            if (found := _word_of_bytes(self, u)) is not None:
+                self.words[u] = found[0]
+                chain = set(found[1]) | {u}
+                self.vskip.update(x for x in found[1] if all(y in chain for y in self.users.get(x, ())))
 
     def _vector_plan(self) -> None:
         """Which uops are computed as vectors (slp.py: zmm with AVX-512 where 16 lanes pack, else ymm), where each
@@ -817,6 +825,45 @@ def sel_int_binary(ctx: Selector, u: UOp) -> None:
         ctx.extend(d, u.dtype)
 
 
+def _byte_load(x: UOp) -> UOp | None:
+    """The INDEX of the ungated uint8 buffer load that x casts to uint16, if it is one."""
+    if x.op is not Ops.CAST or (ld := x.src[0]).op is not Ops.LOAD or ld.dtype is not dtypes.uint8 or \
+            len(ld.src) != 1 or ld.src[0].op is not Ops.INDEX or len(ld.src[0].src) != 2 or \
+            buffer_of(ld.src[0]).op is not Ops.PARAM:
+        return None
+    return ld.src[0]
+
+
+def _word_of_bytes(ctx: Selector, u: UOp) -> tuple[UOp, list[UOp]] | None:
+    """For `ushort(b[i]) | ushort(b[i+1]) << 8` (a little-endian uint16 read byte by byte: a quantized block's
+    float16 scale) with no store or loop boundary between the byte loads and u: the low byte's INDEX, and the
+    uops between it and u (the loads, casts and shift)."""
+    if u.op is not Ops.OR or u.dtype is not dtypes.uint16:
+        return None
+    for lo, hi in (u.src, u.src[::-1]):
+        if hi.op is not Ops.SHL or hi.src[1].op is not Ops.CONST or int(hi.src[1].arg) != 8:
+            continue
+        a, b = _byte_load(lo), _byte_load(hi.src[0])
+        if a is None or b is None or buffer_of(a) is not buffer_of(b):
+            continue
+        (ba, ca), (bb, cb) = offset(a), offset(b)
+        if not (ba is bb and cb == ca + 1 or ba.op is bb.op is Ops.CONST and ca == cb and bb.arg == ba.arg + 1):
+            continue
+        first = min(ctx.pos[lo.src[0]], ctx.pos[hi.src[0].src[0]])
+        if bisect.bisect(ctx.barriers, first) == bisect.bisect_left(ctx.barriers, ctx.pos[u]):
+            return a, [lo, lo.src[0], hi, hi.src[0], hi.src[0].src[0]]
+    return None
+
+
+def sel_word_of_bytes(ctx: Selector, u: UOp) -> UOp | None:
+    """One 16-bit load for a uint16 read byte by byte (Selector.words); other ORs are declined."""
+    if u not in ctx.words:
+        return None
+    d = ctx.out(u)
+    ctx.ins("movzx", View(d, 4), dataclasses.replace(ctx.addrs[ctx.words[u]], size=2), w=(0,))
+    return DONE
+
+
 def sel_int_neg(ctx: Selector, u: UOp) -> None:
     a, size = ctx.reg(u.src[0]), gsize(u.dtype)
     d = ctx.out(u)
@@ -1216,6 +1263,7 @@ isel_rules = PatternMatcher([
     (UPat(GroupOp.Comparison, src=(UPat.var("a", FLOATS), UPat.var("b")), name="u"), _rule(sel_float_compare)),
     # ints and bools
     (UPat(GroupOp.Comparison, name="u"), _rule(sel_int_compare)),
+    (UPat(Ops.OR, dtypes.uint16, name="u"), sel_word_of_bytes),  # returns DONE itself: declines other ORs
     (UPat((Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR), _I, name="u"), _rule(sel_int_binary)),
     (UPat(Ops.MAX, dtypes.bool, name="u"), _rule(sel_int_binary)),
     (UPat(Ops.NEG, _I, name="u"), _rule(sel_int_neg)),
@@ -1282,11 +1330,18 @@ def _vmax(ctx: Selector, d: Operand, a: Operand, b: Operand, size: int) -> None:
 
 
 def _hreduce(ctx: Selector, g: Group) -> None:
-    """The scalar ADD/MAX of an accumulator's lanes: halves folded onto each other (reassociated, as LLVM's
-    reassoc reductions are), from 16 lanes (zmm) or 8 (ymm) to lane 0 of an xmm register."""
-    v = _vector(ctx, g.srcs[0])
+    """The scalar ADD/MAX of accumulators' lanes: the vectors combined lane by lane, then halves folded onto
+    each other (reassociated, as LLVM's reassoc reductions are), from 16 lanes (zmm) or 8 (ymm) to lane 0 of an
+    xmm register."""
     add = g.lanes[-1].op is Ops.ADD
-    x = ctx.vw(v)
+    x = ctx.vw(_vector(ctx, g.srcs[0]))
+    for s in g.srcs[1:]:
+        t = ctx.vnew()
+        if add:
+            ctx.ins("vaddps", ctx.vw(t), x, ctx.vw(_vector(ctx, s)), w=(0,), r=(1, 2))
+        else:
+            _vmax(ctx, ctx.vw(t), x, ctx.vw(_vector(ctx, s)), ctx.vbytes)
+        x = ctx.vw(t)
     steps = (["vextractf64x4"] if ctx.vbytes == 64 else []) + ["vextractf128", "vmovhlps", "vpermilps"]
     for step in steps:
         size = 32 if step == "vextractf64x4" else 16
@@ -1384,13 +1439,28 @@ def _wrap(ctx: Selector, d: VReg, x: VReg, dt: DType) -> None:
         ctx.ins("vpsrad", ctx.vw(d), ctx.vw(d), Imm(32 - bits), w=(0,), r=(1,))
 
 
+def _reload(ctx: Selector, g: Group) -> Mem | None:
+    """For a wrapping convert of loaded narrow ints into the other signedness of their size (Q8_0's uint8 bytes
+    bitcast to int8), the load's memory, where widening it again with the right extension replaces the wrap:
+    no store or loop boundary between the load and here (the first widening load dies unless read)."""
+    src = g.srcs[0]
+    v0, s0 = g.lanes[0], src.lanes[0]
+    if src.kind != "load" or s0.dtype not in NARROW or v0.dtype not in NARROW or \
+            v0.dtype.itemsize != s0.dtype.itemsize or s0.src[0] not in ctx.addrs or \
+            bisect.bisect(ctx.barriers, ctx.pos[s0]) != bisect.bisect_left(ctx.barriers, ctx.at):
+        return None
+    return dataclasses.replace(ctx.addrs[s0.src[0]], size=ctx.lanes * v0.dtype.itemsize)
+
+
 def _int_shift(ctx: Selector, g: Group, d: VReg) -> None:
     """d = int lanes shifted by a constant (an immediate) or by packed amounts (per-lane variable shifts);
     right shifts of signed lanes are arithmetic, as alu.py's SHR of a signed int is."""
     v0 = g.lanes[0]
     names = _VEC_SAR if v0.op is Ops.SHR and not dtypes.is_unsigned(v0.dtype) else _VEC_SHIFT[v0.op]
     x, amt = g.srcs
-    if _const_group(amt) and len({int(u.arg) for u in amt.lanes}) == 1:
+    if _const_group(amt) and {int(u.arg) for u in amt.lanes} == {0}:  # a block's first field: no shift
+        ctx.vvals[g] = _vector(ctx, x)
+    elif _const_group(amt) and len({int(u.arg) for u in amt.lanes}) == 1:
         ctx.ins(names[0], ctx.vw(d), ctx.vw(_vector(ctx, x)), Imm(int(amt.lanes[0].arg) & 31), w=(0,), r=(1,))
     else:
         ctx.ins(names[1], ctx.vw(d), ctx.vw(_vector(ctx, x)), _vsrc(ctx, amt, g), w=(0,), r=(1, 2))
@@ -1453,7 +1523,7 @@ def emit_group(ctx: Selector, g: Group) -> None:
         acc = _vector(ctx, ctx.packer.acc_groups[g.accs])
         if g in ctx.fused:
             m = ctx.fused[g]
-            fa, fb = (vw(_vector(ctx, s)) for s in m.srcs)
+            fa, fb = _binary(ctx, m, m.srcs[0], m.srcs[1], commutative=True)  # a load only it reads: from memory
             ctx.ins("vfmadd231ps", vw(acc), fa, fb, w=(0,), r=(0, 1, 2))
         elif g in ctx.in_place:  # acc = acc op x, written into the accumulator after reading it
             v = ctx.in_place[g]
@@ -1487,6 +1557,8 @@ def emit_group(ctx: Selector, g: Group) -> None:
         _hreduce(ctx, g)
     elif g.kind in ("bitcast", "alias") or g.kind == "convert" and not g.wrap:
         ctx.vvals[g] = _vector(ctx, g.srcs[0])
+    elif g.kind == "convert" and (wide := _reload(ctx, g)) is not None:  # uint8 bytes as int8: sign-extended
+        ctx.ins(_WIDEN[v0.dtype], vw(d), wide, w=(0,))
     elif g.kind == "convert":
         _wrap(ctx, d, _vector(ctx, g.srcs[0]), v0.dtype)
     elif g.kind == "gload":  # gated-off lanes are +0.0 and read nothing (nor fault: a border's column -1)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from tg_core.plugin_api import Call, Ops, UOp, dtypes, trampoline
 
 LANES = 8  # float32 lanes of a ymm register (the default); a zmm register has 16
+MAX_VECTORS = 4  # the vectors of accumulators one reduction tree may combine (see Packer._reduction_tree)
 _ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MULACC})
 _INT_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
 # narrow ints are int32 lanes holding the value sign- or zero-extended (as a general register holds them), so
@@ -332,22 +333,36 @@ class Packer:
         return None
 
     def _reduction_tree(self, root: UOp) -> Call[Group | None]:
-        """If `root` combines the final loads of `lanes` accumulators by a tree of one op (ADD or MAX) whose
-        inner nodes have no other users: the accumulators become a vector and the tree a horizontal
-        reduction ("hreduce", whose scalar is then broadcast)."""
+        """If `root` combines the final loads of `lanes` accumulators (or of 2..MAX_VECTORS times as many) by a
+        tree of one op (ADD or MAX) whose inner nodes have no other users: the accumulators become vectors and
+        the tree a horizontal reduction ("hreduce" of its vectors combined lane by lane, whose scalar is then
+        broadcast). Several vectors are a reduction unrolled across an axis besides the lanes' one (a quantized
+        block's two halves: each half's shift amount a constant, and independent FMA chains); which leaves form
+        a vector is tried as runs of `lanes` consecutive leaves, then as every m-th leaf."""
         if root.op not in (Ops.ADD, Ops.MAX) or root.dtype is not dtypes.float32 or root in self.trees:
             return self.trees.get(root)
         found = self._tree(root)
         if found is None:
             return None
         nodes, leaves = found
-        # every leaf loads an accumulator (_tree checked it)
-        acc = yield self._acc(tuple(leaves), tuple(a for n in leaves if (a := _acc_of(n.src[0])) is not None))
-        if acc is None:
-            return None
-        order = sorted(nodes, key=self.pos.__getitem__)
-        self.trees[root] = tree = self._add(Group("hreduce", tuple(order), (acc,)))
-        return tree
+        m = len(leaves) // self.lanes
+        orders = [[leaves[k * self.lanes:(k + 1) * self.lanes] for k in range(m)]]
+        if m > 1:
+            orders.append([leaves[k::m] for k in range(m)])
+        for chunks in orders:
+            saved = self._snapshot()
+            accs: list[Group] = []
+            for chunk in chunks:  # every leaf loads an accumulator (_tree checked it)
+                acc = yield self._acc(tuple(chunk), tuple(a for n in chunk if (a := _acc_of(n.src[0])) is not None))
+                if acc is None:
+                    break
+                accs.append(acc)
+            if len(accs) == m:
+                order = sorted(nodes, key=self.pos.__getitem__)
+                self.trees[root] = tree = self._add(Group("hreduce", tuple(order), tuple(accs)))
+                return tree
+            self._restore(saved)
+        return None
 
     def _tree(self, root: UOp) -> tuple[list[UOp], list[UOp]] | None:
         """The nodes and the `lanes` accumulator-load leaves of a reduction tree at `root` (see _reduction_tree),
@@ -363,7 +378,8 @@ class Packer:
                 leaves.append(n)
             else:
                 return None
-        return (nodes, leaves) if len(leaves) == self.lanes else None
+        return (nodes, leaves) if len(leaves) % self.lanes == 0 and len(leaves) <= MAX_VECTORS * self.lanes \
+            else None
 
     def _select(self, vals: tuple[UOp, ...]) -> Call[Group | None]:
         """where(a cmp b, x, y) with float32 a, b: a compare mask and a blend (the compares are members); or
