@@ -419,3 +419,12 @@ def test_aql_dispatches_count_with_the_enable_their_vendor_packets_set(gpu):
     np.testing.assert_array_equal(gpu.u32(out, groups * LOCAL), np.arange(groups * LOCAL) + LOOPS)
     c = decode_pmc(gpu.mem.read(buf, 4096), sched)
     assert c["SQ_INSTS_VALU"].total == 2 * groups * VALU and c["SQ_WAVES"].total == 2 * groups
+
+
+def test_a_register_wait_polls_the_register_of_dword_2(gpu):
+    """WAIT_REG_MEM in register space (operation 0) reads the register named in dword 2 (dword 3 is only the
+    poll register of write-then-wait): a wait for a value the register does not hold stalls the queue."""
+    ctrl = 0xD9E0  # SQ_PERFCOUNTER_CTRL: a plain register the queue can set
+    gpu.submit(uconfig(ctrl, 0x40) + wait_reg(ctrl, 0x40, 0xFFFFFFFF))
+    with pytest.raises(AssertionError, match="stalled"):
+        gpu.submit(wait_reg(ctrl, 0x41, 0xFFFFFFFF))

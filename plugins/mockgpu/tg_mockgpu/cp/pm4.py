@@ -253,7 +253,9 @@ class PM4Queue:
                 self.mmio[p[1]] = ref
                 if p[1] == HDP_FLUSH_REQ:
                     self.mmio[HDP_FLUSH_DONE] = ref
-            addr, value = p[2], self._get(p[2], active, bad)
+            # WAIT_REG_MEM polls the register of dword 2; write-then-wait writes dword 2's and polls dword 3's
+            reg = p[2] if operation == 1 else p[1]
+            addr, value = reg, self._get(reg, active, bad)
         if self._compare(fn, value & mask, ref, bad):
             self.stalled = None
             return True
