@@ -28,6 +28,8 @@ templates); its tests may use anything. The names are grouped by the job they do
   the interpreter runs, as the PYTHON device and the plugin template do);
 - tensors (API 1.1): `Tensor`, for plugins that work on a user's tensors rather than provide a device (tg-mpi's
   collectives across processes), and `DataParallel` (what `tg_data_parallel` returns);
+- profiling (API 1.2): `profile_events` (core's trace events: `record`, `events`, `collectors`) and
+  `profile_state` (`on`), for plugins that add their results to the trace (tg-profiler-sqtt's counters and waves);
 - checking a device: `run_kernel` (the reference interpreter) and `DeviceConformance` (the conformance
   suite; imported on first use, since it needs pytest).
 
@@ -36,7 +38,8 @@ manifest `API` range is a promise against them. Within one major version a name 
 documented: its signature, the meaning of each argument and result, and the hook contracts in
 tg_core/plugins/hookspecs.py. A minor bump adds names, arguments with defaults, or hooks; a major bump
 removes or changes one (and discovery then refuses plugins whose range excludes it, before importing them).
-Everything else in tg_core is internal and may change in any release. API 1.1 is exactly the list below (1.0 without `Tensor` and `DataParallel`).
+Everything else in tg_core is internal and may change in any release. API 1.2 is exactly the list below (1.1 without `profile_events` and `profile_state`, 1.0 also without `Tensor`
+and `DataParallel`).
 """
 from __future__ import annotations
 
@@ -79,6 +82,8 @@ from tg_core.plugins.errors import DeviceUnavailable, PluginBrokenError, PluginE
 from tg_core.plugins.hookspecs import hookimpl, hookspec
 from tg_core.plugins.specs import DeviceSpec, Option
 from tg_core.plugins.version import API_VERSION, API_VERSION_STR
+from tg_core.profile import events as profile_events
+from tg_core.profile import state as profile_state
 from tg_core.renderer import Renderer, UnsupportedDTypeError
 from tg_core.renderer.isa import (
     CJUMP,
@@ -143,6 +148,8 @@ __all__ = [
     "PluginBrokenError", "PluginError", "Profiler", "Runner", "collect_named", "hookimpl", "hookspec",
     # tensors, for plugins that work on a user's tensors rather than provide a device (tg-mpi's collectives)
     "DataParallel", "Tensor",
+    # profiling (API 1.2): the trace's event list and recorder, and whether PROFILE is on, for profiler plugins
+    "profile_events", "profile_state",
     # devices, memory, and the stages of the pipeline from kernel AST to runner
     "Allocator", "Buffer", "BufferSpec", "Compiled", "Compiler", "Device", "InterpretedKernels", "KernelSequence",
     "LRUAllocator", "Prepared", "PreparedKernel", "RunnerFn", "host_memory",

@@ -11,7 +11,7 @@ import operator
 import re
 from collections.abc import Callable
 
-API_VERSION: tuple[int, ...] = (1, 1)  # 1.1: Tensor, DataParallel, tg_data_parallel
+API_VERSION: tuple[int, ...] = (1, 2)  # 1.1: Tensor, DataParallel, tg_data_parallel; 1.2: profile_events/state
 API_VERSION_STR = ".".join(map(str, API_VERSION))
 
 _CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*$")

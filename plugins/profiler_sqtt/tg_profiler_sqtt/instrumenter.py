@@ -107,7 +107,7 @@ class Profiler:
             if got is None:
                 got = self.rings[dev.device] = Ring(dev, self.settings)
                 if len(self.rings) == 1:  # the trace's export (tg profile, PROFILE=1 at exit) reads what is unread
-                    from tg_core.profile import events
+                    from tg_core.plugin_api import profile_events as events
                     events.collectors.append(self.flush)
             return got
 

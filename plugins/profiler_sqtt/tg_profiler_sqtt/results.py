@@ -74,7 +74,7 @@ def gather(ring: Ring, reads: list[SlotRead]) -> list[DispatchProfile]:
         got.append(p)
     with _lock:
         _results.setdefault(ring.device, []).extend(got)
-    from tg_core.profile import state
+    from tg_core.plugin_api import profile_state as state
     if state.on and got:
         record_events(ring, got)
     return got
@@ -96,7 +96,7 @@ def take(device: str = "AMD") -> list[DispatchProfile]:
 
 def record_events(ring: Ring, got: list[DispatchProfile]) -> None:
     from tg_core.plugin_api import Device
-    from tg_core.profile import events as ev
+    from tg_core.plugin_api import profile_events as ev
     scale = 1e9 / float(getattr(Device[ring.device], "timestamp_hz", 1e9))
     for p in got:
         if not p.start or not p.end:
@@ -120,7 +120,7 @@ def _annotate_kernel(device: str, start: int, end: int, totals: dict[str, int], 
     """Core's event of the kernel this dispatch belongs to (on the device's clock, enclosing the dispatch's own
     stamps: core stamps each exec around all of its dispatches) gets the counters as args; the recent events
     are searched, since core records a run's kernels when it reads the run back, just before this."""
-    from tg_core.profile import events as ev
+    from tg_core.plugin_api import profile_events as ev
     recent = ev.events[-window:]
     for e in reversed(recent):
         if e.kind == "kernel" and e.process == device and e.clock == device and e.start <= start and end <= e.end:
@@ -131,7 +131,7 @@ def _annotate_kernel(device: str, start: int, end: int, totals: dict[str, int], 
 
 
 def _wave_events(ring: Ring, p: DispatchProfile, start_ns: int) -> None:
-    from tg_core.profile import events as ev
+    from tg_core.plugin_api import profile_events as ev
     ns = 1e3 / SQTT_CLOCK_MHZ
     budget = MAX_INSTRUCTION_EVENTS
     for se, trace in p.traces.items():
@@ -157,7 +157,7 @@ def _wave_events(ring: Ring, p: DispatchProfile, start_ns: int) -> None:
 
 def _instruction_events(ring: Ring, p: DispatchProfile, se: int, trace: Trace, at: Any, budget: int) -> int:
     """Instruction events of the traced unit's waves (as many as `budget`); the number written."""
-    from tg_core.profile import events as ev
+    from tg_core.plugin_api import profile_events as ev
     from tg_profiler_sqtt.mapper import MappingError, map_instructions
     starts = {w.wave: w for w in trace if w.kind == "WAVESTART" and w.sa == 0 and w.wgp == 0}
     n = 0
