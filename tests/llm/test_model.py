@@ -94,6 +94,19 @@ def test_prefill_in_chunks_equals_one_chunk(mixed_llama):
     _close(one[0], reference_logits(mixed_llama, IDS)[-1])
 
 
+def test_replayed_prefill_chunks_equal_eager_ones(mixed_llama):
+    """Full chunks run through one TinyJit capture (the 3rd chunk on is a replay, at a new bound start_pos);
+    the prompt's logits after a replayed chunk and then a shorter eager one match the unchunked reference."""
+    f = GGUFFile(mixed_llama)
+    gen = Generator(Transformer.from_gguf(f), chunk=3)
+    assert len(IDS) > 3 * 3 and len(IDS) % 3  # >= 3 full chunks (run, capture, replay) and a shorter last one
+    want = reference_logits(mixed_llama, IDS)
+    _close(gen.prefill(IDS).numpy()[0], want[-1])
+    assert gen._chunk_step.captured is not None
+    gen.cached = []  # again, all from replays
+    _close(gen.prefill(IDS[:9]).numpy()[0], want[8])
+
+
 def test_greedy_decode_equals_recomputing(mixed_llama):
     f = GGUFFile(mixed_llama)
     gen = Generator(Transformer.from_gguf(f), chunk=8)

@@ -29,6 +29,9 @@ class Generator:
         self.cached: list[int] = []  # the tokens whose keys and values the cache holds, in order
         self._greedy = TinyJit(self._greedy_step)
         self._sampled = TinyJit(self._sampled_step)
+        # full prefill chunks replay one capture too: eager, building and scheduling a chunk's 400 kernels cost
+        # as much as running them; a shorter last chunk runs eagerly (one capture per length would pile up)
+        self._chunk_step = TinyJit(self._prefill_step)
 
     def _pos(self, value: int, length: int) -> UOp:
         """start_pos bound to value, its range the positions a run of `length` tokens may start at."""
@@ -39,6 +42,9 @@ class Generator:
 
     def _sampled_step(self, tok: Tensor, pos: UOp, temp: Tensor, k: Tensor, p: Tensor) -> Tensor:
         return sample(self.model(tok, pos), temp, k, p).realize()
+
+    def _prefill_step(self, tok: Tensor, pos: UOp) -> Tensor:
+        return self.model(tok, pos).realize()
 
     def prefill(self, ids: Sequence[int]) -> Tensor:
         """Run the prompt (reusing the cached common prefix; at least its last token runs) and return the
@@ -57,7 +63,8 @@ class Generator:
         logits = None
         while start < len(ids):
             piece = list(ids[start:start + self.chunk])
-            logits = self.model(Tensor([piece], dtype="int32", device=self.model.device), self._pos(start, len(piece)))
+            tok, pos = Tensor([piece], dtype="int32", device=self.model.device), self._pos(start, len(piece))
+            logits = self._chunk_step(tok, pos) if len(piece) == self.chunk else self.model(tok, pos)
             start += len(piece)
             self.cached += piece
         assert logits is not None

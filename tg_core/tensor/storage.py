@@ -89,6 +89,27 @@ def buffers_in(root: UOp) -> list[UOp]:
     return out
 
 
+_READS: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
+_NONE: frozenset[UOp] = frozenset()
+
+
+def buffers_read(root: UOp) -> frozenset[UOp]:
+    """The BUFFER nodes a graph reads, remembered per node (nodes are immutable): every write asks this of every
+    live tensor (does it read a buffer being written?), and a model's hundreds of lazy weights would otherwise be
+    walked whole at every write (a cache write per layer). A node shares its sources' set when it adds nothing."""
+    got = _READS.get(root)
+    if got is not None:
+        return got
+    for n in root.toposort(gate=lambda u: u not in _READS):
+        if n in _READS:
+            continue
+        sets = {id(r): r for r in (_READS[x] for x in n.src) if r}
+        if n.op is Ops.BUFFER:
+            sets[0] = frozenset((n,))
+        _READS[n] = next(iter(sets.values())) if len(sets) == 1 else frozenset().union(*sets.values()) if sets else _NONE
+    return _READS[root]
+
+
 # ---- views of unrealized values ---------------------------------------------------------------------------
 # A view of a value (a slice of `x.permute(1, 0).contiguous()`) has no storage to write into yet. So that an
 # assign into it still lands in the tensor it views, each such view remembers its root: the tensor whose
@@ -292,7 +313,7 @@ def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> Non
     bases = {b for t, _ in pairs if (b := storage_of(t.uop)) is not None}
     skip |= {id(t) for t, _ in pairs}
     lazy = [r for r in live_tensors() if id(r) not in skip and r.numel() != 0 and storage_of(r.uop) is None
-            and not bases.isdisjoint(r.uop.toposort())]
+            and not bases.isdisjoint(buffers_read(r.uop))]
     others = [o for o in others if not o._is_realized() and storage_of(o.uop) is None and all(o is not r for r in lazy)]
     for t, v in pairs:
         if v.shape != t.shape or v.dtype != t.dtype:
