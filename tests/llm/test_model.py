@@ -94,6 +94,13 @@ def test_prefill_in_chunks_equals_one_chunk(mixed_llama):
     _close(one[0], reference_logits(mixed_llama, IDS)[-1])
 
 
+def test_piece_lengths():
+    from tg_core.llm.generate import piece_lengths
+    assert piece_lengths(23, 32) == [16, 4, 2, 1] and piece_lengths(64, 32) == [32, 32]
+    assert piece_lengths(70, 32) == [32, 32, 4, 2] and piece_lengths(1, 32) == [1]
+    assert all(sum(piece_lengths(n, c)) == n for n in range(1, 200) for c in (1, 3, 32))
+
+
 def test_replayed_prefill_chunks_equal_eager_ones(mixed_llama):
     """Full chunks run through one TinyJit capture (the 3rd chunk on is a replay, at a new bound start_pos);
     the prompt's logits after a replayed chunk and then a shorter eager one match the unchunked reference."""
@@ -102,7 +109,7 @@ def test_replayed_prefill_chunks_equal_eager_ones(mixed_llama):
     assert len(IDS) > 3 * 3 and len(IDS) % 3  # >= 3 full chunks (run, capture, replay) and a shorter last one
     want = reference_logits(mixed_llama, IDS)
     _close(gen.prefill(IDS).numpy()[0], want[-1])
-    assert gen._chunk_step.captured is not None
+    assert gen._piece_steps[3].captured is not None
     gen.cached = []  # again, all from replays
     _close(gen.prefill(IDS[:9]).numpy()[0], want[8])
 

@@ -1,7 +1,7 @@
-"""Generation: prefill in chunks, then a TinyJit'd decode step, with the longest common prefix of the
+"""Generation: prefill in pieces (chunks, then powers of two; each length one TinyJit), then a TinyJit'd decode step, with the longest common prefix of the
 previous request's tokens reused from the KV cache.
 
-Positions are bound variables (`start_pos`), so the kernels of a prefill chunk length and of the decode step
+Positions are bound variables (`start_pos`), so the kernels of each prefill piece length and of the decode step
 are compiled once for every position. The decode step (model, then greedy or sampled choice on the device)
 is one TinyJit per sampling mode; its parameters are tensors, so a new temperature, top_k or top_p replays
 the same capture.
@@ -21,6 +21,19 @@ from tg_core.uop import UOp
 GREEDY = SamplingParams()
 
 
+def piece_lengths(n: int, chunk: int) -> list[int]:
+    """How a prompt of n tokens is run: as many chunks as fit, then the rest as descending powers of two
+    (23 with chunk 32: 16, 4, 2, 1). Every piece is one of at most log2(chunk) + 2 lengths, each compiled and
+    captured once."""
+    out = [chunk] * (n // chunk)
+    rest = n % chunk
+    while rest:
+        p = 1 << (rest.bit_length() - 1)
+        out.append(p)
+        rest -= p
+    return out
+
+
 class Generator:
     def __init__(self, model: Transformer, tokenizer: Tokenizer | None = None, chunk: int = 32):
         if chunk < 1:
@@ -29,9 +42,10 @@ class Generator:
         self.cached: list[int] = []  # the tokens whose keys and values the cache holds, in order
         self._greedy = TinyJit(self._greedy_step)
         self._sampled = TinyJit(self._sampled_step)
-        # full prefill chunks replay one capture too: eager, building and scheduling a chunk's 400 kernels cost
-        # as much as running them; a shorter last chunk runs eagerly (one capture per length would pile up)
-        self._chunk_step = TinyJit(self._prefill_step)
+        # prefill pieces replay captures too (eager, building and scheduling a piece's 400 kernels cost as much as
+        # running them): one per piece length, and the lengths are the chunk and powers of two (piece_lengths),
+        # so a handful of captures serve every prompt
+        self._piece_steps: dict[int, TinyJit] = {}
 
     def _pos(self, value: int, length: int) -> UOp:
         """start_pos bound to value, its range the positions a run of `length` tokens may start at."""
@@ -61,11 +75,11 @@ class Generator:
             start += 1
         self.cached = list(ids[:start])
         logits = None
-        while start < len(ids):
-            piece = list(ids[start:start + self.chunk])
-            tok, pos = Tensor([piece], dtype="int32", device=self.model.device), self._pos(start, len(piece))
-            logits = self._chunk_step(tok, pos) if len(piece) == self.chunk else self.model(tok, pos)
-            start += len(piece)
+        for n in piece_lengths(len(ids) - start, self.chunk):
+            piece = list(ids[start:start + n])
+            step = self._piece_steps.setdefault(n, TinyJit(self._prefill_step))
+            logits = step(Tensor([piece], dtype="int32", device=self.model.device), self._pos(start, n))
+            start += n
             self.cached += piece
         assert logits is not None
         return logits
