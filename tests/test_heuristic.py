@@ -250,3 +250,10 @@ def test_quantized_block_halves_are_unrolled_as_vectors():
     assert cpu_opts(ast, NO_AUTOVEC) == cpu_opts(ast, CPUTarget(vector_bytes=64, auto_vectorize=False)) == \
         [Opt(OptOps.UNROLL, 1, 32)]
     assert cpu_opts(ast) == []
+    # rows of x (prefill's tokens) share each decoded weight vector where the target asks for it
+    items, _ = create_schedule([(Tensor(np.ones((6, 64), np.float32)) @ w.T).uop])
+    (ast,) = [a for a, _ in items if a.op is Ops.SINK]
+    rows = CPUTarget(vector_bytes=64, auto_vectorize=False, quant_rows=4)
+    assert cpu_opts(ast, rows) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 1, 32)]
+    assert cpu_opts(ast, CPUTarget(vector_bytes=64, auto_vectorize=False)) == [Opt(OptOps.UNROLL, 1, 32)]
+    assert cpu_opts(ast, CPUTarget(quant_rows=4)) == []  # the LLVM target: its loop vectorizer

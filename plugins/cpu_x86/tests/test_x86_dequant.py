@@ -57,11 +57,12 @@ def test_every_block_type_is_covered():
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("rows", (1, 3), ids=("matvec", "rows3"))
+@pytest.mark.parametrize("rows", (1, 3, 6), ids=("matvec", "rows3", "rows6"))
 @pytest.mark.parametrize("qtype", list(F16_FIELDS), ids=lambda t: t.name)
 def test_dequant_matmul_agrees_with_gguf(qtype, rows, isa):
-    """x @ W.T over the packed bytes (decode's matvec, and a few rows as prefill has) against float64 numpy of
-    gguf.quants.dequantize(W): within float32 rounding of the sum, relative to sum |x| |w|."""
+    """x @ W.T over the packed bytes (decode's matvec, and rows as prefill has: 4 share each decoded weight
+    vector, 6 leave a tail of 2) against float64 numpy of gguf.quants.dequantize(W): within float32 rounding of
+    the sum, relative to sum |x| |w|."""
     _skip_unless(isa)
     out_f, in_f = 40, 512
     blk, _ = gguf.GGML_QUANT_SIZES[qtype]
@@ -113,6 +114,27 @@ def test_q8_0_bytes_load_sign_extended(isa):
     asm = _matvec_asm(Q.Q8_0, isa)
     assert any(line.startswith("vpmovsxbd") for line in asm)
     assert not any(line.startswith(("vpmovzxbd", "vpsrad")) for line in asm)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("rows", (1, 5))
+def test_two_fused_quantized_matvecs(rows, isa):
+    """SwiGLU's silu(x @ Wg.T) * (x @ Wu.T): one kernel with two interleaved quantized reductions, each with
+    its halves unrolled as vectors (constant shifts: no per-lane shift instruction) and a residual added."""
+    _skip_unless(isa)
+    out_f, in_f = 32, 256
+    rng = np.random.default_rng(rows)
+    raws = [_blocks(Q.Q4_1, out_f * in_f // 32, rng) for _ in range(2)]
+    ws = [dequantize(Tensor(r).realize(), int(Q.Q4_1)).reshape(out_f, in_f) for r in raws]
+    # x small enough that the gate is O(1): silu neither saturates nor overflows
+    x, res = (rng.standard_normal((rows, n)).astype(np.float32) * s for n, s in ((in_f, 0.01), (out_f, 1.0)))
+    xt = Tensor(x).realize()
+    got, kernels = run_tensor(Tensor(res).realize() + (xt @ ws[0].T).silu() * (xt @ ws[1].T), own_opts=True, isa=isa)
+    g, u = (x.astype(np.float64) @ gguf.quants.dequantize(r, Q.Q4_1).reshape(out_f, in_f).astype(np.float64).T
+            for r in raws)
+    np.testing.assert_allclose(got, res + g / (1 + np.exp(-g)) * u, rtol=1e-4, atol=1e-4)
+    asm = _asm(kernels)
+    assert len(kernels) == 1 and "vpmovzxbd" in asm and "vpsrlvd" not in asm
 
 
 # ---- the integer part, bit-exact -------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class CPUTarget:
     tile_rows: int = 4              # rows of a matmul register tile (times two vectors of columns)
     auto_vectorize: bool = True     # the backend vectorizes contiguous loops itself (LLVM)
     pack: bool = True               # matmul B panels copied to contiguous scratch (needs DEFINE_REG arrays)
+    quant_rows: int = 0             # rows of a quantized matmul's other operand sharing each decoded weight
 
 
 def _stride(index: UOp, r: UOp) -> int | None:
@@ -126,6 +127,13 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
                     return packed
             if unit:
                 return _resolve(ast, [(OptOps.UPCAST, j, width), (OptOps.UPCAST, i, rows)])
+        # a quantized weight (no panel: B is decoded from bytes): rows of the other operand upcast, so each
+        # decoded vector of weights serves several rows' accumulators (prefill's tokens)
+        quantized = not target.auto_vectorize and target.quant_rows > 1 and all(_narrow_ints(r) for r in reduces)
+        i = next((m for red in reduces if (m := _matmul_rows(red, j, loops, unit=False)) is not None), None) \
+            if quantized else None
+        if i is not None:
+            plan.append((OptOps.UPCAST, i, min(target.quant_rows, _size(i))))
         unit = all(_stride(ld, j) in (0, 1) for ld in _loads(ast))
         across = [red for red in reduces if j in red.src[0].ranges]
         if across and unit and _size(j) >= lanes:
@@ -149,12 +157,16 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
     return _resolve(ast, plan)
 
 
+def _narrow_ints(ast: UOp) -> bool:
+    """Whether the kernel loads ints narrower than 32 bits (a quantized weight's bytes)."""
+    return any(u.op is Ops.LOAD and u.dtype.itemsize < 4 and not dtypes.is_float(u.dtype) for u in ast.toposort())
+
+
 def _block(ast: UOp, inner: UOp, lanes: int) -> bool:
     """Whether the contiguous reduce range `inner` is a quantized block's elements (the kernel reads narrow
     ints) of a few whole vectors (at most MAX_VECTORS): unrolled whole, the block's decoding has no loop of its
     own (Q8_0's 32 int8s: two vectors, no 2-iteration loop and its pointer set-up per block)."""
-    narrow = any(u.op is Ops.LOAD and u.dtype.itemsize < 4 and not dtypes.is_float(u.dtype) for u in ast.toposort())
-    return narrow and inner.src[0].op is Ops.CONST and _size(inner) % lanes == 0 and \
+    return _narrow_ints(ast) and inner.src[0].op is Ops.CONST and _size(inner) % lanes == 0 and \
         lanes < _size(inner) <= MAX_VECTORS * lanes
 
 
@@ -164,11 +176,14 @@ def _block_halves(ast: UOp, reduces: list[UOp], inner: UOp, lanes: int) -> UOp |
     same bytes with a shift amount the outer range gives. Both unrolled whole (at most MAX_VECTORS vectors),
     each vector's shift is a constant and the vectors' FMA chains are independent (Q4_1 1536x576 on AVX-512:
     180 -> 80 us against a loop of 2 computing its shift with one chain)."""
-    k = reduces.index(inner)
-    if _size(inner) % lanes or k == 0 or (outer := reduces[k - 1]).src[0].op is not Ops.CONST or \
+    # the nearest range outside it that a load moves with it (a kernel of two matvecs interleaves their ranges)
+    loads = _loads(ast)
+    outside = [o for o in reduces[:reduces.index(inner)]
+               if any(o in ld.src[1].ranges and inner in ld.src[1].ranges for ld in loads)]
+    if _size(inner) % lanes or not outside or (outer := outside[-1]).src[0].op is not Ops.CONST or \
             inner.src[0].op is not Ops.CONST:
         return None
-    moved = [ld for ld in _loads(ast) if outer in ld.src[1].ranges]
+    moved = [ld for ld in loads if outer in ld.src[1].ranges]
     ok = 1 < _size(outer) and _size(outer) * _size(inner) <= MAX_VECTORS * lanes and moved and all(
         (s := _stride(ld, inner)) is not None and s > 0 and _stride(ld, outer) == s * _size(inner) for ld in moved)
     return outer if ok else None

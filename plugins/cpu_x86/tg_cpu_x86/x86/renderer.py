@@ -8,6 +8,7 @@ constants after it.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -117,10 +118,12 @@ _HEAVY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 # ymm lanes: 8 float32 lanes on the contiguous axis, matmul tiles of 4 rows x 16 columns (8 ymm accumulators)
 # reading B from packed panels (stack arrays); one-vector panels (_NARROW) where the columns are a multiple of
 # one vector but not of two
-_VECTOR = CPUTarget(vector_bytes=32, tile_rows=4, auto_vectorize=False, pack=True)
+# A quantized matmul (a weight decoded from bytes, no panels) upcasts 4 rows of its other operand: each decoded
+# vector serves 4 rows' accumulators (prefill's tokens); where that does not pack, the kernel is tried without
+_VECTOR = CPUTarget(vector_bytes=32, tile_rows=4, auto_vectorize=False, pack=True, quant_rows=4)
 _NARROW = CPUTarget(vector_bytes=16, tile_rows=8, auto_vectorize=False, pack=True)
 # zmm lanes (AVX-512): 16 float32 lanes, matmul tiles of 4 rows x 32 columns (8 zmm accumulators of 16 registers)
-_VECTOR512 = CPUTarget(vector_bytes=64, tile_rows=4, auto_vectorize=False, pack=True)
+_VECTOR512 = CPUTarget(vector_bytes=64, tile_rows=4, auto_vectorize=False, pack=True, quant_rows=4)
 _NARROW512 = CPUTarget(vector_bytes=32, tile_rows=8, auto_vectorize=False, pack=True)
 # per ISA, widest first: (lanes of a vector, tile target, one-vector-panel target); a kernel that does not pack
 # at 16 lanes (its columns a multiple of 8 only) is tried at 8
@@ -192,7 +195,12 @@ class X86Renderer(Renderer):
         widest of the ISA's first, else the scalar lanes of opts_for."""
         if opts is None:
             for lanes, tile, narrow in _TARGETS[self.isa]:
-                if vector := self._vector_opts(ast, lanes, tile, narrow, gated=lanes == 16):
+                tried: list[list[Opt]] = []
+                for target in (tile, dataclasses.replace(tile, quant_rows=0)):
+                    vector = self._vector_opts(ast, lanes, target, narrow, gated=lanes == 16)
+                    if not vector or vector in tried:
+                        continue
+                    tried.append(vector)
                     prog = linearize_kernel(ast, self.lower_reduce, vector, self.extra_matcher)
                     if _worth_it(prog, widest_plan(prog.uops, _users(prog.uops), (lanes, 8) if lanes > 8 else (8,))[2]):
                         return prog

@@ -166,14 +166,28 @@ class Packer:
                     self._restore(saved)
             if 2 * packed < sum(len(seed) for seed in runs):
                 return []
-        for u in self.uops:  # scalar code may still combine accumulators by a vector reduction (softmax's max
-            # feeds a multiply, a peeled tail's store a sum): tried one root at a time, undone if it fails
-            if u.op in (Ops.ADD, Ops.MAX) and u.dtype is dtypes.float32 and u not in self.trees and \
-                    self._tree(u) is not None:
+        # scalar code may still combine accumulators by a vector reduction (softmax's max feeds a multiply, a
+        # peeled tail's store a sum): first every such root at once (rows of a quantized matmul share their
+        # decoded weights, which only all the rows' reductions together read), else one root at a time, each
+        # undone if it fails
+        roots = [u for u in self.uops if u.op in (Ops.ADD, Ops.MAX) and u.dtype is dtypes.float32 and
+                 u not in self.trees and not self._inner(u) and self._tree(u) is not None]
+        saved = self._snapshot()
+        if len(roots) < 2 or not all(trampoline(self._reduction_tree(u)) is not None for u in roots) or \
+                not self._closed():
+            self._restore(saved)
+            for u in roots:
                 saved = self._snapshot()
                 if trampoline(self._reduction_tree(u)) is None or not self._closed():
                     self._restore(saved)
         return self.groups if self.groups and self._closed() else []
+
+    def _inner(self, u: UOp) -> bool:
+        """Whether u is an inner node of a larger reduction tree, not its root (a residual added to a
+        reduction's result makes no tree: the reduction's root is a root)."""
+        users = self.users.get(u, ())
+        return len(users) == 1 and users[0].op is u.op and users[0].dtype is u.dtype and \
+            self._tree(users[0]) is not None
 
     def _snapshot(self) -> tuple:
         return (list(self.groups), dict(self.memo), dict(self.acc_groups), dict(self.trees),
