@@ -224,7 +224,7 @@ def test_sdma_copies_vram_gtt_vram_across_scattered_pages_byte_exact(rig):
 
 
 def test_sdma_copies_gpu0_vram_to_gpu1_vram(rig):
-    _, (g0, g1) = rig
+    mock, (g0, g1) = rig
     data = np.random.default_rng(2).integers(0, 256, 3 * 4096 + 321, np.uint8).tobytes()
     a = g0.vram(data)
     b = g1.vram(len(data))
@@ -232,6 +232,13 @@ def test_sdma_copies_gpu0_vram_to_gpu1_vram(rig):
     g0.copy(b.va + 3, a.va, len(data) - 3)
     assert g1.download(b.va + 3, len(data) - 3) == data[:-3]
     g0.g.unmap(b)
+    # the traffic, by (source, destination) location: the upload staged through GPU 0's GTT, the peer copy, and
+    # GPU 1's download into its own GTT; per queue and per GPU, and the peer bytes alone
+    n = len(data)
+    assert mock.gpus[0].sdma_traffic == {(("gtt", 0), ("vram", 0)): n, (("vram", 0), ("vram", 1)): n - 3}
+    assert mock.gpus[1].sdma_traffic == {(("vram", 1), ("gtt", 1)): n - 3}
+    assert mock.engines.by_id[g0.sdma.q.queue_id].proc.traffic == mock.gpus[0].sdma_traffic
+    assert mock.peer_copies() == {(0, 1): n - 3}
 
 
 @pytest.mark.parametrize("order", ["compute first", "copy first"])

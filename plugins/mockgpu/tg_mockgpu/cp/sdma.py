@@ -5,11 +5,16 @@ reads at `pointer mod ring size`). A packet's length comes from its opcode; zero
 a ring's tail with them). A packet never straddles the ring's end (the host guarantees it; one that would is an
 error). COPY_LINEAR moves bytes a page-bounded run at a time: a run never crosses a 4 KiB page of the source or
 of the destination, since neither side's physical pages are contiguous.
+
+Traffic: each queue counts the bytes it copied by (source, destination) `Location`, the memory kind and owning GPU
+of each side (given by `locate`, the GPU view's `location`), so a test can tell a peer copy (VRAM of one GPU into
+VRAM of another) from one staged through host memory; `gpu_traffic` is the same count kept for the whole GPU
+(shared by its SDMA queues, and kept after a queue is destroyed).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tg_mockgpu.cp.memory import PAGE, Memory, PacketError, dwords, read, read32, read64, write, write32, write64
 from tg_mockgpu.cp.pm4 import gpu_clock
@@ -19,6 +24,13 @@ OPCODES = {0: "NOP", 1: "COPY", 5: "FENCE", 6: "TRAP", 8: "POLL_REGMEM", 13: "TI
 LENGTHS = {"NOP": 1, "COPY": 7, "FENCE": 4, "TRAP": 2, "POLL_REGMEM": 6, "TIMESTAMP": 3, "GCR_REQ": 5,
            "DUMMY_TRAP": 1}
 SUB_OPS = {"COPY": (0,), "TIMESTAMP": (2,)}   # linear copy; get global timestamp
+
+Location = tuple[str, int]                  # (memory kind: "vram" | "gtt" | "userptr", owning GPU index)
+Traffic = dict[tuple[Location, Location], int]  # bytes copied, by (source, destination)
+
+
+def count(traffic: Traffic, src: Location, dst: Location, n: int) -> None:
+    traffic[(src, dst)] = traffic.get((src, dst), 0) + n
 
 
 @dataclass
@@ -32,6 +44,9 @@ class SDMAQueue:
     stalled: tuple[int, int] | None = None
     copied: int = 0                 # bytes copied, and the page-bounded runs they took (for tests and stats)
     runs: int = 0
+    locate: Callable[[int], Location] | None = None   # where an address is (None: traffic is not counted)
+    traffic: Traffic = field(default_factory=dict)    # this queue's bytes by (source, destination) location
+    gpu_traffic: Traffic | None = None                # the GPU's count, updated too
 
     def __post_init__(self) -> None:
         if self.ring_bytes % 4 or self.ring_bytes <= 0:
@@ -104,3 +119,9 @@ class SDMAQueue:
             done += k
             self.runs += 1
         self.copied += n
+        if self.locate is not None and n:
+            # a copy stays in one allocation on each side (a guard page follows each one): its first byte says where
+            where = self.locate(src), self.locate(dst)
+            count(self.traffic, *where, n)
+            if self.gpu_traffic is not None:
+                count(self.gpu_traffic, *where, n)

@@ -20,5 +20,7 @@ For the command processors (PM4, AQL, SDMA; tg_mockgpu/cp/, not here): the seam 
   - `MockKFD.report_fault(gpu_index, va, write)`: a GPU page fault, returned by the next WAIT_EVENTS on a MEMORY
     event (the KFD interface raises GPUMemoryFault from it);
   - `MockKFD.queue_fault(gpu_index, text, page)`: a queue fault (a page fault -> MEMORY event, else HW_EXCEPTION);
-    `MockKFD.fault_detail(gpu_id)` returns and clears the oldest fault text of that GPU (None when there is none).
+    `MockKFD.fault_detail(gpu_id)` returns and clears the oldest fault text of that GPU (None when there is none);
+  - `MockGPU.sdma_traffic` (and each `SDMAQueue.traffic`): bytes its SDMA engines copied, by (source, destination)
+    location (memory kind, owning GPU); `MockKFD.peer_copies()`: the VRAM-to-VRAM bytes between GPUs.
 """

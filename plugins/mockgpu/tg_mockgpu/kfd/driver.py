@@ -43,6 +43,7 @@ from tg_amd.kfd.oslayer import (
     host_munmap,
 )
 from tg_mockgpu.cp.launch import EmulatorLauncher
+from tg_mockgpu.cp.sdma import Traffic
 from tg_mockgpu.kfd.engines import Engines
 from tg_mockgpu.kfd.queue import KIND_OF_TYPE, MockQueue
 from tg_mockgpu.kfd.topology import gpu_id_of, render_node, sysfs_files
@@ -87,6 +88,7 @@ class MockGPU:
     launcher: EmulatorLauncher
     vm_drm_fd: int = -1
     queues: dict[int, MockQueue] = field(default_factory=dict)     # doorbell slot -> queue
+    sdma_traffic: Traffic = field(default_factory=dict)            # its SDMA engines' bytes by (source, destination)
 
 
 class MockKFD:
@@ -131,6 +133,18 @@ class MockKFD:
 
     def gpu_view(self, index: int) -> GPUView:
         return self.gpus[index].view
+
+    def peer_copies(self) -> dict[tuple[int, int], int]:
+        """Bytes the SDMA engines of every GPU have copied from one GPU's VRAM into another's, by (source GPU,
+        destination GPU) index: what a multi-device collective moves between GPUs. Copies that touch host memory
+        (GTT staging, USERPTR) or stay in one GPU's VRAM are not counted here (`MockGPU.sdma_traffic` has them)."""
+        out: dict[tuple[int, int], int] = {}
+        with self._lock:
+            for g in self.gpus:
+                for ((skind, sgpu), (dkind, dgpu)), n in g.sdma_traffic.items():
+                    if skind == dkind == "vram" and sgpu != dgpu:
+                        out[(sgpu, dgpu)] = out.get((sgpu, dgpu), 0) + n
+        return out
 
     def add_wait_hook(self, hook: Callable[[], None]) -> None:
         self.wait_hooks.append(hook)

@@ -3,7 +3,8 @@
 
 - CREATE_QUEUE attaches: PM4 -> `PM4Queue` (the GPU's XCC count, its `EmulatorLauncher`), AQL -> `AQLQueue` (queue
   descriptor = the amd_queue_t at the start of the pointer page: write pointer - 56), SDMA -> `SDMAQueue`; each over
-  its GPU's `GPUView` (which also reaches other GPUs' memory mapped on that GPU, so SDMA copies between GPUs).
+  its GPU's `GPUView` (which also reaches other GPUs' memory mapped on that GPU, so SDMA copies between GPUs; each
+  SDMA queue counts its bytes by source and destination location, into the GPU's `sdma_traffic` too).
   DESTROY_QUEUE detaches.
 - A doorbell store runs its queue in the writing thread until idle or stalled at an unsatisfied wait (the
   processor keeps its place); then every stalled queue of every GPU runs again, until a whole pass makes no
@@ -77,7 +78,8 @@ class Engines:
             proc = AQLQueue(name, q.mem, q.ring, q.ring_size // AQL_PACKET, q.rptr, q.wptr - AMD_QUEUE_WPTR,
                             g.launcher, g.xccs, interrupt)
         else:
-            proc = SDMAQueue(name, q.mem, q.ring, q.ring_size, q.rptr, interrupt)
+            proc = SDMAQueue(name, q.mem, q.ring, q.ring_size, q.rptr, interrupt, locate=q.mem.location,
+                             gpu_traffic=g.sdma_traffic)
         self.by_id[q.queue_id] = Engine(q, proc, name)
         q.on_doorbell = self.doorbell
 

@@ -120,6 +120,11 @@ class GPUView:
             raise PageFault(va, write, what=f"GPU {self.gpu}: not mapped to this GPU" if r else f"GPU {self.gpu}")
         return r
 
+    def location(self, va: int) -> tuple[str, int]:
+        """Where `va` is, as the SDMA traffic counts it: (memory kind, the allocating GPU's index)."""
+        r = self.region(va, 1, False)
+        return r.kind, r.gpu
+
     def read(self, va: int, nbytes: int) -> bytes:
         r = self.region(va, nbytes, False)
         if r.phys is not None:
