@@ -1,5 +1,5 @@
 """VOP3P: packed 16-bit math (two halves per register), mixed-precision FMA and dot products (f16/bf16 pairs into
-f32; 8-bit quads and 4-bit octets into 32-bit integers, signed per operand for the iu forms).
+f32; 8-bit quads and 4-bit octets into 32-bit integers, signed per operand for the iu forms); WMMA is wmma.py's.
 
 For a packed op, the low result half uses each source's half chosen by `opsel` and the high result half the one
 chosen by `opsel_hi`; `neg` negates the low-half inputs and `neg_hi` the high-half ones (floats only). Inline
@@ -14,6 +14,7 @@ import numpy as np
 from tg_mockgpu.emu import fp
 from tg_mockgpu.emu.machine import Batch, EmulatorError, Machine
 from tg_mockgpu.emu.operands import INLINE_FLOAT, vdst_writer, vsrc
+from tg_mockgpu.emu.wmma import WMMA, compile_wmma
 
 u16, u32, i16, f16, f32 = np.uint16, np.uint32, np.int16, np.float16, np.float32
 
@@ -53,6 +54,8 @@ def compile_vop3p(inst) -> Callable:
     name, f = inst.op, inst.fields
     if name in DOTS:
         return _compile_dot(inst)
+    if name in WMMA:
+        return compile_wmma(inst)
     if f.get("clamp", 0):
         raise EmulatorError(f"{name}: clamp is not implemented for VOP3P")
     if name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
