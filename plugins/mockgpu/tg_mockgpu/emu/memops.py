@@ -421,6 +421,8 @@ def compile_ds(inst) -> Callable:
     off = f["offset0"] | (f["offset1"] << 8)
     if rest in ("permute_b32", "bpermute_b32"):
         return _compile_permute(inst, rest == "bpermute_b32")
+    if rest == "swizzle_b32":
+        return _compile_swizzle(inst)
     if rest == "nop":
         return lambda m, bt: None
 
@@ -513,6 +515,32 @@ def _compile_permute(inst, backward: bool) -> Callable:
             out = np.zeros((bt.n, WAVE), u32)
             rr, ll = np.nonzero(active)
             out[rr, lane[rr, ll]] = src[rr, ll]
+        where = _active(bt)
+        _write_rows(m, bt, vdst, _pick(out, where)[:, None], where)
+    return run
+
+
+def swizzle_sources(offset: int) -> np.ndarray:
+    """The lane each of the 32 lanes reads for ds_swizzle_b32 with this 16-bit offset. offset[15] set (QDMode):
+    within each group of 4 lanes, lane i reads lane offset[2i+1:2i] of the group (bits 14:8 unused); clear (bitmask
+    mode): lane i reads ((i & and_mask) | or_mask) ^ xor_mask, the masks being offset[4:0], [9:5] and [14:10]."""
+    i = np.arange(WAVE)
+    if offset & 0x8000:
+        return (i & ~3) | ((offset >> (2 * (i & 3))) & 3)
+    and_m, or_m, xor_m = offset & 31, (offset >> 5) & 31, (offset >> 10) & 31
+    return ((i & and_m) | or_m) ^ xor_m
+
+
+def _compile_swizzle(inst) -> Callable:
+    """ds_swizzle_b32 vdst, addr offset:...: a lane exchange within the wave (no LDS access). The data is the ADDR
+    register; a lane whose source lane is inactive reads 0, and only active lanes are written."""
+    f = inst.fields
+    src_lane, a, vdst = swizzle_sources(f["offset0"] | (f["offset1"] << 8)), f["addr"], f["vdst"]
+
+    def run(m: Machine, bt: Batch) -> None:
+        mk = bt.mask()
+        data = m.vgpr(a)[bt.idx]
+        out = data[:, src_lane] if mk is None else np.where(mk, data, u32(0))[:, src_lane]
         where = _active(bt)
         _write_rows(m, bt, vdst, _pick(out, where)[:, None], where)
     return run
