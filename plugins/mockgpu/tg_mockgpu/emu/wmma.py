@@ -33,12 +33,15 @@ WMMA: dict[str, tuple[str, int, str]] = {
 }
 
 
-def _elements(regs: np.ndarray, kind: str, signed: bool) -> np.ndarray:
-    """(waves, nregs, 32) uint32 source registers -> (waves, 16, 16): [lane 0..15][K] as float64 or int64."""
-    words = np.ascontiguousarray(regs[:, :, :16].transpose(0, 2, 1))          # (waves, 16 lanes, nregs)
+def _operand(m: Machine, bt: Batch, r0: int, nregs: int, kind: str, signed: bool) -> np.ndarray:
+    """A or B from VGPRs r0.. of lanes 0..15 as (waves, 16 lanes, 16 K), float64 or int64. Registers are stored
+    register-major, so the operand is one slice of the register file (no per-register copies)."""
+    m.vgpr(r0 + nregs - 1)                                                     # the bounds check
     if kind in ("f16", "bf16"):
-        h = words.view(u16)                                                    # K = 2 * reg + half
+        h = m.v16[r0:r0 + nregs, bt.idx, :32]                                 # [reg][wave][2 * lane + half]
+        h = h.reshape(nregs, bt.n, 16, 2).transpose(1, 2, 0, 3).reshape(bt.n, 16, 2 * nregs)   # K = 2 * reg + half
         return (h.view(f16) if kind == "f16" else (h.astype(u32) << u32(16)).view(f32)).astype(f64)
+    words = np.ascontiguousarray(m.v[r0:r0 + nregs, bt.idx, :16].transpose(1, 2, 0))   # (waves, 16 lanes, nregs)
     b = words.view(u8)                                                         # K = 4 * reg + byte
     if kind == "iu8":
         return (b.view(np.int8) if signed else b).astype(i64)
@@ -75,12 +78,11 @@ def compile_wmma(inst) -> Callable:
     def read_c(m: Machine, bt: Batch) -> np.ndarray:
         """C as (waves, 16, 16) in the computation's type."""
         if c_const is not None:
-            bits = np.full((bt.n, 8, WAVE), c_const, u16 if out16 else u32)
-        elif out16:
-            bits = np.stack([m.vgpr16(c_code - 256 + i, hi)[bt.idx] for i in range(8)], axis=1)
+            bits = np.full((bt.n, 16, 16), c_const, u16 if out16 else u32)
         else:
-            bits = np.stack([m.vgpr(c_code - 256 + i)[bt.idx] for i in range(8)], axis=1)
-        bits = bits.reshape(bt.n, 16, 16)                    # [i][l // 16][l % 16] is row 2 * i + l // 16
+            m.vgpr(c_code - 256 + 7)
+            regs = m.v16[c_code - 256:c_code - 248, bt.idx, hi::2] if out16 else m.v[c_code - 256:c_code - 248, bt.idx]
+            bits = regs.transpose(1, 0, 2).reshape(bt.n, 16, 16)   # [i][l // 16][l % 16] is row 2 * i + l // 16
         if is_int:
             return bits.view(np.int32).astype(i64)
         if out == "f32":
@@ -92,13 +94,10 @@ def compile_wmma(inst) -> Callable:
             w = int(np.flatnonzero(~bt.active_lanes().all(axis=1))[0])
             raise EmulatorError(f"{name} needs EXEC all ones (the ISA leaves other masks undefined); "
                                 f"{m.wave_name(int(bt.waves[w]))} has EXEC {int(m.s[EXEC][bt.waves[w]]):#010x}")
-        regs_a = np.stack([m.vgpr(a0 + i)[bt.idx] for i in range(nregs)], axis=1)
-        regs_b = np.stack([m.vgpr(b0 + i)[bt.idx] for i in range(nregs)], axis=1)
-        a, b = _elements(regs_a, kind, sa), _elements(regs_b, kind, sb)      # a[M][K], b[N][K]
+        a, b = _operand(m, bt, a0, nregs, kind, sa), _operand(m, bt, b0, nregs, kind, sb)   # a[M][K], b[N][K]
         if not is_int:
             a, b = (-a if sa else a), (-b if sb else b)
         d = np.matmul(a, b.transpose(0, 2, 1)) + read_c(m, bt)             # (waves, M, N)
-        d = d.reshape(bt.n, 8, WAVE)                                        # back to [VGPR i][lane]
         if is_int:
             res = (np.clip(d, -(1 << 31), (1 << 31) - 1) if clamp else d).astype(u32)
         elif out == "f32":
@@ -107,10 +106,11 @@ def compile_wmma(inst) -> Callable:
             res = d.astype(f16).view(u16)
         else:
             res = fp.to_bf16_bits(d)
-        for i in range(8):
-            if out16:
-                m.vgpr16(vdst + i, hi)[bt.idx] = res[:, i]
-            else:
-                m.vgpr(vdst + i)[bt.idx] = res[:, i]
+        res = res.reshape(bt.n, 8, WAVE).transpose(1, 0, 2)                 # back to [VGPR i][wave][lane]
+        m.vgpr(vdst + 7)
+        if out16:
+            m.v16[vdst:vdst + 8, bt.idx, hi::2] = res
+        else:
+            m.v[vdst:vdst + 8, bt.idx] = res
     return run
 
