@@ -288,3 +288,85 @@ def test_wmma_encodings_round_trip_through_llvm_mc():
     for line in WMMA_LINES:
         (inst,) = decode_all(assemble(line))
         assert disasm(inst) == line
+
+
+# ---- the forms as LLVM emits them from its intrinsics (tg-amd's compiler, llvmlite) ----
+
+IR = """target triple = "amdgcn-amd-amdhsa"
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare {cty} @{intr}({decl})
+define amdgpu_kernel void @k(ptr addrspace(1) %out, ptr addrspace(1) %a, ptr addrspace(1) %b, ptr addrspace(1) %c) {{
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %off = mul i32 %t, 8
+  %pa = getelementptr i32, ptr addrspace(1) %a, i32 %off
+  %pb = getelementptr i32, ptr addrspace(1) %b, i32 %off
+  %pc = getelementptr i32, ptr addrspace(1) %c, i32 %off
+  %po = getelementptr i32, ptr addrspace(1) %out, i32 %off
+  %ia = load <{na} x i32>, ptr addrspace(1) %pa
+  %ib = load <{na} x i32>, ptr addrspace(1) %pb
+  %ic = load <8 x i32>, ptr addrspace(1) %pc
+  %va = bitcast <{na} x i32> %ia to {aty}
+  %vb = bitcast <{na} x i32> %ib to {aty}
+  %vc = bitcast <8 x i32> %ic to {cty}
+  %d = call {cty} @{intr}({args})
+  %id = bitcast {cty} %d to <8 x i32>
+  store <8 x i32> %id, ptr addrspace(1) %po
+  ret void
+}}
+"""
+# intrinsic -> (A/B type, dwords per A/B, C/D type, how the call's arguments read, input kind, result kind)
+INTRINSICS = {
+    "f32_f16": ("llvm.amdgcn.wmma.f32.16x16x16.f16", "<16 x half>", 8, "<8 x float>", "{aty} %va, {aty} %vb, {cty} %vc",
+                "f16", "f32"),
+    "f32_bf16": ("llvm.amdgcn.wmma.f32.16x16x16.bf16", "<16 x i16>", 8, "<8 x float>",
+                 "{aty} %va, {aty} %vb, {cty} %vc", "bf16", "f32"),
+    "f16_f16_hi": ("llvm.amdgcn.wmma.f16.16x16x16.f16", "<16 x half>", 8, "<16 x half>",
+                   "{aty} %va, {aty} %vb, {cty} %vc, i1 true", "f16", "f16"),
+    "bf16_bf16": ("llvm.amdgcn.wmma.bf16.16x16x16.bf16", "<16 x i16>", 8, "<16 x i16>",
+                  "{aty} %va, {aty} %vb, {cty} %vc, i1 false", "bf16", "bf16"),
+    "i32_iu8_signed_clamp": ("llvm.amdgcn.wmma.i32.16x16x16.iu8", "<4 x i32>", 4, "<8 x i32>",
+                             "i1 true, {aty} %va, i1 true, {aty} %vb, {cty} %vc, i1 true", "iu8", "i32"),
+    "i32_iu8_unsigned_signed": ("llvm.amdgcn.wmma.i32.16x16x16.iu8", "<4 x i32>", 4, "<8 x i32>",
+                                "i1 false, {aty} %va, i1 true, {aty} %vb, {cty} %vc, i1 false", "iu8", "i32"),
+    "i32_iu4_signed": ("llvm.amdgcn.wmma.i32.16x16x16.iu4", "<2 x i32>", 2, "<8 x i32>",
+                       "i1 true, {aty} %va, i1 true, {aty} %vb, {cty} %vc, i1 false", "iu4", "i32"),
+}
+
+
+@pytest.mark.parametrize("form", INTRINSICS)
+def test_wmma_from_llvm_intrinsics(gpu, form):
+    from mockgpu_helpers import ir_kernel
+    intr, aty, na, cty, args, kind, out = INTRINSICS[form]
+    fmt = dict(aty=aty, cty=cty)
+    decl = ", ".join(p.rsplit(" ", 1)[0] for p in args.format(**fmt).split(", "))   # the argument types
+    co = ir_kernel(IR.format(intr=intr, decl=decl, args=args.format(**fmt), na=na, **fmt))
+    rng = np.random.default_rng(len(form))
+    hi = int("_hi" in form)
+    if out == "i32":
+        sa, sb = form.startswith(("i32_iu8_signed", "i32_iu4_signed")), True   # the call's first i1 / B signed
+        a = [int_elements(rng, kind, sa) for _ in range(WAVES)]
+        b = [int_elements(rng, kind, sb) for _ in range(WAVES)]
+        c = [rng.integers(-(1 << 31), 1 << 31, (16, 16)) for _ in range(WAVES)]
+        c[0][:4] = (1 << 31) - 3
+    else:
+        a = [random_floats(rng, kind) / 4 for _ in range(WAVES)]
+        b = [random_floats(rng, kind) / 4 for _ in range(WAVES)]
+        c = [random_floats(rng, kind) for _ in range(WAVES)]
+    bufs = [gpu.buffer(np.zeros((LANES, 8), u32)), gpu.buffer(operand_words(a, kind, False)),
+            gpu.buffer(operand_words(b, kind, True)), gpu.buffer(acc_words(c, out, None, hi))]
+    try:
+        gpu.run(co, (1, 1, 1), (LANES, 1, 1), *bufs)
+        got = result_matrices(gpu.read(bufs[0], u32, LANES * 8).reshape(LANES, 8), out, hi)
+    finally:
+        for buf in bufs:
+            gpu.gpu.free(buf)
+    names = {i.op for i in decode_all(co.image[co.kernel("k").code_offset:][:co.kernel("k").code_size])}
+    assert f"v_wmma_{intr.split('wmma.')[1].replace('.', '_')}" in names
+    for w in range(WAVES):
+        exact = a[w] @ b[w] + c[w] if out == "i32" else a[w].astype(np.float64) @ b[w].astype(np.float64) + c[w]
+        if out == "i32":
+            want = np.clip(exact, -(1 << 31), (1 << 31) - 1) if "clamp" in form else \
+                (exact + (1 << 31)) % (1 << 32) - (1 << 31)
+            np.testing.assert_array_equal(got[w], want)
+        else:
+            np.testing.assert_allclose(got[w], exact, rtol=1e-2 if out != "f32" else 1e-6, atol=1e-3)
