@@ -136,6 +136,26 @@ def test_jit_replay_gives_new_results_and_encodes_nothing(hcq):
         f(Tensor(np.zeros(5, np.float32), device="HCQREF"), v.bind(1))
 
 
+def test_a_replay_re_arms_the_queue_signals(hcq):
+    """The fence's re-arm of the queue signals is a store of a constant at a constant offset, and still runs at
+    every replay: left to link time, the second replay's cross-queue waits would be satisfied by the first
+    replay's signals (on the mock AMD GPUs a ring allreduce then read chunks before they arrived)."""
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x.to("HCQREF:1") * 3).to("HCQREF") + 1  # copies on both devices' COPY:0, kernels waiting on them
+
+    for i in range(5):
+        x = np.arange(8, dtype=np.float32) * (i + 1)
+        np.testing.assert_array_equal(f(Tensor(x, device="HCQREF")).numpy(), x * 3 + 1)
+    for lb in f.captured.hcq:
+        rearmed = {(tag_dev, int(s.src[0].src[1].arg)) for s in lb.program.stmts if s.op is Ops.STORE
+                   and s.src[1].op is Ops.CONST and s.src[1].arg == 0
+                   for tag_dev, b in lb.buffers.items() if tag_dev[0] == "slots" and b is s.src[0].src[0].arg.buf}
+        want = {(("slots", d), hbatch.SLOT * k) for (tag, d), b in lb.buffers.items() if tag == "slots"
+                for k in range((b.nbytes - hbatch.SLOT) // hbatch.SLOT)}
+        assert want and rearmed == want, (rearmed, want)
+
+
 def test_hooks_of_two_plugins_compose_in_plugin_order(hcq):
     from tests.hcq import plugin_a
     x = np.arange(6, dtype=np.float32)

@@ -175,5 +175,7 @@ def _fence(devices: list[str], queues_of: dict[str, list[Queue]], slots: dict[st
         stmts.append(q.host_store(slots[d], sched, tv[d] + one))
     for d in devices:
         for k in range(len(queues_of[d])):
-            stmts.append(q.host_store(slots[d], SLOT * k, UOp.const(dtypes.uint64, 0)))
+            # every run: a constant store would be a link-time patch, and a replay's waits would then be satisfied
+            # by the previous run's signals
+            stmts.append(q.host_store(slots[d], SLOT * k, UOp.const(dtypes.uint64, 0), every_run=True))
     return q.linear(*stmts)

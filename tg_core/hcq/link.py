@@ -180,7 +180,7 @@ def bufferize(body: UOp, owned: list[Buffer]) -> dict[UOp, UOp]:
 
 def _is_const_stmt(s: UOp) -> bool:
     if s.op is Ops.STORE:
-        return s.src[0].src[1].op is Ops.CONST and s.src[1].op is Ops.CONST
+        return s.arg != q.EVERY_RUN and s.src[0].src[1].op is Ops.CONST and s.src[1].op is Ops.CONST
     return s.op is Ops.INS and s.arg[0] == "blob"
 
 

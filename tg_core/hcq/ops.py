@@ -157,9 +157,15 @@ def host_load(ref: UOp, offset: int, dtype: DType = dtypes.uint64) -> UOp:
     return UOp(Ops.LOAD, dtype, (UOp(Ops.INDEX, _BYTES, (ref, UOp.const(dtypes.int64, offset))),))
 
 
-def host_store(ref: UOp, offset: int | UOp, value: UOp) -> UOp:
+EVERY_RUN = "every_run"  # the arg of a host STORE that link must keep in the per-run program
+
+
+def host_store(ref: UOp, offset: int | UOp, value: UOp, every_run: bool = False) -> UOp:
+    """Store `value` at `ref` + `offset`. A store of a constant at a constant offset is a link-time patch, done
+    once; `every_run` keeps it in the host program (state the queues change and each run resets, such as a
+    queue's signal re-armed to 0)."""
     off = UOp.const(dtypes.int64, offset) if isinstance(offset, int) else offset.cast(dtypes.int64)
-    return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, _BYTES, (ref, off)), value))
+    return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, _BYTES, (ref, off)), value), EVERY_RUN if every_run else None)
 
 
 def host_blob(ref: UOp, offset: int, data: bytes) -> UOp:
