@@ -1,11 +1,13 @@
 """The dot-product instructions (VOP3P v_dot2/4/8, VOP3 v_dot2_f16_f16/bf16_bf16, VOP2 and VOPD dot2acc) and
 s_cls: each case loads three 32-bit words per lane (a, b, c) into v2, v3, v5, runs the instruction into v4 and
-stores v4. References are hand-computed values and, on random words, a per-lane Python loop over the elements."""
+stores v4. References are hand-computed values and, on random words, a per-lane Python loop over the elements; NaN and
+inf, inactive lanes under EXEC, and the dot builtins compiled from LLVM IR (what tg-amd's kernels emit) too."""
 import numpy as np
 import pytest
-from mockgpu_helpers import Runner, asm_kernel, needs_llvm_mc
+from mockgpu_helpers import Runner, asm_kernel, ir_kernel, needs_llvm_mc
 
 from tg_mockgpu.emu.machine import EmulatorError
+from tg_mockgpu.rdna3.decode import decode_all
 
 pytestmark = needs_llvm_mc
 
@@ -186,3 +188,118 @@ def test_s_cls(gpu):
 def test_meaningless_modifiers_are_refused(gpu):
     with pytest.raises(EmulatorError, match="v_dot4_u32_u8: op_sel, neg_hi, neg"):
         run(gpu, "v_dot4_u32_u8 v4, v2, v3, v5 neg_lo:[1,0,0]", [1], [1], [1])
+
+
+def test_float_dot_nan_inf(gpu):
+    """NaN in any input gives NaN, inf * 0 gives NaN, inf + -inf gives NaN, a single inf stays inf; clamp sends NaN
+    to 0 and inf to 1."""
+    nan, inf = np.nan, np.inf
+    cases = [(h2(nan, 1), h2(1, 1), f(0)), (h2(inf, 1), h2(0, 1), f(0)), (h2(inf, 1), h2(1, 1), f(-inf)),
+             (h2(inf, 1), h2(2, 1), f(5)), (h2(1, 1), h2(1, 1), f(nan)), (h2(-inf, 2), h2(1, 3), f(1))]
+    a, b, c = (np.array([x[k] for x in cases]) for k in range(3))
+
+    def halves(word) -> np.ndarray:
+        return np.array([int(word) & 0xFFFF, int(word) >> 16], np.uint16).view(f16).astype(np.float64)
+
+    with np.errstate(invalid="ignore"):
+        want = [float((halves(x) * halves(y)).sum() + np.uint32(z).view(f32)) for x, y, z in zip(a, b, c)]
+    got = run(gpu, "v_dot2_f32_f16 v4, v2, v3, v5", a, b, c).view(f32)[:len(cases)]
+    np.testing.assert_array_equal(got, np.array(want, f32))
+    clamped = run(gpu, "v_dot2_f32_f16 v4, v2, v3, v5 clamp", a, b, c).view(f32)[:len(cases)]
+    np.testing.assert_array_equal(clamped, np.where(np.isnan(want), 0, np.clip(want, 0, 1)).astype(f32))
+    got16 = run(gpu, "v_dot2_f16_f16 v4, v2, v3, v5", a, b, [h2(float(np.uint32(z).view(f32)), 0) for z in c])
+    np.testing.assert_array_equal(got16[:len(cases)].astype(np.uint16).view(f16), np.array(want, f16))
+
+
+@pytest.mark.parametrize("asm", ["v_dot4_i32_iu8 v4, v2, v3, v5 neg_lo:[1,1,0]", "v_dot8_u32_u4 v4, v2, v3, v5 clamp",
+                                 "v_dot2_f32_f16 v4, v2, v3, v5", "v_dot2_f16_f16 v4, v2, v3, v5"])
+def test_dot_inactive_lanes_keep_their_value(gpu, asm):
+    """Under EXEC (lanes with lane & 5 == 0 off), inactive lanes keep v4 (= c); active ones get the dot product."""
+    rng = np.random.default_rng(8)
+    a, b, c = (rng.integers(0, 2**32, N) for _ in range(3))
+    masked = run(gpu, f"v_and_b32 v6, 5, v0\nv_cmpx_ne_u32_e32 0, v6\n{asm}\ns_mov_b32 exec_lo, -1", a, b, c)
+    full = run(gpu, asm, a, b, c)
+    off = (np.arange(N) & 5) == 0
+    np.testing.assert_array_equal(masked[off], np.asarray(c, np.int64).astype(u32)[off])
+    np.testing.assert_array_equal(masked[~off], full[~off])
+
+
+DOT_IR = """target triple = "amdgcn-amd-amdhsa"
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare {rty} @{intr}({decl})
+define amdgpu_kernel void @k(ptr addrspace(1) %out, ptr addrspace(1) %pa, ptr addrspace(1) %pb, ptr addrspace(1) %pc) {{
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %qa = getelementptr i32, ptr addrspace(1) %pa, i32 %t
+  %qb = getelementptr i32, ptr addrspace(1) %pb, i32 %t
+  %qc = getelementptr i32, ptr addrspace(1) %pc, i32 %t
+  %qo = getelementptr i32, ptr addrspace(1) %out, i32 %t
+  %ia = load i32, ptr addrspace(1) %qa
+  %ib = load i32, ptr addrspace(1) %qb
+  %ic = load i32, ptr addrspace(1) %qc
+  %a = bitcast i32 %ia to {aty}
+  %b = bitcast i32 %ib to {aty}
+  {cload}
+  %r = call {rty} @{intr}({args})
+  {rstore}
+  store i32 %ro, ptr addrspace(1) %qo
+  ret void
+}}
+"""
+# name -> (intrinsic, element type of a/b, result type, arguments, instruction LLVM must emit)
+DOT_INTRINSICS = {
+    "sudot4": ("llvm.amdgcn.sudot4", "i32", "i32", "i1 true, i32 %a, i1 false, i32 %b, i32 %c, i1 false",
+               "v_dot4_i32_iu8"),
+    "sudot4_clamp": ("llvm.amdgcn.sudot4", "i32", "i32", "i1 true, i32 %a, i1 true, i32 %b, i32 %c, i1 true",
+                     "v_dot4_i32_iu8"),
+    "sudot8": ("llvm.amdgcn.sudot8", "i32", "i32", "i1 false, i32 %a, i1 true, i32 %b, i32 %c, i1 false",
+               "v_dot8_i32_iu4"),
+    "udot4_clamp": ("llvm.amdgcn.udot4", "i32", "i32", "i32 %a, i32 %b, i32 %c, i1 true", "v_dot4_u32_u8"),
+    "udot8": ("llvm.amdgcn.udot8", "i32", "i32", "i32 %a, i32 %b, i32 %c, i1 false", "v_dot8_u32_u4"),
+    "fdot2": ("llvm.amdgcn.fdot2", "<2 x half>", "float", "<2 x half> %a, <2 x half> %b, float %c, i1 false",
+              "v_dot2acc_f32_f16"),       # LLVM picks the VOP2 accumulate form without clamp
+    "fdot2_clamp": ("llvm.amdgcn.fdot2", "<2 x half>", "float", "<2 x half> %a, <2 x half> %b, float %c, i1 true",
+                    "v_dot2_f32_f16"),
+    "fdot2_f32_bf16": ("llvm.amdgcn.fdot2.f32.bf16", "<2 x bfloat>", "float",
+                       "<2 x bfloat> %a, <2 x bfloat> %b, float %c, i1 false", "v_dot2_f32_bf16"),
+}
+
+
+@pytest.mark.parametrize("form", DOT_INTRINSICS)
+def test_dots_from_llvm_intrinsics(gpu, form):
+    """What tg-amd's kernels get from LLVM for the dot builtins (sudot4 as __builtin_amdgcn_sudot4 etc.), against the
+    per-lane references above."""
+    intr, aty, rty, args, inst = DOT_INTRINSICS[form]
+    decl = ", ".join(p.rsplit(" ", 1)[0] for p in args.split(", "))
+    cload = "%c = bitcast i32 %ic to float" if rty == "float" else "%c = add i32 %ic, 0"
+    rstore = "%ro = bitcast float %r to i32" if rty == "float" else "%ro = add i32 %r, 0"
+    co = ir_kernel(DOT_IR.format(intr=intr, decl=decl, args=args, aty=aty, rty=rty, cload=cload, rstore=rstore))
+    sym = co.kernel("k")
+    assert inst in {i.op for i in decode_all(co.image[sym.code_offset:sym.code_offset + sym.code_size])}
+    rng = np.random.default_rng(len(form))
+    if rty == "float":
+        bf = "bf16" in form
+        vals = rng.integers(-64, 65, (4, N)) / 8.0
+        a = [h2(x, y, "bf16" if bf else f16) for x, y in zip(vals[0], vals[1])]
+        b = [h2(x, y, "bf16" if bf else f16) for x, y in zip(vals[2], vals[3])]
+        c = [f(x) for x in rng.standard_normal(N) * 10]
+        want = np.array([float(np.uint32(z).view(f32)) + vals[0][i] * vals[2][i] + vals[1][i] * vals[3][i]
+                         for i, z in enumerate(c)], f32)
+        if "clamp" in form:
+            want = np.clip(want, f32(0), f32(1))
+        want = want.view(u32)
+    else:
+        a, b, c = (rng.integers(0, 2**32, N) for _ in range(3))
+        c[:4] = [0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFF00]
+        bits = 8 if "4" in inst.split("_")[1] else 4
+        flags = [p.split()[1] == "true" for p in args.split(", ") if p.startswith("i1")]
+        iu = form.startswith("sudot")
+        sa, sb, clamp = (flags[0], flags[1], flags[2]) if iu else (False, False, flags[0])
+        want = np.array([int_dot(int(x), int(y), int(z), bits, sa, sb, iu, clamp) for x, y, z in zip(a, b, c)], u32)
+    bufs = [gpu.buffer(np.zeros(N, u32))] + [gpu.buffer(np.asarray(x, np.int64).astype(u32)) for x in (a, b, c)]
+    try:
+        gpu.run(co, (1, 1, 1), (N, 1, 1), *bufs)
+        got = gpu.read(bufs[0], u32, N)
+    finally:
+        for buf in bufs:
+            gpu.gpu.free(buf)
+    np.testing.assert_array_equal(got, want)

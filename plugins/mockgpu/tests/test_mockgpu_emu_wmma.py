@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mockgpu_helpers import Runner, asm_kernel, assemble, needs_llvm_mc
+from mockgpu_helpers import Runner, asm_kernel, assemble, ir_kernel, needs_llvm_mc
 
 from tg_mockgpu.emu.machine import EmulatorError
 from tg_mockgpu.rdna3.decode import decode_all
@@ -335,7 +335,6 @@ INTRINSICS = {
 
 @pytest.mark.parametrize("form", INTRINSICS)
 def test_wmma_from_llvm_intrinsics(gpu, form):
-    from mockgpu_helpers import ir_kernel
     intr, aty, na, cty, args, kind, out = INTRINSICS[form]
     fmt = dict(aty=aty, cty=cty)
     decl = ", ".join(p.rsplit(" ", 1)[0] for p in args.format(**fmt).split(", "))   # the argument types
