@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mockgpu_helpers import Runner, asm_kernel, assemble, needs_llvm_mc
+from mockgpu_helpers import Runner, asm_kernel, assemble, ir_kernel, needs_llvm_mc
 
 from tg_mockgpu.rdna3.decode import decode_all
 from tg_mockgpu.rdna3.disasm import disasm
@@ -182,3 +182,49 @@ def test_lane_encodings_round_trip_through_llvm_mc():
     for line in ("ds_bpermute_b32 v4, v3, v2 offset:8", "ds_permute_b32 v4, v3, v2", "v_perm_b32 v4, v2, v3, v5"):
         (inst,) = decode_all(assemble(line))
         assert disasm(inst) == line
+
+
+LANE_IR = """target triple = "amdgcn-amd-amdhsa"
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.ds.swizzle(i32, i32)
+declare i32 @llvm.amdgcn.ds.bpermute(i32, i32)
+declare i32 @llvm.amdgcn.perm(i32, i32, i32)
+define amdgpu_kernel void @k(ptr addrspace(1) %out, ptr addrspace(1) %pd, ptr addrspace(1) %pa, ptr addrspace(1) %ps) {
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %qd = getelementptr i32, ptr addrspace(1) %pd, i32 %t
+  %qa = getelementptr i32, ptr addrspace(1) %pa, i32 %t
+  %qs = getelementptr i32, ptr addrspace(1) %ps, i32 %t
+  %d = load i32, ptr addrspace(1) %qd
+  %a = load i32, ptr addrspace(1) %qa
+  %s = load i32, ptr addrspace(1) %qs
+  %sw = call i32 @llvm.amdgcn.ds.swizzle(i32 %d, i32 SWIZZLE)
+  %bp = call i32 @llvm.amdgcn.ds.bpermute(i32 %a, i32 %sw)
+  %r = call i32 @llvm.amdgcn.perm(i32 %bp, i32 %d, i32 %s)
+  %qo = getelementptr i32, ptr addrspace(1) %out, i32 %t
+  store i32 %r, ptr addrspace(1) %qo
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("offset", [0x041F, 0x801B, 0x0907])
+def test_lane_builtins_from_llvm(gpu, offset):
+    """llvm.amdgcn.ds.swizzle, ds.bpermute and perm chained, as LLVM compiles them for gfx1100, against the
+    references above (all lanes active)."""
+    co = ir_kernel(LANE_IR.replace("SWIZZLE", str(offset)))
+    sym = co.kernel("k")
+    ops = {i.op for i in decode_all(co.image[sym.code_offset:sym.code_offset + sym.code_size])}
+    assert {"ds_swizzle_b32", "ds_bpermute_b32", "v_perm_b32"} <= ops
+    rng = np.random.default_rng(offset)
+    data, addr, sel = (rng.integers(0, 2**32, N) for _ in range(3))
+    ones = np.ones(N, int)
+    bufs = [gpu.buffer(np.zeros(N, u32))] + [gpu.buffer(np.asarray(x, np.int64).astype(u32)) for x in (data, addr, sel)]
+    try:
+        gpu.run(co, (1, 1, 1), (N, 1, 1), *bufs)
+        got = gpu.read(bufs[0], u32, N)
+    finally:
+        for b in bufs:
+            gpu.gpu.free(b)
+    sw = swizzle_ref(offset, data, ones)
+    bp = permute_ref(True, 0, sw, addr, ones)
+    assert got.tolist() == [perm_ref(x, int(y), int(s)) for x, y, s in zip(bp, data, sel)]
