@@ -34,19 +34,20 @@ WMMA: dict[str, tuple[str, int, str]] = {
 
 
 def _operand(m: Machine, bt: Batch, r0: int, nregs: int, kind: str, signed: bool) -> np.ndarray:
-    """A or B from VGPRs r0.. of lanes 0..15 as (waves, 16 lanes, 16 K), float64 or int64. Registers are stored
+    """A or B from VGPRs r0.. of lanes 0..15 as (waves, 16 lanes, 16 K) float64 (integer forms: exact integers). Registers are stored
     register-major, so the operand is one slice of the register file (no per-register copies)."""
     m.vgpr(r0 + nregs - 1)                                                     # the bounds check
+    # one transposing copy of whole dwords (cheaper than of halves): (waves, 16 lanes, nregs)
+    words = np.ascontiguousarray(m.v[r0:r0 + nregs, bt.idx, :16].transpose(1, 2, 0))
     if kind in ("f16", "bf16"):
-        h = m.v16[r0:r0 + nregs, bt.idx, :32]                                 # [reg][wave][2 * lane + half]
-        h = h.reshape(nregs, bt.n, 16, 2).transpose(1, 2, 0, 3).reshape(bt.n, 16, 2 * nregs)   # K = 2 * reg + half
+        h = words.view(u16)                                                    # K = 2 * reg + half
         return (h.view(f16) if kind == "f16" else (h.astype(u32) << u32(16)).view(f32)).astype(f64)
-    words = np.ascontiguousarray(m.v[r0:r0 + nregs, bt.idx, :16].transpose(1, 2, 0))   # (waves, 16 lanes, nregs)
     b = words.view(u8)                                                         # K = 4 * reg + byte
+    # integers as float64: every product and the 16-term sum (< 2**21) are exact, and float matmul is faster
     if kind == "iu8":
-        return (b.view(np.int8) if signed else b).astype(i64)
-    nib = np.stack([b & u8(15), b >> u8(4)], axis=-1).reshape(*b.shape[:2], -1).astype(i64)   # K = 2 * byte + nibble
-    return (nib ^ 8) - 8 if signed else nib
+        return (b.view(np.int8) if signed else b).astype(f64)
+    nib = np.stack([b & u8(15), b >> u8(4)], axis=-1).reshape(*b.shape[:2], -1).astype(np.int8)  # K = 2 * byte + nibble
+    return ((nib ^ 8) - 8 if signed else nib).astype(f64)
 
 
 def compile_wmma(inst) -> Callable:
@@ -97,7 +98,8 @@ def compile_wmma(inst) -> Callable:
         a, b = _operand(m, bt, a0, nregs, kind, sa), _operand(m, bt, b0, nregs, kind, sb)   # a[M][K], b[N][K]
         if not is_int:
             a, b = (-a if sa else a), (-b if sb else b)
-        d = np.matmul(a, b.transpose(0, 2, 1)) + read_c(m, bt)             # (waves, M, N)
+        d = np.matmul(a, b.transpose(0, 2, 1))                              # (waves, M, N)
+        d = (d.astype(i64) if is_int else d) + read_c(m, bt)
         if is_int:
             res = (np.clip(d, -(1 << 31), (1 << 31) - 1) if clamp else d).astype(u32)
         elif out == "f32":
