@@ -107,7 +107,7 @@ def acc_words(mats: list[np.ndarray], out: str, other_half: np.ndarray | None = 
 def result_matrices(words: np.ndarray, out: str, hi: int = 0) -> list[np.ndarray]:
     """The inverse of acc_words: D of each wave as float64 or int64 (16, 16)."""
     mats = []
-    for w in range(WAVES):
+    for w in range(len(words) // 32):
         lanes = words[32 * w:32 * (w + 1)]
         d = np.empty((16, 16), np.float64 if out != "i32" else np.int64)
         for lane in range(32):
@@ -125,11 +125,12 @@ def result_matrices(words: np.ndarray, out: str, hi: int = 0) -> list[np.ndarray
 
 
 def run_wmma(gpu: Runner, inst: str, a_words, b_words, c_words, pre: str = "") -> np.ndarray:
-    bufs = [gpu.buffer(np.zeros((LANES, 8), u32))] + [gpu.buffer(np.asarray(x, u32)) for x in (a_words, b_words,
+    lanes = len(a_words)
+    bufs = [gpu.buffer(np.zeros((lanes, 8), u32))] + [gpu.buffer(np.asarray(x, u32)) for x in (a_words, b_words,
                                                                                                  c_words)]
     try:
-        gpu.run(asm_kernel(KERNEL.format(pre=pre, inst=inst), vgprs=32), (1, 1, 1), (LANES, 1, 1), *bufs)
-        return gpu.read(bufs[0], u32, LANES * 8).reshape(LANES, 8)
+        gpu.run(asm_kernel(KERNEL.format(pre=pre, inst=inst), vgprs=32), (1, 1, 1), (lanes, 1, 1), *bufs)
+        return gpu.read(bufs[0], u32, lanes * 8).reshape(lanes, 8)
     finally:
         for buf in bufs:
             gpu.gpu.free(buf)
@@ -263,6 +264,25 @@ def test_wmma_accumulator_inline_constant(gpu):
                                    np.zeros((LANES, 8), u32)), "f32")
     for w in range(WAVES):
         np.testing.assert_allclose(got[w], a[w].astype(np.float64) @ b[w] + 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op, kind, out", [("v_wmma_f32_16x16x16_f16", "f16", "f32"),
+                                           ("v_wmma_f16_16x16x16_f16", "f16", "f16")])
+def test_wmma_on_waves_that_are_not_adjacent(gpu, op, kind, out):
+    """Three waves, the middle one branching over the WMMA: waves 0 and 2 run it as one batch of non-adjacent
+    waves; wave 1 keeps C."""
+    rng = np.random.default_rng(5)
+    a = [random_floats(rng, kind) / 4 for _ in range(3)]
+    b = [random_floats(rng, kind) / 4 for _ in range(3)]
+    c = [random_floats(rng, kind) for _ in range(3)]
+    skip = "v_readfirstlane_b32 s20, v0\ns_cmp_eq_u32 s20, 32\ns_cbranch_scc1 .Lskip\n{}\n.Lskip:"
+    words = run_wmma(gpu, skip.format(wmma_line(op, 8)), operand_words(a, kind, False), operand_words(b, kind, True),
+                     acc_words(c, out))
+    got = result_matrices(words, out)
+    for w in (0, 2):
+        exact = a[w].astype(np.float64) @ b[w].astype(np.float64) + c[w]
+        np.testing.assert_array_equal(got[w], exact.astype(f32 if out == "f32" else f16).astype(np.float64))
+    np.testing.assert_array_equal(got[1], c[1])
 
 
 def test_wmma_needs_full_exec(gpu):
