@@ -194,6 +194,8 @@ class Scheduler:
             return base
         if u.op is Ops.ASSIGN:
             return (yield self._realize_assign(u))
+        if u.op is Ops.CALL and u.src[0].op is Ops.SINK:
+            return self._realize_custom(u)
         if u.op is Ops.COPY:
             src = yield self._realize(u.src[0])
             out = UOp.new_buffer(u.src[1].arg, src.arg, src.dtype)
@@ -226,6 +228,16 @@ class Scheduler:
         ast = split_block_ranges(simplify(ast))
         check_oob(ast)
         self.items.append((ast, list(k.params)))
+
+    def _realize_custom(self, u: UOp) -> UOp:
+        """A custom kernel (tensor/custom.py): CALL(kernel AST, *BUFFERs), PARAM i of the AST being BUFFER i. It is
+        its own kernel item, written as given (simplified, checked with CHECK_OOB=1); it returns its first buffer."""
+        ast, bufs = u.src[0], list(u.src[1:])
+        ast = simplify(ast)
+        check_oob(ast)
+        self.items.append((ast, bufs))
+        self.realized[u] = bufs[0]
+        return bufs[0]
 
     # ---- writes into existing buffers ------------------------------------------------------------------
 

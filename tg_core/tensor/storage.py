@@ -296,10 +296,11 @@ def kept_intermediates(todo: Sequence[Tensor]) -> list[Tensor]:
     return list(out.values())
 
 
-def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> None:
+def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = (), calls: Sequence[UOp] = ()) -> None:
     """Write each value into the storage its tensor views, all in one schedule (simultaneously: every value
     is what it was before any of the writes), after computing the live values that read those buffers.
-    `others` are realized in the same schedule.
+    `others` are realized in the same schedule. `calls` are custom kernels (tensor/custom.py: CALL(kernel AST,
+    *BUFFERs)) that write their buffers in place; they run after the readers, before the writes.
 
     Computing those readers now is only the cheap way to keep their values. A reader the device cannot
     build (a dtype it cannot compile) stays lazy instead, reading a copy of the old contents made in the
@@ -310,7 +311,7 @@ def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> Non
     if any(isinstance(t.device, tuple) for t, _ in pairs):
         from tg_core.tensor.multi import split_writes
         pairs = split_writes(pairs)
-    bases = {b for t, _ in pairs if (b := storage_of(t.uop)) is not None}
+    bases = {b for t, _ in pairs if (b := storage_of(t.uop)) is not None} | {b for c in calls for b in c.src[1:]}
     skip |= {id(t) for t, _ in pairs}
     lazy = [r for r in live_tensors() if id(r) not in skip and r.numel() != 0 and storage_of(r.uop) is None
             and not bases.isdisjoint(buffers_read(r.uop))]
@@ -320,9 +321,10 @@ def write(pairs: list[tuple[Tensor, UOp]], others: Sequence[Tensor] = ()) -> Non
             raise ValueError(f"cannot write a {v.dtype!r} value of shape {v.shape} into a {t.dtype!r} tensor "
                              f"of shape {t.shape}")
     writes = [UOp(Ops.ASSIGN, t.dtype, (t.uop, v)) for t, v in pairs]
-    if not lazy and not others and not writes:
+    if not lazy and not others and not writes and not calls:
         return
-    write_devs = [t.device for t, _ in pairs]
+    writes = list(calls) + writes
+    write_devs = [c.src[1].src[1].arg for c in calls] + [t.device for t, _ in pairs]
     readers: list[Tensor] = lazy + list(others)
     stale: list[Tensor] = []
     snapshots: dict[UOp, UOp] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -292,6 +292,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         flat = buffer_of(base).numpy()  # a new array: copied out of the buffer, owned by nobody else
         # only a symbolic shape's dense prefix is copied again, so the array does not hold the whole buffer
         return (flat if flat.size == prod(shape) else flat[:prod(shape)].copy()).reshape(shape)
+
+    @staticmethod
+    def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp]) -> tuple[Tensor, ...]:
+        """Run the kernel AST `fxn(*params)` builds (one buffer PARAM per tensor) over these tensors' storage,
+        writing them in place as `assign` does; returns the tensors. See tensor/custom.py."""
+        from tg_core.tensor.custom import custom_kernel
+        return custom_kernel(*tensors, fxn=fxn)
 
     @staticmethod
     def synchronize(device: str | None = None) -> None:
