@@ -7,7 +7,8 @@ templates); its tests may use anything. The names are grouped by the job they do
 
 - plugin machinery: `hookimpl`/`hookspec` (markers of the pluggy project "tg"), `DeviceSpec` and `Option`
   (what `tg_devices` returns), `collect_named` (results of a hook a plugin defines), the contracts of
-  plugin-defined objects (`DeviceFactory`, `Runner`, `Profiler`, `Named`), errors (`DeviceUnavailable` for
+  plugin-defined objects (`DeviceFactory`, `Runner`, `Profiler`, `Named`, `NamedKernel`: a `tg_kernels`
+  result), errors (`DeviceUnavailable` for
   absent hardware, `PluginError`, `PluginBrokenError`), and `API_VERSION`;
 - devices and memory: `Compiled` with the types of its pipeline's stages (`Prepared`, `PreparedKernel`,
   `RunnerFn`, `KernelSequence`), `Compiler`, `Allocator`, `LRUAllocator`, `Buffer`, `BufferSpec`,
@@ -77,7 +78,7 @@ from tg_core.hcq import ops as hcq_ops
 from tg_core.hcq.device import HCQCompiled
 from tg_core.hcq.structs import Array, Pointer, Struct
 from tg_core.helpers import DEBUG, Context
-from tg_core.plugins.contracts import DataParallel, DeviceFactory, Named, Profiler, Runner
+from tg_core.plugins.contracts import DataParallel, DeviceFactory, Named, NamedKernel, Profiler, Runner
 from tg_core.plugins.errors import DeviceUnavailable, PluginBrokenError, PluginError
 from tg_core.plugins.hookspecs import hookimpl, hookspec
 from tg_core.plugins.specs import DeviceSpec, Option
@@ -145,7 +146,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     # plugin machinery
     "API_VERSION", "API_VERSION_STR", "DeviceFactory", "DeviceSpec", "DeviceUnavailable", "Named", "Option",
-    "PluginBrokenError", "PluginError", "Profiler", "Runner", "collect_named", "hookimpl", "hookspec",
+    "NamedKernel", "PluginBrokenError", "PluginError", "Profiler", "Runner", "collect_named", "hookimpl", "hookspec",
     # tensors, for plugins that work on a user's tensors rather than provide a device (tg-mpi's collectives)
     "DataParallel", "Tensor",
     # profiling (API 1.2): the trace's event list and recorder, and whether PROFILE is on, for profiler plugins

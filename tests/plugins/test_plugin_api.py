@@ -82,7 +82,7 @@ def test_importing_the_api_needs_no_pytest():
 
 def test_hook_specs_are_typed_and_documented():
     specs = [getattr(hookspecs, n) for n in dir(hookspecs) if n.startswith("tg_")]
-    assert len(specs) == 9
+    assert len(specs) == 10
     for spec in specs:
         hints = typing.get_type_hints(spec, vars(hookspecs) | vars(api) | {"pluggy": __import__("pluggy")})
         assert "return" in hints and "Any" not in str(hints), (spec.__name__, hints)

@@ -296,6 +296,6 @@ def test_configure_is_the_explicit_layer(site, monkeypatch):
 def test_hookspecs_are_documented():
     from tg_core.plugins import hookspecs
     names = [n for n in dir(hookspecs) if n.startswith("tg_")]
-    assert names == ["tg_addhooks", "tg_data_parallel", "tg_devices", "tg_pm_batch", "tg_pm_bufferize", "tg_pm_encode", "tg_pm_lower",
+    assert names == ["tg_addhooks", "tg_data_parallel", "tg_devices", "tg_kernels", "tg_pm_batch", "tg_pm_bufferize", "tg_pm_encode", "tg_pm_lower",
                      "tg_profilers", "tg_renderers"]
     assert all(len(getattr(hookspecs, n).__doc__) > 80 for n in names)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tg_core.kernels import kernel_for
 from tg_core.llm.gguf import GGUFFile
 from tg_core.llm.kvcache import KVCache, Position, pos_slice, position_value
 from tg_core.tensor import Tensor
@@ -105,6 +106,23 @@ def rope_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return out if r == d else out.cat(x[..., r:], dim=-1)
 
 
+def linear(x: Tensor, w: Tensor) -> Tensor:
+    """`x @ w.T`, by a plugin's `quant_linear` kernel when one is offered for x's device and supports these."""
+    k = kernel_for("quant_linear", x.device)
+    if k is not None and k.supports(x, w):
+        return k.build(x, w)
+    return x @ w.T
+
+
+def attention_decode(qg: Tensor, keys: Tensor, values: Tensor, scale: float) -> Tensor | None:
+    """One query token's attention by a plugin's `flash_attention_decode` kernel, or None (none offered, or it
+    does not support these shapes): qg (B, Hk, G, 1, d), keys and values (B, Hk, S, d)."""
+    k = kernel_for("flash_attention_decode", qg.device)
+    if k is not None and k.supports(qg, keys, values, scale):
+        return k.build(qg, keys, values, scale)
+    return None
+
+
 class Block:
     def __init__(self, cfg: LlamaConfig, w: dict[str, Tensor], cache: KVCache):
         self.cfg, self.w, self.cache = cfg, w, cache
@@ -116,7 +134,7 @@ class Block:
         # the matmuls' inputs are realized (contiguous): inlined, the norm (or the gate) would be recomputed
         # for every output column of the matmul that reads it
         h = rms_norm(x, w["attn_norm"], cfg.norm_eps).contiguous()
-        q, k, v = h @ w["attn_q"].T, h @ w["attn_k"].T, h @ w["attn_v"].T
+        q, k, v = linear(h, w["attn_q"]), linear(h, w["attn_k"]), linear(h, w["attn_v"])
         if "attn_q.bias" in w:
             q, k, v = q + w["attn_q.bias"], k + w["attn_k.bias"], v + w["attn_v.bias"]
         # realized: RoPE reads two rows of each projection per output and the cache write selects between k
@@ -130,18 +148,27 @@ class Block:
         keys, values = self.cache.update(k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), start_pos)  # (B, Hk, S, d)
         G = H // Hk
         qg = q.reshape(B, T, Hk, G, d).permute(0, 2, 3, 1, 4)                    # (B, Hk, G, T, d)
+        # T == 1: a plugin's decode kernel when offered (tg_core/kernels.py), else the Tensor code below
+        att = attention_decode(qg, keys, values, 1 / math.sqrt(d)) if T == 1 else None
+        if att is None:
+            att = self._attention(qg, keys, values)                                # (B, Hk, G, T, d)
+        x = x + linear(att.permute(0, 3, 1, 2, 4).reshape(B, T, H * d), w["attn_output"])
+        h = rms_norm(x, w["ffn_norm"], cfg.norm_eps).contiguous()
+        return x + linear((linear(h, w["ffn_gate"]).silu() * linear(h, w["ffn_up"])).contiguous(), w["ffn_down"])
+
+    @staticmethod
+    def _attention(qg: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+        """Grouped-query attention, causal for T > 1: qg (B, Hk, G, T, d), keys and values (B, Hk, S, d)."""
+        T, d = qg.shape[-2], qg.shape[-1]
         scores = (qg @ keys.unsqueeze(2).transpose(-1, -2)) * (1 / math.sqrt(d))  # (B, Hk, G, T, S)
         if T > 1:  # causal, lower-right aligned: query t sees keys up to start_pos + t
             S = scores.shape[-1]
-            allowed = Tensor.arange(S, device=x.device).reshape(1, S) <= \
-                (Tensor.arange(T, device=x.device).reshape(T, 1) + (S - T))
+            allowed = Tensor.arange(S, device=qg.device).reshape(1, S) <= \
+                (Tensor.arange(T, device=qg.device).reshape(T, 1) + (S - T))
             scores = allowed.where(scores, -math.inf)
         # realized in its own (B, Hk, G, T, d) layout: realized after the reshape to (B, T, H*d), its one output
         # axis would be a head and a dim at once, and the softmax of a head would be recomputed for each of its d
-        att = (scores.softmax(-1) @ values.unsqueeze(2)).contiguous()               # (B, Hk, G, T, d)
-        x = x + att.permute(0, 3, 1, 2, 4).reshape(B, T, H * d) @ w["attn_output"].T
-        h = rms_norm(x, w["ffn_norm"], cfg.norm_eps).contiguous()
-        return x + ((h @ w["ffn_gate"].T).silu() * (h @ w["ffn_up"].T)).contiguous() @ w["ffn_down"].T
+        return (scores.softmax(-1) @ values.unsqueeze(2)).contiguous()               # (B, Hk, G, T, d)
 
 
 class Transformer:
@@ -195,7 +222,7 @@ class Transformer:
             x = blk(x, start_pos, cos, sin).realize()
         last = rms_norm(x[:, -1], self.output_norm, self.cfg.norm_eps).contiguous()
         # realized: sampling reads the logits several times (argmax alone would recompute the head twice)
-        return (last @ self.output.T).contiguous()
+        return linear(last, self.output).contiguous()
 
     def check_positions(self, start_pos: Position, T: int) -> None:
         end = position_value(start_pos) + T

@@ -57,6 +57,18 @@ class Profiler(Protocol):
 
 
 @runtime_checkable
+class NamedKernel(Protocol):
+    """A `tg_kernels` result: a kernel a plugin implements for core code that asks for it by name
+    (tg_core/kernels.py lists the names and their arguments). `supports(*args)` says whether it handles these
+    arguments; `build(*args)` returns what core's own Tensor code would (the same shape and dtype)."""
+    name: str
+
+    def supports(self, *args: Any) -> bool: ...
+
+    def build(self, *args: Any) -> Any: ...
+
+
+@runtime_checkable
 class DataParallel(Protocol):
     """A `tg_data_parallel` result: this process's place in a group of processes training one model on parts of
     each batch (tg-mpi's world). `device` is the device this process trains on; `broadcast_parameters` gives
@@ -76,4 +88,4 @@ class DataParallel(Protocol):
     def all_equal(self, params: Sequence[Tensor]) -> bool: ...
 
 
-__all__ = ["DataParallel", "DeviceFactory", "Named", "Profiler", "Runner"]
+__all__ = ["DataParallel", "DeviceFactory", "Named", "NamedKernel", "Profiler", "Runner"]

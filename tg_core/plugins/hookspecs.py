@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from tg_core.plugins.contracts import DataParallel, Profiler
+    from tg_core.plugins.contracts import DataParallel, NamedKernel, Profiler
     from tg_core.plugins.specs import DeviceSpec
     from tg_core.renderer import Renderer
     from tg_core.uop.rewrite import PatternMatcher
@@ -148,6 +148,26 @@ def tg_profilers(device: str) -> list[Profiler]:
     :returns: objects following `tg_core.plugins.contracts.Profiler` (`start()`, `stop()`, `collect()`).
 
     Combination: concatenated in plugin order.
+    """
+
+
+@hookspec
+def tg_kernels(device: str) -> list[NamedKernel]:
+    """Named kernels this plugin implements for `device`, which core code uses instead of its own Tensor code
+    (core's LLM code asks for `quant_linear`, its weight matmuls `x @ w.T`, and `flash_attention_decode`,
+    attention of one query token over the KV cache).
+
+    Called through `tg_core.kernels.kernel_for(name, device)` (once per device and registry; the result is
+    remembered), by `collect_named`: each plugin's list in plugin order, the first kernel of each name kept.
+
+    :param device: the canonical device the kernel would run on.
+    :returns: objects following `tg_core.plugins.contracts.NamedKernel`: a str `name`, `supports(*args)`
+        saying whether it handles these arguments (shapes, dtypes), and `build(*args)` returning the result
+        tensor (typically through `Tensor.custom_kernel`). The arguments of each name are documented by the
+        core code that asks for it (tg_core/kernels.py). Core uses its own Tensor code when no plugin offers
+        the name or `supports` returns False.
+
+    Combination: by name, first in plugin order.
     """
 
 

@@ -381,6 +381,14 @@ class PluginRegistry:
             raise ValueError(f"no hook {hook!r} has a spec; hooks: {', '.join(known)}"
                              + (f"; did you mean {hint}?" if hint else ""))
 
+    def kernels(self, device: str) -> dict[str, Any]:
+        """The named kernels (`tg_kernels`) the plugins offer for `device`, by name, first in plugin order; asked
+        once per device (core's LLM code looks kernels up for every layer of every step)."""
+        key = ("tg_kernels", device)
+        if key not in self._cache:
+            self._cache[key] = self.collect_named("tg_kernels", device)
+        return dict(self._cache[key])
+
     def renderers(self, device: str) -> list[type[Renderer]]:
         """Renderer classes for `device` in plugin order, first of each name kept, before config preferences."""
         key = ("tg_renderers", device)

@@ -1,0 +1,35 @@
+"""Named kernels plugins offer (the `tg_kernels` hook) to core code, which keeps its own Tensor code as the fallback.
+
+`kernel_for(name, device)` is the kernel of that name the plugins offer for `device`, or None. The caller
+asks `supports(*args)` and uses `build(*args)` only when it says yes, else its own code: every device runs
+core's code, and a plugin's kernel only replaces it where the plugin says it handles the arguments.
+
+The names core asks for, and their arguments (each `build` returns what core's code computes, in shape and
+dtype):
+- `quant_linear(x, w)`: `x @ w.T` for activations x (..., K) and a weight w (N, K) (usually the lazy
+  dequantization of a GGUF tensor's bytes: a kernel reading those bytes checks that it is one);
+- `flash_attention_decode(q, keys, values, scale)`: attention of one query token, q (B, Hk, G, 1, d) grouped by
+  KV head, over keys and values (B, Hk, S, d) (S may be symbolic): `softmax(q @ k^T * scale) @ v`,
+  (B, Hk, G, 1, d).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tg_core.device import Device
+from tg_core.plugins.manager import get_registry
+
+KERNEL_NAMES = ("quant_linear", "flash_attention_decode")
+
+
+def kernel_for(name: str, device: str | None) -> Any | None:
+    """The kernel called `name` offered by a plugin for `device` (None: the default device), or None."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"kernel_for takes a kernel name (str), got {name!r}")
+    if isinstance(device, tuple):  # a sharded tensor: no single device's kernel applies
+        return None
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    return get_registry().kernels(dev).get(name)
+
+
+__all__ = ["KERNEL_NAMES", "kernel_for"]
