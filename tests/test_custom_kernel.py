@@ -14,7 +14,7 @@ import pytest
 
 from tg_core import Tensor, Variable
 from tg_core.device import Device
-from tg_core.dtype import dtypes
+from tg_core.dtype import AddrSpace, dtypes
 from tg_core.engine.jit import TinyJit
 from tg_core.kernels import kernel_for
 from tg_core.llm.model import LlamaConfig, Transformer
@@ -22,7 +22,7 @@ from tg_core.plugins.manager import PluginRegistry
 from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.uop import UOp
 
-DEVICES = ["CPU", "PYTHON"]
+DEVICES = ["CPU", "PYTHON", "AMD"]  # AMD: the mock GPU (tg-mockgpu); LOOP ranges become workgroups there
 
 
 def axpb(n, scale: float = 2.0, shift: float = 1.0):
@@ -59,7 +59,33 @@ def test_reduction_matches_numpy(device):
     np.testing.assert_allclose(out.numpy(), x.sum(1), rtol=1e-5, atol=1e-5)
 
 
-def test_int_kernel_with_gated_load_exact():
+def abs_max_in_register(rows: int, cols: int):
+    """out[i] = max_j |x[i, j]| through a hand-made register accumulator, the form codegen/reduce.py gives a
+    REDUCE: DEFINE_REG, an init store, an update inside the reduce loop, a load after its END (ordered by AFTER)."""
+    def fxn(out: UOp, x: UOp) -> UOp:
+        i, j = UOp.range(rows, 0, AxisType.LOOP), UOp.range(cols, 1, AxisType.REDUCE)
+        zero = UOp.const(dtypes.weakint, 0)
+        reg = UOp(Ops.DEFINE_REG, dtypes.float32.ptr(1, AddrSpace.REG), (), 0)
+        init = reg.after(i).index(zero).store(UOp.const(dtypes.float32, 0.0))
+        acc = reg.after(init, j).index(zero)
+        v = x.index(i * cols + j).load()
+        mag = (v < 0).where(-v, v)
+        update = acc.store(UOp(Ops.MAX, dtypes.float32, (acc.load(), mag))).end(j)
+        return out.index(i).store(reg.after(update).index(zero).load()).end(i).sink()
+    return fxn
+
+
+# not PYTHON: its interpreter runs kernel ASTs on whole arrays (a REDUCE at once) and has no registers
+@pytest.mark.parametrize("device", ["CPU", "AMD"])
+def test_register_accumulator_matches_numpy(device):
+    x = np.random.default_rng(4).standard_normal((6, 19)).astype(np.float32)
+    out = Tensor.zeros(6, device=device).contiguous()
+    Tensor.custom_kernel(out, Tensor(x, device=device), fxn=abs_max_in_register(6, 19))
+    np.testing.assert_array_equal(out.numpy(), np.abs(x).max(1))  # max and negation are exact
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int_kernel_with_gated_load_exact(device):
     # a gated load (valid i >= 1): out[i] = x[i-1] for i >= 1, else 0; integer, so exact
     x = np.arange(10, dtype=np.int32) * 7
 
@@ -68,8 +94,8 @@ def test_int_kernel_with_gated_load_exact():
         ok = r >= 1
         prev = xs.index(r - 1, ok).load()
         return out.index(r).store(ok.where(prev, UOp.const(dtypes.int32, 0))).end(r).sink()
-    out = Tensor.zeros(10, dtype="int32").contiguous()
-    Tensor.custom_kernel(out, Tensor(x), fxn=shift)
+    out = Tensor.zeros(10, dtype="int32", device=device).contiguous()
+    Tensor.custom_kernel(out, Tensor(x, device=device), fxn=shift)
     np.testing.assert_array_equal(out.numpy(), np.concatenate([[0], x[:-1]]))
 
 
