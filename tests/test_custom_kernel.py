@@ -171,6 +171,7 @@ PLUGIN = '''
 from tg_core.plugin_api import AxisType, Ops, Tensor, UOp, dtypes, hookimpl
 
 CALLS = []
+DECODES = []
 SUPPORTED = [True]
 
 
@@ -197,9 +198,22 @@ class QuantLinear:
         return out.reshape(*x.shape[:-1], N)
 
 
+class FlashDecode:
+    name = "flash_attention_decode"
+
+    def supports(self, q, keys, values, scale):
+        return SUPPORTED[0] and q.shape[-2] == 1
+
+    def build(self, q, keys, values, scale):
+        DECODES.append(tuple(q.shape))
+        s = (q * keys.unsqueeze(2)).sum(-1) * scale            # (B, Hk, G, S): broadcast, not a matmul
+        e = (s - s.max(-1, keepdim=True)).exp()
+        return ((e.unsqueeze(-1) * values.unsqueeze(2)).sum(-2) / e.sum(-1).unsqueeze(-1)).unsqueeze(-2).contiguous()
+
+
 @hookimpl
 def tg_kernels(device):
-    return [QuantLinear()]
+    return [QuantLinear(), FlashDecode()]
 '''
 
 
@@ -257,10 +271,10 @@ def test_model_uses_the_plugins_quant_linear(kernel_plugin):
     plugin = kernel_plugin()
     offered = kernel_for("quant_linear", "CPU")
     assert offered is not None and offered.name == "quant_linear"
-    assert kernel_for("flash_attention_decode", "CPU") is None
     plugin.SUPPORTED[0] = False
     fallback = run_model(tiny_model()[0])
-    assert plugin.CALLS == []  # offered, but `supports` said no: the model's own matmuls, bit for bit
+    # offered, but `supports` said no: the model's own matmuls and attention, bit for bit
+    assert plugin.CALLS == [] and plugin.DECODES == []
     for f, w in zip(fallback, want):
         np.testing.assert_array_equal(f, w)
     plugin.SUPPORTED[0] = True
@@ -268,5 +282,6 @@ def test_model_uses_the_plugins_quant_linear(kernel_plugin):
     # 7 weight matmuls per layer (q, k, v, output, gate, up, down) and the head, for each of the two calls
     assert len(plugin.CALLS) == 2 * 8
     assert plugin.CALLS[0] == ((1, 3, 32), (32, 32)) and plugin.CALLS[-1] == ((1, 32), (40, 32))
+    assert plugin.DECODES == [(1, 2, 2, 1, 8)]  # the one-token call only (the prompt of 3 is not a decode)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
