@@ -114,6 +114,18 @@ def test_in_a_tinyjit_with_three_replays(device):
     assert len(step.jit_cache) >= 1
 
 
+def test_symbolic_size_in_a_tinyjit():
+    @TinyJit
+    def step(a: Tensor, out: Tensor, n: UOp) -> Tensor:
+        Tensor.custom_kernel(out, a, fxn=axpb(n, 1.0, 0.5))
+        return out
+    x = np.arange(16, dtype=np.float32)
+    for n in (2, 5, 7, 11, 16):  # eager, capture, then replays at new values of n
+        out = Tensor.zeros(16).contiguous().realize()
+        step(Tensor(x), out, Variable("n", 1, 16).bind(n))
+        np.testing.assert_allclose(out.numpy(), np.where(np.arange(16) < n, x + 0.5, 0))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_symbolic_size_one_kernel_for_every_value(device):
     x = np.arange(16, dtype=np.float32)
