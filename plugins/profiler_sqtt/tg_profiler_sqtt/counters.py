@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tg_profiler_sqtt.pmc import CounterSample
+
 SEG1 = 0xA000  # GC register segment 1: every register here is there (amd.md section 10)
 
 # name -> (block, perf_sel), gfx11
@@ -70,19 +72,10 @@ class Topology:
 
 
 @dataclass(frozen=True)
-class ScheduledCounter:
-    """One counter of a schedule: where its records are (`off`, `size`: 8 bytes per instance, instances in the
-    order xcc, inst, se, sa, wgp) and the registers that program and sample it. Reads as a pmc.CounterSample."""
-    name: str
-    block: str
+class ScheduledCounter(CounterSample):
+    """One counter of a schedule: where its records are (CounterSample's `off`, `size`: 8 bytes per instance,
+    instances in the order xcc, inst, se, sa, wgp), its selection and the registers that program and sample it."""
     perf_sel: int
-    xcc: int
-    inst: int
-    se: int
-    sa: int
-    wgp: int
-    off: int
-    size: int
     select: int
     lo: int
     hi: int | None
@@ -124,8 +117,8 @@ def schedule(names: Sequence[str], topo: Topology) -> list[ScheduledCounter]:
         used[block] = n + 1
         inst, se, sa, wgp = instances(block, topo)
         size = 8 * topo.xccs * inst * se * sa * wgp
-        out.append(ScheduledCounter(name, block, sel, topo.xccs, inst, se, sa, wgp, off, size, regs.select[n],
-                                    regs.lo[n], None if regs.hi is None else regs.hi[n]))
+        out.append(ScheduledCounter(name, block, topo.xccs, inst, se, sa, wgp, off, size, perf_sel=sel,
+                                    select=regs.select[n], lo=regs.lo[n], hi=None if regs.hi is None else regs.hi[n]))
         off += size
     return out
 
