@@ -13,7 +13,7 @@ Only REDUCE ranges are split: an output range keeps its place for the multi-core
 count output axes; a reduction's loops are private to the kernel."""
 from __future__ import annotations
 
-from tg_core.codegen.opts import kernel_ranges, split_range
+from tg_core.codegen.opts import _axis_key, split_range
 from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.symbolic import simplify
 from tg_core.uop.uop import UOp
@@ -21,22 +21,27 @@ from tg_core.uop.uop import UOp
 MAX_SPLITS = 8  # a kernel's reduce ranges are few; this bounds the pass on pathological index math
 
 
-def block_divisors(ast: UOp, rng: UOp) -> set[int]:
-    """The constants c with `rng // c` or `rng % c` in `ast` that split the range's constant size evenly."""
-    size = rng.src[0].arg
-    return {u.src[1].arg for u in ast.toposort()
-            if u.op in (Ops.IDIV, Ops.MOD) and u.src[0] is rng and u.src[1].op is Ops.CONST
-            and 1 < u.src[1].arg < size and size % u.src[1].arg == 0}
+def block_divisors(ast: UOp) -> dict[UOp, set[int]]:
+    """For each constant-size reduce range of `ast`, the constants c with `range // c` or `range % c` in it that
+    split the range's size evenly (ranges without any are left out)."""
+    out: dict[UOp, set[int]] = {}
+    for u in ast.toposort():
+        if u.op not in (Ops.IDIV, Ops.MOD) or u.src[1].op is not Ops.CONST:
+            continue
+        rng, c = u.src[0], u.src[1].arg
+        if rng.op is Ops.RANGE and rng.arg[1] is AxisType.REDUCE and rng.src[0].op is Ops.CONST and \
+                1 < c < rng.src[0].arg and rng.src[0].arg % c == 0:
+            out.setdefault(rng, set()).add(c)
+    return out
 
 
 def split_block_ranges(ast: UOp) -> UOp:
     """`ast` with each reduce range that is read by block (see the module docstring) split at its largest
-    block size, repeatedly, and the index math simplified."""
+    block size, repeatedly (the first such range in axis order each time), and the index math simplified."""
     for _ in range(MAX_SPLITS):
-        for rng in kernel_ranges(ast, AxisType.REDUCE):
-            if rng.src[0].op is Ops.CONST and (divs := block_divisors(ast, rng)):
-                ast = simplify(split_range(ast, rng, max(divs), AxisType.REDUCE))
-                break
-        else:
+        divs = block_divisors(ast)
+        if not divs:
             return ast
+        rng = min(divs, key=lambda r: _axis_key(r.arg[0]))
+        ast = simplify(split_range(ast, rng, max(divs[rng]), AxisType.REDUCE))
     return ast

@@ -77,7 +77,9 @@ class Generator:
         logits = None
         for n in piece_lengths(len(ids) - start, self.chunk):
             piece = list(ids[start:start + n])
-            step = self._piece_steps.setdefault(n, TinyJit(self._prefill_step))
+            step = self._piece_steps.get(n)
+            if step is None:
+                step = self._piece_steps[n] = TinyJit(self._prefill_step)
             logits = step(Tensor([piece], dtype="int32", device=self.model.device), self._pos(start, n))
             start += n
             self.cached += piece
