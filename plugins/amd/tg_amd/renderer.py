@@ -46,7 +46,8 @@ from tg_core.plugin_api import (
 ARCH = "gfx1100"
 MAX_LOCAL = 256  # work-items per workgroup at most (8 waves of 32): the device's prepare stage asks gpudims for it
 _SPECIALS = {"gidx0": "llvm.amdgcn.workgroup.id.x", "gidx1": "llvm.amdgcn.workgroup.id.y",
-             "gidx2": "llvm.amdgcn.workgroup.id.z", "lidx0": "llvm.amdgcn.workitem.id.x"}
+             "gidx2": "llvm.amdgcn.workgroup.id.z", "lidx0": "llvm.amdgcn.workitem.id.x",
+             "lidx1": "llvm.amdgcn.workitem.id.y", "lidx2": "llvm.amdgcn.workitem.id.z"}
 # f32 op -> LLVM's form of it that runs the hardware instruction (v_exp/v_log/v_sqrt/v_rcp_f32, about 1 ulp)
 # inside LLVM's denormal fix-up. The instructions flush denormal inputs and results whatever the descriptor's
 # denormal mode; the code objects keep denormals (FLOAT_DENORM_MODE 3), and LLVM scales the operand or result into
@@ -158,5 +159,6 @@ class AMDRenderer(LLVMRenderer):
 
     def attributes(self, program: Program) -> str:
         """The kernel's workgroup size bounds the ids and lets LLVM drop barriers of single-wave workgroups."""
-        local = next((int(u.src[0].arg) for u in program.uops if u.op is Ops.SPECIAL and u.arg == "lidx0"), 1)
+        local = math.prod(int(u.src[0].arg) for u in program.uops
+                          if u.op is Ops.SPECIAL and u.arg in ("lidx0", "lidx1", "lidx2"))
         return f'nounwind "amdgpu-flat-work-group-size"="1,{local}"'

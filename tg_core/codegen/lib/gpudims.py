@@ -15,6 +15,11 @@ reductions are shared by a workgroup instead (`group_reduce`: strided partials, 
 Likewise a kernel whose big reductions do not depend on its innermost parallel range (softmax over long rows)
 gets one workgroup per row sharing them, the innermost range a strided loop (`row_groups`).
 
+A kernel that names its own launch shape (a custom kernel: RANGEs of axis type GLOBAL and LOCAL) gets exactly
+that shape instead (`explicit_dims`): its GLOBAL ranges, in order of axis id, become the workgroup ids x, y, z
+and its LOCAL ranges the workitem ids x, y, z; every other range stays a loop in each work-item. Nothing is
+gated, since the ids run over the ranges' sizes exactly. Its LDS buffers and barriers are its own.
+
 `add_gpudims` returns the rewritten AST and the launch dimensions (workgroup counts as expressions over
 the kernel's DEFINE_VARs, evaluated for each call, and the constant local size).
 """
@@ -35,6 +40,7 @@ from tg_core.uop.upat import UPat
 
 GROUP_IDS = ("gidx0", "gidx1", "gidx2")
 LOCAL_ID = "lidx0"
+LOCAL_IDS = ("lidx0", "lidx1", "lidx2")
 # local sizes tried for a range larger than the maximum, best first: the largest that divides it needs no guard
 _LOCAL_CANDIDATES = (256, 128, 64)
 
@@ -203,12 +209,47 @@ def row_groups(ast: UOp, prange: list[UOp], max_local: int) -> tuple[UOp, Launch
     return done[ast], LaunchDims((sizes[0], sizes[1], sizes[2]), (local, 1, 1))
 
 
+def _axis_key(r: UOp) -> tuple:
+    return (0, r.arg[0], "") if isinstance(r.arg[0], int) else (1, 0, repr(r.arg[0]))
+
+
+def explicit_dims(ast: UOp, max_local: int) -> tuple[UOp, LaunchDims] | None:
+    """A kernel's own GLOBAL and LOCAL ranges as workgroup and workitem ids (see the module docstring); None when
+    it has neither. Errors: more than three of a kind, a LOCAL size that is not a constant, a workgroup larger
+    than `max_local` work-items."""
+    nodes = ast.toposort()
+    glob = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.GLOBAL), key=_axis_key)
+    loc = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.LOCAL), key=_axis_key)
+    if not glob and not loc:
+        return None
+    name = ast.arg.name if hasattr(ast.arg, "name") else "kernel"
+    for kind, rngs in (("GLOBAL", glob), ("LOCAL", loc)):
+        if len(rngs) > 3:
+            raise ValueError(f"kernel {name} has {len(rngs)} {kind} ranges; a GPU launch has at most 3 (x, y, z)")
+    if any(r.src[0].op is not Ops.CONST for r in loc):
+        bad = next(r for r in loc if r.src[0].op is not Ops.CONST)
+        raise ValueError(f"kernel {name}: LOCAL range {bad.arg[0]} has size {bad.src[0].render()}; a workgroup's "
+                         "size is fixed when the kernel is compiled, so LOCAL sizes must be constants")
+    local = [int(r.src[0].arg) for r in loc] + [1] * (3 - len(loc))
+    if math.prod(local) > max_local or min(local) < 1:
+        raise ValueError(f"kernel {name}: a workgroup of {' x '.join(map(str, local))} work-items; allowed 1 to "
+                         f"{max_local} in all")
+    subs = {r: UOp.special(r.src[0], gid, r.dtype) for gid, r in zip(GROUP_IDS, glob)}
+    subs.update({r: UOp.special(r.src[0], lid, r.dtype) for lid, r in zip(LOCAL_IDS, loc)})
+    one = UOp.const(dtypes.weakint, 1)
+    sizes = [r.src[0] for r in glob] + [one] * (3 - len(glob))
+    ast = substitute(graph_rewrite(ast, _pm_drop, ctx=set(subs)), subs)
+    return ast, LaunchDims((sizes[0], sizes[1], sizes[2]), (local[0], local[1], local[2]))
+
+
 def add_gpudims(ast: UOp, max_local: int = 256) -> tuple[UOp, LaunchDims]:
     """`ast` with its parallel ranges replaced by GPU ids (see the module docstring), and its launch dims."""
     if ast.op is not Ops.SINK:
         raise TypeError(f"a kernel AST is a SINK, got {ast.op}")
     if max_local < 1:
         raise ValueError(f"the maximum local size must be positive, got {max_local}")
+    if (explicit := explicit_dims(ast, max_local)) is not None:
+        return explicit
     rngs = parallel_ranges(ast)[-3:]
     if not rngs:
         one = UOp.const(dtypes.weakint, 1)
