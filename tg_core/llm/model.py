@@ -133,7 +133,9 @@ class Block:
         H, Hk, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         # the matmuls' inputs are realized (contiguous): inlined, the norm (or the gate) would be recomputed
         # for every output column of the matmul that reads it
-        h = rms_norm(x, w["attn_norm"], cfg.norm_eps).contiguous()
+        # realized now, not at the cache write below: that write computes k and v (and so h) in a schedule of
+        # its own, and a lazy h would be computed there and again for q
+        h = rms_norm(x, w["attn_norm"], cfg.norm_eps).realize()
         q, k, v = linear(h, w["attn_q"]), linear(h, w["attn_k"]), linear(h, w["attn_v"])
         if "attn_q.bias" in w:
             q, k, v = q + w["attn_q.bias"], k + w["attn_k.bias"], v + w["attn_v.bias"]
@@ -152,7 +154,9 @@ class Block:
         att = attention_decode(qg, keys, values, 1 / math.sqrt(d)) if T == 1 else None
         if att is None:
             att = self._attention(qg, keys, values)                                # (B, Hk, G, T, d)
-        x = x + linear(att.permute(0, 3, 1, 2, 4).reshape(B, T, H * d), w["attn_output"])
+        # realized: the FFN's norm (its reduction and its elementwise part) and the residual add each read x, and
+        # inlined, each would recompute the output projection
+        x = (x + linear(att.permute(0, 3, 1, 2, 4).reshape(B, T, H * d), w["attn_output"])).contiguous()
         h = rms_norm(x, w["ffn_norm"], cfg.norm_eps).contiguous()
         return x + linear((linear(h, w["ffn_gate"]).silu() * linear(h, w["ffn_up"])).contiguous(), w["ffn_down"])
 
