@@ -6,10 +6,17 @@ symbolic dims of movement ops' args). That normalized graph is a
 hash-consed UOp, so it is the cache key itself. The cached schedule refers to the canonical input buffers
 and to the buffers it creates; a hit maps the first to this call's buffers and replaces the second with
 fresh ones.
+
+In front of it sits an identity layer: the targets themselves are hash-consed, so realizing the very same
+nodes again (`(x + 1).realize()` in a loop, while the previous result's graph is alive) finds the normalized
+key, the inputs in canonical order and the bound values by the targets' identity, and skips renaming the
+graph. It holds the targets weakly (an entry goes with the first of them to die, so it keeps no buffer
+alive) and is only a shortcut to an entry of the normalized cache: a hit there is what it returns.
 """
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -86,14 +93,85 @@ def _normalize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp], dict[str,
     return [done[t] for t in targets], canonical, var_vals
 
 
+class _Known:
+    """The identity layer's entry for one tuple of targets: what `_normalize` found for them, and the binding
+    plan of their cached schedule. `plan` refers to slots: 0..len(inputs)-1 are the inputs (this call's
+    BUFFER nodes, in canonical order), the rest the buffers the schedule creates, fresh on every hit."""
+    __slots__ = ("refs", "key", "hit", "inputs", "var_vals", "fresh", "plan", "outs", "__weakref__")
+
+    def __init__(self, refs: tuple[weakref.ref[UOp], ...], key: tuple, hit: tuple[Items, list[UOp]],
+                 inputs: dict[UOp, UOp], var_vals: dict[str, int]):
+        self.refs, self.key, self.hit, self.var_vals = refs, key, hit, var_vals
+        self.inputs = list(inputs.values())  # the real input nodes: the targets hold them, so no longer life
+        slot = {c: i for i, c in enumerate(inputs)}
+        fresh: list[UOp] = []
+        plan: list[tuple[UOp, tuple[int, ...]]] = []
+        items, outs = hit
+        for ast, bufs in items:
+            for b in bufs:
+                if b not in slot:
+                    slot[b] = len(slot)
+                    fresh.append(b)
+            plan.append((ast, tuple(slot[b] for b in bufs)))
+        self.fresh, self.plan = fresh, plan
+        self.outs = [slot.get(o) for o in outs]  # None: an output that is none of the items' buffers (kept as is)
+
+    def bind(self, targets: list[UOp]) -> tuple[Items, dict[UOp, UOp]]:
+        """What `_bind(..., fresh=True)` gives, from the precomputed plan."""
+        slots = self.inputs + [b.fresh_buffer() for b in self.fresh]
+        bound: Items = []
+        for ast, idx in self.plan:
+            bufs = [slots[i] for i in idx]
+            bound.append((UOp(Ops.COPY, dtypes.void, tuple(bufs)) if ast.op is Ops.COPY else ast, bufs))
+        outs = self.hit[1]
+        return bound, {t: slots[i] if i is not None else o for t, i, o in zip(targets, self.outs, outs)}
+
+
+# targets' ids (and devices) -> their entry; an entry is dropped when one of its targets dies
+_known: dict[tuple, _Known] = {}
+_sweep_at = [4 * CACHE_SIZE]
+stats["identity_hits"] = 0
+
+
+def _forget(key: tuple, ref: weakref.ref[UOp], known: dict[tuple, _Known] = _known) -> None:
+    # (`known` bound here: at interpreter exit the module's globals may already be None when targets die)
+    entry = known.get(key)
+    if entry is not None and any(r is ref for r in entry.refs):  # not a newer entry at the same ids
+        del known[key]
+
+
+def _sweep() -> None:
+    """Drop the identity entries whose schedule the normalized cache has evicted: a target without input
+    buffers is its own normalized key, so the cache keeps it alive and only this bounds such entries."""
+    for k in [k for k, e in _known.items() if _cache.get(e.key) is not e.hit]:
+        del _known[k]
+    _sweep_at[0] = max(4 * CACHE_SIZE, 2 * len(_known))  # the live entries that stay: next sweep at twice them
+
+
+def clear() -> None:
+    """Forget every cached schedule (both layers): the next realize of any graph schedules it anew."""
+    _cache.clear()
+    _known.clear()
+
+
 def schedule(targets: list[UOp], devices: Sequence[str | None] | None = None) -> tuple[Items, dict[UOp, UOp],
                                                                                     dict[str, int]]:
     """Like create_schedule, through the cache; also returns the bound variables' values."""
+    devs = tuple(devices) if devices else None
+    if SCACHE:
+        ident = (*map(id, targets), devs)
+        known = _known.get(ident)
+        if known is not None and all(r() is t for r, t in zip(known.refs, targets)) and \
+                _cache.get(known.key) is known.hit:
+            stats["hits"] += 1
+            stats["identity_hits"] += 1
+            _cache.move_to_end(known.key)
+            return (*known.bind(targets), dict(known.var_vals))
     normalized, inputs, var_vals = _normalize(targets)
     if not SCACHE:
         items, out = create_schedule(normalized, devices)
         return (*_bind(items, [out[n] for n in normalized], inputs, targets, fresh=False), var_vals)
-    key = (tuple(normalized), tuple(devices) if devices else None)
+    key = (tuple(normalized), devs)
     hit = _cache.get(key)
     if hit is None:
         stats["misses"] += 1
@@ -104,6 +182,10 @@ def schedule(targets: list[UOp], devices: Sequence[str | None] | None = None) ->
     else:
         stats["hits"] += 1
         _cache.move_to_end(key)
+    callback = functools.partial(_forget, ident)
+    _known[ident] = _Known(tuple(weakref.ref(t, callback) for t in targets), key, hit, inputs, dict(var_vals))
+    if len(_known) > _sweep_at[0]:
+        _sweep()
     items, outs = hit
     return (*_bind(items, outs, inputs, targets, fresh=True), var_vals)
 
