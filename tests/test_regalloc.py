@@ -150,7 +150,7 @@ def check(fn: MFunction, arch: ToyArch) -> Allocation:
     alloc = allocate(fn, arch)
     ivs = [iv for iv in alloc.intervals]
     for a_i, a in enumerate(ivs):
-        assert a.reg in arch.reg_classes["gpr"]
+        assert a.reg in arch.reg_classes[a.vreg.cls]
         for b in ivs[a_i + 1:]:
             assert not (a.reg == b.reg and a.overlaps(b)), \
                 f"{a.vreg} {a.start}-{a.end} and {b.vreg} {b.start}-{b.end} share {a.reg}"
@@ -267,7 +267,9 @@ def test_rematerialized_constants_are_not_stored():
     assert alloc.spilled and not any(i.op == "st" for i in alloc.insts), "spilled constants are recomputed"
 
 
-def _random_program(rng: random.Random, n_stmts: int) -> MFunction:
+def _random_program(rng: random.Random, n_stmts: int, classes: tuple[str, ...] = ("gpr",)) -> MFunction:
+    """Loops (counters and their limits are class "gpr"), constants, adds and prints; the other values take a
+    random class of `classes`."""
     insts: list[MInst] = []
     labels = iter(range(10 ** 6))
     counters: set[VReg] = set()
@@ -288,11 +290,11 @@ def _random_program(rng: random.Random, n_stmts: int) -> MFunction:
                 insts.extend([addi(i, 1), blt(i, lim, top)])
                 scope = scope + inner[len(scope) + 1:]
             elif kind < 0.35 or len(scope) < 2:
-                v = gpr()
+                v = VReg(rng.choice(classes), 8)
                 insts.append(li(v, rng.randint(-5, 5)))
                 scope = scope + [v]
             elif kind < 0.8:
-                v = gpr()
+                v = VReg(rng.choice(classes), 8)
                 insts.append(add(v, rng.choice(scope), rng.choice(scope)))
                 scope = scope + [v]
             else:
@@ -309,3 +311,41 @@ def test_random_programs(seed):
     rng = random.Random(seed)
     fn = _random_program(rng, 30)
     check(fn, ToyArch(rng.choice([3, 4, 6]), callee=rng.choice([0, 1, 2])))
+
+
+class SharedArch(ToyArch):
+    """Two classes over one register file, as x86's xmm (scalar and VEX code: registers 0-15) and zmm values
+    (16-31, then 0-15): "lo" has r0..r{lo-1}, "any" the registers above them first, then the same r0..r{lo-1}."""
+
+    def __init__(self, lo: int = 3, hi: int = 4):
+        regs = tuple(PReg(f"r{i}", "gpr", i) for i in range(lo + hi))
+        self.reg_classes = {"gpr": regs[:lo], "any": regs[lo:] + regs[:lo]}
+        self.callee_saved = frozenset()
+
+
+@pytest.mark.parametrize("n_any, n_lo", [(4, 3), (6, 1), (7, 0), (7, 2), (9, 3)])
+def test_classes_sharing_registers(n_any, n_lo):
+    """Values of a class with registers of its own and of the class it shares: "any" takes its own registers
+    first, then the shared ones while free; a "lo" value never gets a register an "any" value holds at the same
+    time, and evicts one (which spills) when all are taken."""
+    arch = SharedArch(3, 4)
+    wide = [VReg("any", 8) for _ in range(n_any)]
+    low = [gpr() for _ in range(n_lo)]
+    insts = [li(v, 7 * i + 1) for i, v in enumerate(wide + low)]
+    total = VReg("any", 8)
+    insts.append(li(total, 0))
+    for v in wide + low:
+        insts.append(add(total, total, v))
+    insts += [out(v) for v in wide + low] + [out(total), ret()]
+    alloc = check(MFunction("shared", insts), arch)
+    regs = {iv.vreg: iv.reg for iv in alloc.intervals}
+    if n_any <= 4:
+        assert all(regs[v].num >= 3 for v in wide), "an 'any' value takes its own registers first"
+    assert bool(alloc.spilled) == (n_any + n_lo + 1 > 7), "a spill exactly when the register file is full"
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_random_programs_sharing_registers(seed):
+    rng = random.Random(seed)
+    fn = _random_program(rng, 30, classes=("gpr", "any"))
+    check(fn, SharedArch(rng.choice([2, 3]), rng.choice([1, 2, 3])))

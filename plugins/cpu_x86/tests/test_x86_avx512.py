@@ -149,13 +149,30 @@ def test_nan_and_out_of_range_lanes():
 
 
 @needs_avx512
-def test_more_live_zmm_values_than_registers_spill():
-    """An 8 x 32 register tile: 16 zmm accumulators, the B vectors and a broadcast do not fit 16 registers,
-    so zmm values spill to 64-byte slots and come back, and the product is still right."""
-    a, b = f32(16, 24), f32(24, 64)
+def test_register_tile_uses_all_32_zmm():
+    """A 14 x 32 register tile: 28 zmm accumulators, the two B vectors and one broadcast at a time fill all 32
+    registers (zmm16-31, then zmm0-15) without a spill, each row's broadcast feeding its two FMAs and dying."""
+    a, b = f32(28, 24), f32(24, 64)
     (ast,) = _asts(lambda dev: Tensor(a, device=dev) @ Tensor(b, device=dev))
-    opts = (Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UPCAST, 0, 8))
-    out = np.zeros((16, 64), np.float32)
+    opts = (Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UPCAST, 0, 14))
+    out = np.zeros((28, 64), np.float32)
+    k = run_x86(ast, [out, a, b], opts=opts, isa="avx512")
+    text = k.asm_str()
+    assert not k.allocation.spilled and "zmmword ptr [rsp" not in text
+    fmas = [line for line in text.splitlines() if line.startswith("vfmadd231ps zmm")]
+    used = {int(r) for line in fmas for r in re.findall(r"zmm(\d+)", line)}
+    assert len(fmas) == 28 and len(used) >= 31, used
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@needs_avx512
+def test_more_live_zmm_values_than_registers_spill():
+    """A 16 x 32 register tile: 32 zmm accumulators, the B vectors and a broadcast do not fit 32 registers,
+    so zmm values spill to 64-byte slots and come back, and the product is still right."""
+    a, b = f32(32, 24), f32(24, 64)
+    (ast,) = _asts(lambda dev: Tensor(a, device=dev) @ Tensor(b, device=dev))
+    opts = (Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UPCAST, 0, 16))
+    out = np.zeros((32, 64), np.float32)
     k = run_x86(ast, [out, a, b], opts=opts, isa="avx512")
     assert k.allocation.spilled and "zmmword ptr [rsp" in k.asm_str()
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)

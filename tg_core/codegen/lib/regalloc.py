@@ -18,6 +18,10 @@ The algorithm is Poletto & Sarkar's linear scan with the improvements that matte
   An evicted value's earlier uses reuse the register it held: nothing else held it there.
 - **Fixed registers** (ABI arguments, a divide's operands, shift counts) are pre-colored intervals; other
   values take a register only if no fixed interval of it overlaps theirs.
+- **Shared registers**: two classes may list the same physical registers (x86's zmm values take xmm16-31
+  and then xmm0-15, which scalar and VEX code use): a register is free for a value only when no live value of
+  any class holds it, and under pressure a value of another class holding one of this class's registers may
+  be spilled for it.
 - **Hints**: a copy's destination prefers its source's register and vice versa; copies whose ends share a
   register disappear.
 - **Frame**: callee-saved registers are saved and restored only when some value used them; the ISA's
@@ -211,6 +215,9 @@ class _Scan:
         self.done: list[Interval] = []
         self.queue: list[tuple[int, int, int, Interval]] = []
         self.seq = 0
+        # per class, the classes sharing a physical register with it (itself included)
+        regs = {c: set(rs) for c, rs in arch.reg_classes.items()}
+        self.sharing = {c: [o for o in regs if o == c or regs[c] & regs[o]] for c in regs}
 
     def push(self, iv: Interval) -> None:
         self.seq += 1
@@ -241,18 +248,22 @@ class _Scan:
         active: dict[str, list[Interval]] = {c: [] for c in self.arch.reg_classes}
         while self.queue:
             pos, _, _, iv = heapq.heappop(self.queue)
-            act = active[iv.vreg.cls] = [a for a in active[iv.vreg.cls] if a.end >= pos]
-            taken = {a.reg for a in act}
-            free = [r for r in self.arch.reg_classes[iv.vreg.cls]
-                    if r not in taken and self.fixed_free(r, iv.start, iv.end)]
+            cls = iv.vreg.cls
+            for c in self.sharing[cls]:
+                active[c] = [a for a in active[c] if a.end >= pos]
+            act = active[cls]
+            holding = [a for c in self.sharing[cls] for a in active[c]]
+            taken = {a.reg for a in holding}
+            own = self.arch.reg_classes[cls]
+            free = [r for r in own if r not in taken and self.fixed_free(r, iv.start, iv.end)]
             if free:
                 hint = self.hinted(iv.vreg)
                 iv.reg = hint if hint in free else free[0]
                 act.append(iv)
                 self.done.append(iv)
                 continue
-            victims = [a for a in act if not a.tiny and not self.straddles(a, pos)
-                       and a.reg is not None and self.fixed_free(a.reg, iv.start, iv.end)]
+            victims = [a for a in holding if not a.tiny and not self.straddles(a, pos)
+                       and a.reg is not None and a.reg in own and self.fixed_free(a.reg, iv.start, iv.end)]
             if not iv.tiny:
                 victims.append(iv)
             if not victims:
@@ -262,7 +273,7 @@ class _Scan:
             if victim is iv:
                 self.spill(iv, None, pos)
                 continue
-            act.remove(victim)
+            active[victim.vreg.cls].remove(victim)
             self.done.remove(victim)
             iv.reg = victim.reg
             act.append(iv)
@@ -347,7 +358,8 @@ def allocate(fn: MFunction, arch: ArchContext) -> Allocation:
         slots[v] = offset
         offset += size
     used = set(reg.values())
-    saved = [r for cls in arch.reg_classes.values() for r in cls if r in arch.callee_saved and r in used]
+    saved = list(dict.fromkeys(r for cls in arch.reg_classes.values() for r in cls
+                               if r in arch.callee_saved and r in used))
     frame = arch.frame(saved, offset, fn.local_bytes)
 
     def slot(v: VReg) -> Mem:

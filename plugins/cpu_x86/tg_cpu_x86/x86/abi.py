@@ -19,9 +19,10 @@ GPR = {name: PReg(name, "gpr", num) for num, name in enumerate(_GPR_NAMES)}
 VEC = tuple(PReg(f"xmm{n}", "vec", n) for n in range(16))
 # AVX-512 opmasks: k0 cannot be a write mask (its number means "no mask"), so k1-k7 are allocated
 MASK = tuple(PReg(f"k{n}", "mask", n) for n in range(1, 8))
-# zmm vectors (AVX-512 code): registers 16-31, which only EVEX encodes, apart from the xmm0-15 of scalar and VEX
-# code, so a zmm kernel has 32 vector registers in all without a VEX instruction ever meeting 16-31
-ZVEC = tuple(PReg(f"xmm{n}", "zvec", n) for n in range(16, 32))
+# zmm vectors (AVX-512 code): registers 16-31, which only EVEX encodes, first, then the xmm0-15 that scalar and
+# VEX code also use (the allocator keeps the two classes off each other's registers): a VEX instruction never
+# meets 16-31, and a register tile has all 32 (a 14x32 tile's 28 accumulators, two column vectors, a broadcast)
+ZVEC = tuple(PReg(f"xmm{n}", "zvec", n) for n in range(16, 32)) + VEC
 RSP, RBP = GPR["rsp"], GPR["rbp"]
 ARG_REGS = tuple(GPR[n] for n in ("rdi", "rsi", "rdx", "rcx", "r8", "r9"))
 CALLEE_SAVED = frozenset(GPR[n] for n in ("rbx", "rbp", "r12", "r13", "r14", "r15"))

@@ -205,6 +205,7 @@ class Selector:
                     self.in_place[g] = v
                     self.fused_away.add(v)
                 break
+        self._row_major_fmas()
         self.contracted: dict[Group, tuple[Group, Group]] = {}  # a*b + c -> (the product, c): one FMA
         for g in self.groups:
             if g.kind != "alu" or g.lanes[0].op is not Ops.ADD or g.lanes[0].dtype is not dtypes.float32 or \
@@ -217,6 +218,41 @@ class Selector:
                     self.contracted[g] = (m, g.srcs[1 - k])
                     self.fused_away.add(m)
                     break
+
+    def _row_major_fmas(self) -> None:
+        """A register tile's FMAs (accumulator += vector load * broadcast) in the order of their broadcasts: each
+        row's value is broadcast once, feeds its FMAs with every column vector and dies, so the tile holds one
+        broadcast register instead of one per row (the program's order is column vector by column vector, which
+        keeps every row's broadcast live until the last vector's FMAs: a 6x32 zmm tile spilled accumulators).
+        A run of such FMAs is moved to where its last one is, when nothing but loads, broadcasts and the
+        products they replace is emitted between them and no store or loop boundary lies between."""
+        anchor = {g: at for at, gs in self.emit_at.items() for g in gs}
+        fmas = sorted((g for g in self.fused if g in anchor and _splat_factor(self.fused[g]) is not None),
+                      key=lambda g: self.pos[anchor[g]])
+        members = set(fmas)
+        movable = ("load", "splat", "accstore")
+        run: list[Group] = []
+
+        def flush() -> None:
+            if len(run) > 2:
+                first: dict[Group | None, int] = {}
+                for i, g in enumerate(run):
+                    first.setdefault(_splat_factor(self.fused[g]), i)
+                order = sorted(range(len(run)), key=lambda i: (first[_splat_factor(self.fused[run[i]])], i))
+                for g in run:
+                    self.emit_at[anchor[g]].remove(g)
+                self.emit_at.setdefault(anchor[run[-1]], []).extend(run[i] for i in order)
+            run.clear()
+        for g in fmas:
+            if run:
+                lo, hi = self.pos[anchor[run[-1]]], self.pos[anchor[g]]
+                between = [x for u in self.uops[lo + 1:hi] for x in self.emit_at.get(u, ())]
+                if bisect.bisect(self.barriers, lo) != bisect.bisect_left(self.barriers, hi) or any(
+                        x.kind not in movable or x.kind == "accstore" and x not in members for x in between
+                        if x not in self.fused_away):
+                    flush()
+            run.append(g)
+        flush()
 
     # ---- analysis --------------------------------------------------------------------------------------
 
@@ -437,7 +473,7 @@ class Selector:
 
     def vnew(self) -> VReg:
         """A register for one vector of this program: zmm values are class "zvec" (zmm16-31, which only EVEX
-        reaches), so they do not compete with the scalar and VEX code's xmm0-15."""
+        reaches, then the xmm0-15 they share with scalar and VEX code; see abi.ZVEC)."""
         return VReg(_vclass(self.vbytes), self.vbytes)
 
     def lane_mask(self, n: int) -> VReg:
@@ -1295,6 +1331,12 @@ _VEC_INT = {Ops.ADD: "vpaddd", Ops.SUB: "vpsubd", Ops.MUL: "vpmulld", Ops.AND: "
 # EVEX has the bitwise ops only per element size
 _VEC_INT_EVEX = _VEC_INT | {Ops.AND: "vpandd", Ops.OR: "vpord", Ops.XOR: "vpxord"}
 _UNORD = 3  # vcmp predicate: unordered (either side NaN)
+
+
+def _splat_factor(product: Group) -> Group | None:
+    """The broadcast factor of a product of a vector load and a broadcast (a register tile's FMA), else None."""
+    kinds = [s.kind for s in product.srcs]
+    return product.srcs[kinds.index("splat")] if sorted(kinds) == ["load", "splat"] else None
 
 
 def _vclass(size: int) -> str:
