@@ -433,7 +433,14 @@ class Compiled:
       make_runner(prepared, programs, loaded) -> runner   one kernel: its runner; several: a KernelSequence
 
     `runtime(name, lib)`, when given, is the default `load`. A device without a renderer or runtime can hold
-    buffers but not run kernels."""
+    buffers but not run kernels.
+
+    `host_shared`: this device's buffers are memory of this process that its kernels address directly, and its
+    kernels have finished when their runner returns (the CPU devices). Two such devices are peers (`shares_memory`):
+    a kernel of one may read the other's buffers in place, so the scheduler turns a copy between them that a kernel
+    reads into that read. Any other pair of devices moves data by copies only, and a kernel given another device's
+    buffer is an error."""
+    host_shared: bool = False
 
     def __init__(self, device: str, allocator: Allocator, compiler: Compiler | None = None,
                  runtime: Callable[[str, bytes], Any] | None = None):
@@ -547,6 +554,15 @@ class Compiled:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.device}>"
+
+
+def shares_memory(a: str, b: str) -> bool:
+    """Whether a kernel on device `a` may read the buffers of device `b` in place: the same device, or two
+    host-shared ones (`Compiled.host_shared`)."""
+    if a == b:
+        return True
+    da, db = Device[a], Device[b]
+    return da is db or (da.host_shared and db.host_shared)
 
 
 # last: the registry's module imports Compiled from this one (`from tg_core.device import Device` keeps working)

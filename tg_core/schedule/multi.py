@@ -215,6 +215,8 @@ def _chunked(op: Ops, parts: Sequence[tuple[str, UOp]], ring: bool) -> list[UOp]
     chunks = [((lo, hi),) for lo, hi in split(numel, n)]
     live = [k for k, ((lo, hi),) in enumerate(chunks) if lo < hi]  # fewer elements than devices: some are empty
     reduced = reduce_scatter(op, flat, [chunks[k] for k in live], [devs[k] for k in live], ring)
+    if _host_shared(devs):
+        return _gathered_in_place(reduced, [chunks[k] for k in live], live, devs, ring, shape)
     got: list[list[tuple[UOp, Box]]] = [[] for _ in range(n)]
     for k, acc in zip(live, reduced):
         got[k].append((acc, chunks[k]))
@@ -224,6 +226,34 @@ def _chunked(op: Ops, parts: Sequence[tuple[str, UOp]], ring: bool) -> list[UOp]
             held = copy_to(held if ring else acc, devs[i])
             got[i].append((held, chunks[k]))
     return [_place_pieces(pieces, ((0, numel),)).reshape(shape) for pieces in got]
+
+
+def _host_shared(devs: Sequence[str]) -> bool:
+    """Whether every device's kernels may read every other's buffers in place (device.shares_memory)."""
+    from tg_core.device import shares_memory
+    return all(shares_memory(devs[0], d) for d in devs[1:])
+
+
+def _gathered_in_place(reduced: Sequence[UOp], chunks: Sequence[Box], owners: Sequence[int], devs: Sequence[str],
+                       ring: bool, shape: Shape) -> list[UOp]:
+    """The all-gather between devices that share memory: each device's result is one buffer written chunk by chunk
+    (AFTER its ASSIGNs), the owner's chunk by the reduction itself and every other chunk read in place from the
+    device that forwards it (the ring's previous device, or the owner), so no chunk is copied twice and nothing
+    is put together by padding. Each device still reads (n-1)/n of the data from others, as in the textbook."""
+    n = len(devs)
+    numel = prod(shape)
+    bufs = [UOp.new_buffer(d, numel, reduced[0].dtype) for d in devs]
+    writes: list[list[UOp]] = [[] for _ in range(n)]
+    for acc, box, k in zip(reduced, chunks, owners):
+        held = UOp(Ops.ASSIGN, acc.dtype, (bufs[k].shrink(box), acc))
+        writes[k].append(held)
+        owner = held
+        for j in range(1, n):
+            i = (k + j) % n
+            src = held if ring else owner  # the chunk where it was written, read through the buffer that holds it
+            held = UOp(Ops.ASSIGN, acc.dtype, (bufs[i].shrink(box), copy_to(src, devs[i])))
+            writes[i].append(held)
+    return [UOp(Ops.AFTER, b.dtype, (b.reshape(shape), *w)) for b, w in zip(bufs, writes)]
 
 
 def reduce_scatter(op: Ops, parts: Sequence[tuple[str, UOp]], boxes: Sequence[Box], owners: Sequence[str],

@@ -23,6 +23,13 @@ Realizing it returns the buffer; reading it afterwards reads through `dest`. The
 schedule are simultaneous (each value is what it was before any of them): every other target is realized
 first, then every value that reads a buffer written in this schedule (other than its own destination at
 the very index it stores to) is realized into a temporary, and only then do the writes run.
+
+AFTER(x, *writes) is `x` once the ASSIGNs `writes` have run (schedule/multi.py builds each device's allreduce
+result as its buffer written chunk by chunk this way); they are realized before anything reads `x` through it.
+
+Between devices that share memory (`device.shares_memory`: CPU devices), a COPY that a kernel reads is that read
+done in place: a view of storage is read where it is, and a computed value is realized once on its own device and
+loaded from there. A COPY realized as such (a target, `.to()`) stays a copy into a buffer of the destination's.
 """
 from __future__ import annotations
 
@@ -151,7 +158,7 @@ class Kernel:
 
     def param(self, buf: UOp) -> UOp:
         if buf not in self.params:
-            if self.params and buf.src[1].arg != self.params[0].src[1].arg:
+            if self.params and not _shares_memory(self.params[0].src[1].arg, buf.src[1].arg):
                 # a device's kernel cannot address another device's memory (the Tensor API copies with .to())
                 raise ValueError(f"kernel {self.name} runs on {self.params[0].src[1].arg} but would read a buffer of "
                                  f"{buf.arg} x {buf.dtype!r} on {buf.src[1].arg}; move that tensor with "
@@ -196,6 +203,9 @@ class Scheduler:
             return (yield self._realize_assign(u))
         if u.op is Ops.CALL and u.src[0].op is Ops.SINK:
             return self._realize_custom(u)
+        if u.op is Ops.AFTER:
+            yield self._realize_effects(u)
+            return (yield self._realize(u.src[0], device))
         if u.op is Ops.COPY:
             src = yield self._realize(u.src[0])
             out = UOp.new_buffer(u.src[1].arg, src.arg, src.dtype)
@@ -222,6 +232,13 @@ class Scheduler:
         self._emit(ast, k)
         self.realized[u] = out
         return out
+
+    def _realize_effects(self, u: UOp) -> Call[None]:
+        """Run the writes an AFTER orders its value after."""
+        for e in u.src[1:]:
+            if e.op is not Ops.ASSIGN:
+                raise ValueError(f"a tensor-level AFTER orders its value after ASSIGNs, not {e.op}")
+            yield self._realize(e)
 
     def _emit(self, ast: UOp, k: Kernel) -> None:
         """Add a finished kernel: its index math simplified and, with CHECK_OOB=1, every access proven in bounds."""
@@ -299,6 +316,8 @@ class Scheduler:
             # the written buffer, read through the destination view
             yield self._realize(u)
             return (yield self._lower(k, u.src[0], idxs, valid, reducing))
+        if op is Ops.COPY and u not in self.realized and _peer(k.params[0].src[1].arg, u.src[0].device):
+            return (yield self._read_in_place(k, u.src[0], idxs, valid, reducing))
         if u in self.realized or op in (Ops.CONTIGUOUS, Ops.COPY) or \
                 (op in GroupOp.Elementwise and reducing and self._worth_realizing(u, idxs, reducing)):
             return (yield self._load_realized(k, u, idxs, valid, reducing))
@@ -310,7 +329,10 @@ class Scheduler:
             return u
         if op is Ops.BIND:
             return u.src[0]
-        if op in (Ops.DETACH, Ops.AFTER):
+        if op is Ops.AFTER:
+            yield self._realize_effects(u)
+            return (yield self._lower(k, u.src[0], idxs, valid, reducing))
+        if op is Ops.DETACH:
             return (yield self._lower(k, u.src[0], idxs, valid, reducing))
         if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
             srcs = []
@@ -345,6 +367,15 @@ class Scheduler:
         if op is Ops.REDUCE_AXIS:
             return (yield self._lower_reduce(k, u, idxs, valid, reducing))
         raise NotImplementedError(unsupported)
+
+    def _read_in_place(self, k: Kernel, src: UOp, idxs, valid, reducing) -> Call[UOp]:
+        """The source of a COPY between devices sharing memory, read by this kernel where it is: a view of storage
+        through its view ops; anything else realized once on its own device (the work stays where it was put, and
+        every reader shares that one result) and loaded from there."""
+        if _over_storage(src):
+            return (yield self._lower(k, src, idxs, valid, reducing))
+        buf = yield self._realize(src)
+        return (yield self._lower(k, buf, (flat_index(idxs, src.tensor_shape),), valid, reducing))
 
     def _load_realized(self, k: Kernel, u: UOp, idxs, valid, reducing) -> Call[UOp]:
         """`u` realized into its own buffer (scheduled now if it is not yet), loaded at `idxs`. A value that
@@ -528,6 +559,27 @@ def _buffer_view(u: UOp) -> UOp | None:
     if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
         return u.src[0]
     return None
+
+
+def _shares_memory(kernel_device: str, device: str | None) -> bool:
+    """Whether a kernel on `kernel_device` may read a buffer of `device` in place (device.shares_memory)."""
+    if device is None or device == kernel_device:
+        return device is not None
+    from tg_core.device import shares_memory  # the scheduler needs no device otherwise
+    return shares_memory(kernel_device, device)
+
+
+def _peer(kernel_device: str, device: str | None) -> bool:
+    """Whether `device` is another device whose buffers a kernel on `kernel_device` reads in place (a COPY within
+    one device stays a copy: it is a snapshot of what the buffer holds)."""
+    return device is not None and device != kernel_device and _shares_memory(kernel_device, device)
+
+
+def _over_storage(u: UOp) -> bool:
+    """A chain of movement ops over storage (a BUFFER, or one written by ASSIGN/AFTER): reading it is loads."""
+    while u.op in GroupOp.Movement or u.op is Ops.DETACH:
+        u = u.src[0]
+    return u.op in (Ops.BUFFER, Ops.ASSIGN, Ops.AFTER)
 
 
 def _view_base(u: UOp) -> UOp:

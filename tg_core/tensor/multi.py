@@ -260,16 +260,44 @@ def all_gather(t: Tensor) -> Tensor:
 
 
 def bytes_sent(t: Tensor) -> dict[str, int]:
-    """The bytes each device sends (COPY items by source device) in the schedule that would realize `t` now;
-    nothing runs. The benchmark compares these with the textbook figures of each collective."""
+    """The bytes each device sends in the schedule that would realize `t` now, by source device: its buffers
+    copied by COPY items, and the parts of them that kernels of other devices read in place (devices sharing
+    memory, device.shares_memory); nothing runs. The benchmark compares these with the textbook figures."""
     from tg_core.engine.realize import build
     items = build([t.uop], [t.device])[0]
     out: dict[str, int] = {}
+
+    def add(buf: UOp, nbytes: int) -> None:
+        dev = Device.canonicalize(buf.src[1].arg)
+        out[dev] = out.get(dev, 0) + nbytes
     for ast, nodes in items:
         if ast.op is Ops.COPY:
-            src = nodes[1]
-            dev = Device.canonicalize(src.src[1].arg)
-            out[dev] = out.get(dev, 0) + src.arg * src.dtype.itemsize
+            add(nodes[1], nodes[1].arg * nodes[1].dtype.itemsize)
+            continue
+        for i, elements in peer_reads(ast, nodes).items():
+            add(nodes[i], elements * nodes[i].dtype.itemsize)
+    return out
+
+
+def peer_reads(ast: UOp, nodes: Sequence[UOp]) -> dict[int, int]:
+    """The elements a kernel reads in place from each buffer of another device than its output's (by PARAM index):
+    the union of the index ranges (vmin..vmax) of its loads of that buffer, an upper bound exact for a chunk."""
+    here = Device.canonicalize(nodes[0].src[1].arg)
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for n in ast.toposort():
+        if n.op is Ops.INDEX and n.src[0].op is Ops.PARAM:
+            i = n.src[0].arg
+            if Device.canonicalize(nodes[i].src[1].arg) != here:
+                lo, hi = max(int(n.src[1].vmin), 0), min(int(n.src[1].vmax), nodes[i].arg - 1)
+                spans.setdefault(i, []).append((lo, hi))
+    out = {}
+    for i, parts in spans.items():
+        total, end = 0, -1
+        for lo, hi in sorted(parts):
+            if hi > end:
+                total += hi - max(lo, end + 1) + 1
+                end = hi
+        out[i] = total
     return out
 
 

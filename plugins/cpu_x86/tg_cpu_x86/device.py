@@ -185,7 +185,11 @@ class CPURunner:
 
 class CPUDevice(Compiled):
     """The host CPU. Options: `threads` (0: every core this process may use) and `thread_min_work` (the
-    work estimate below which a kernel runs on one core)."""
+    work estimate below which a kernel runs on one core).
+
+    Every CPU device (CPU:0..CPU:n-1) is this process's memory and runs its kernels to completion before the runner
+    returns, so they are host-shared peers: a kernel of one reads another's buffers in place."""
+    host_shared = True
 
     def __init__(self, device: str, options: Mapping[str, Any]):
         super().__init__(device, CPUAllocator())
