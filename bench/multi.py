@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def allreduce_timing(numel: int, repeat: int) -> dict:
     a, b = rng.standard_normal(numel).astype(np.float32), rng.standard_normal(numel).astype(np.float32)
     c = np.empty_like(a)
     parts = Tensor(np.stack([a, b])).shard(["CPU:0", "CPU:1"], axis=0).realize()
-    runs = {}
+    runs: dict[str, Callable[[], object]] = {}
     for algo, ctx in ALGOS.items():
         with Context(**ctx):
             jit = TinyJit(lambda p: multi.allreduce(p, "sum"))
