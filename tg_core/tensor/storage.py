@@ -74,8 +74,24 @@ def storage_of(u: UOp) -> UOp | None:
 
 def buffers_in(root: UOp) -> list[UOp]:
     """The BUFFER nodes in a graph (one pass that stops at buffers: this runs on every realize)."""
+    return list(_walk(root)[0])
+
+
+# root -> (its BUFFER nodes, the realize points below it): what every realize asks of its targets, remembered
+# for the roots asked about (a loop realizing the same hash-consed graph walks it once). The values hold only
+# nodes of the key's graph, never the key itself, so an entry goes with its graph.
+_WALKS: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], frozenset[UOp]]] = weakref.WeakKeyDictionary()
+
+
+def _walk(root: UOp) -> tuple[tuple[UOp, ...], frozenset[UOp]]:
+    """The BUFFER nodes of a graph (in the order of a depth-first walk that stops at buffers) and its realize
+    points other than the root (CONTIGUOUS, and ASSIGN: a clone's write into its own storage)."""
+    got = _WALKS.get(root)
+    if got is not None:
+        return got
     seen: set[UOp] = set()
-    out: list[UOp] = []
+    bufs: list[UOp] = []
+    points: set[UOp] = set()
     stack = [root]
     while stack:
         n = stack.pop()
@@ -83,10 +99,16 @@ def buffers_in(root: UOp) -> list[UOp]:
             continue
         seen.add(n)
         if n.op is Ops.BUFFER:
-            out.append(n)
-        else:
-            stack.extend(n.src)
-    return out
+            bufs.append(n)
+            continue
+        if n.op is Ops.CONTIGUOUS or n.op is Ops.ASSIGN:
+            points.add(n)
+        stack.extend(n.src)
+    points.discard(root)
+    got = (tuple(bufs), frozenset(points) if points else _NONE)
+    if root.op is not Ops.BUFFER:  # (a BUFFER's own entry would hold its key)
+        _WALKS[root] = got
+    return got
 
 
 _READS: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
@@ -186,7 +208,7 @@ def note_origin(buf: UOp, graph: UOp) -> None:
         # its buffer holds the value of one binding of its variables only, so gradients stop there
         _origins.pop(buf, None)
         return
-    reads = {n: _versions.get(n, 0) for n in buffers_in(graph)}
+    reads = {n: _versions.get(n, 0) for n in _walk(graph)[0]}
     if buf not in reads:  # a graph that reads buf's old contents cannot stand for its new ones
         _origins[buf] = (graph, reads)
 
@@ -276,16 +298,9 @@ def kept_intermediates(todo: Sequence[Tensor]) -> list[Tensor]:
     realized with `todo` they keep that buffer instead of running their kernel again when read. One tensor
     per node (equal graphs are one node, and giving two tensors one buffer would make them share storage)."""
     points: set[UOp] = set()
-    seen: set[UOp] = set()
-    stack = [t.uop for t in todo]
-    while stack:
-        n = stack.pop()
-        if n in seen or n.op is Ops.BUFFER:
-            continue
-        seen.add(n)
-        if n.op is Ops.CONTIGUOUS or n.op is Ops.ASSIGN:
-            points.add(n)
-        stack.extend(n.src)
+    for t in todo:
+        if t.uop.op is not Ops.BUFFER:
+            points.update(_walk(t.uop)[1])
     if not points:  # the common case: no live tensor scan
         return []
     points.difference_update(t.uop for t in todo)
