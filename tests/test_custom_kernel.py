@@ -75,8 +75,7 @@ def abs_max_in_register(rows: int, cols: int):
     return fxn
 
 
-# not PYTHON: its interpreter runs kernel ASTs on whole arrays (a REDUCE at once) and has no registers
-@pytest.mark.parametrize("device", ["CPU", "AMD"])
+@pytest.mark.parametrize("device", DEVICES)
 def test_register_accumulator_matches_numpy(device):
     x = np.random.default_rng(4).standard_normal((6, 19)).astype(np.float32)
     out = Tensor.zeros(6, device=device).contiguous()

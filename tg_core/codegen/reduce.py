@@ -61,7 +61,10 @@ def lower_reduce(ast: UOp) -> UOp:
     One sources-first walk instead of a graph_rewrite (a REDUCE is the only node that changes, and what it
     becomes needs no further rewriting). The walk visits sources last to first, as graph_rewrite does, so
     the accumulators are numbered as they were when this was a rewrite."""
-    count = itertools.count()
+    # numbered after the kernel's own registers (a custom kernel's DEFINE_REG 0 and an accumulator numbered 0
+    # would be one hash-consed node, one register)
+    count = itertools.count(1 + max((u.arg for u in ast.toposort() if u.op is Ops.DEFINE_REG and isinstance(u.arg, int)),
+                                    default=-1))
     new: dict[UOp, UOp] = {}
     stack: list = [ast]  # a node, then (node,) again once its sources are lowered
     while stack:

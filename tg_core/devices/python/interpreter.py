@@ -6,6 +6,14 @@ call for the whole kernel and a REDUCE is one numpy reduction over its ranges' a
 those of `uop/alu.py` (truncating division, wrapping ints). Large kernels run in chunks of their first
 output range so that no intermediate grows past a few million elements.
 
+Hand-written kernels (custom kernels) also use per-thread registers (DEFINE_REG), workgroup memory (DEFINE_LOCAL)
+and BARRIERs. A DEFINE_* buffer is one copy per thread: an array with an axis for each range computed at once
+(none for a LOCAL range in the case of LDS, which the work-items of a workgroup share), so a store of a value
+broadcasting over some ranges writes every copy. Computing a whole range at once already orders a BARRIER: every
+lane's stores before it are done before any lane's loads after it. A REDUCE range whose END holds a store into a
+register or LDS (an accumulator updated in a loop, a tile staged per iteration) is not computed at once but
+iterated, its body run once per value (`_Plan.loops`), since each iteration reads what the previous one stored.
+
 This is the PYTHON device's runtime (device.py beside it) and the oracle the other backends are tested against.
 """
 from __future__ import annotations
@@ -107,6 +115,9 @@ class _Plan:
         self.variables = [u for u in self.order if u.op is Ops.DEFINE_VAR]
         self.sizes = {r: r.src[0].arg for r in self.ranges if r.src[0].op is Ops.CONST} \
             if all(r.src[0].op is Ops.CONST for r in self.ranges) else None
+        self.loops = _sequential_loops(self.order)
+        inside = {n for body in self.loops.values() for n in body[1]}
+        self.top = [u for u in self.order if u not in inside]
         self.proven: dict[UOp, int] = {}
         for u in self.order:
             if u.op is Ops.INDEX and len(u.src) == 2 and u.src[1].vmin >= 0:
@@ -117,6 +128,50 @@ class _Plan:
                 _np_dtype(u.dtype)
                 if u.op is Ops.CAST:
                     _np_dtype(u.src[0].dtype)
+
+
+def _memory(u: UOp) -> UOp | None:
+    """The DEFINE_REG or DEFINE_LOCAL an INDEX's buffer is (through AFTERs), or None for a kernel argument."""
+    base = u.src[0]
+    while base.op is Ops.AFTER:
+        base = base.src[0]
+    return base if base.op in (Ops.DEFINE_REG, Ops.DEFINE_LOCAL) else None
+
+
+def _sequential_loops(order: list[UOp]) -> dict[UOp, tuple[list[UOp], list[UOp]]]:
+    """END -> (its REDUCE ranges to iterate, the nodes to run once per iteration in order) for every END whose body
+    stores into a register or LDS. A body excludes the nodes of loops nested in it (they run in their own)."""
+    loops: dict[UOp, tuple[list[UOp], list[UOp]]] = {}
+    for e in order:
+        if e.op is not Ops.END:
+            continue
+        rngs = [r for r in e.src[1:] if r.op is Ops.RANGE and r.arg[1].name == "REDUCE"]
+        if not rngs:
+            continue
+        inner = e.src[0].toposort()
+        if not any(n.op is Ops.STORE and n.src[0].op is Ops.INDEX and _memory(n.src[0]) is not None for n in inner):
+            continue
+        body = [n for n in inner if n.op is not Ops.RANGE and any(r in n.ranges for r in rngs)]
+        loops[e] = (rngs, body)
+    for e, (rngs, body) in loops.items():  # a nested loop's nodes run inside it, not in every enclosing body
+        nested = {n for e2 in body if e2 in loops for n in loops[e2][1]}
+        loops[e] = (rngs, [n for n in body if n not in nested])
+    return loops
+
+
+class _Memory:
+    """A register array or an LDS buffer: `size` elements per copy, one copy per combination of the ranges in
+    `shape` (1 on an axis the copies are shared over)."""
+
+    def __init__(self, size: int, dtype: np.dtype, shape: list[int]):
+        self.size = size
+        self.arr = np.zeros([size, *shape], dtype)
+        self.grid = [np.arange(n).reshape([n if a == i else 1 for a in range(len(shape))]) if n > 1 else 0
+                     for i, n in enumerate(shape)]
+
+    def where(self, idx: np.ndarray, *more: Any) -> tuple[np.ndarray, ...]:
+        """The element index and every copy axis, broadcast together with `more` (the value, the gate)."""
+        return tuple(np.broadcast_arrays(np.asarray(idx), *self.grid, *(np.asarray(m) for m in more)))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -132,14 +187,15 @@ class _Run:
 
     def run(self) -> None:
         first = self.plan.first
-        if first is None:
-            self._execute(None, 0, 0)
-            return
         if self.plan.sizes is not None:
             sizes = self.plan.sizes
         else:
             env = {u: self.var_vals[u.arg[0]] for u in self.plan.variables}
             sizes = {r: int(r.src[0].evaluate(env)) for r in self.ranges}
+        self.sizes = sizes
+        if first is None:
+            self._execute(None, 0, 0)
+            return
         total = math.prod(max(n, 1) for n in sizes.values())
         n = sizes[first]
         chunk = max(1, min(n, n * CHUNK_ELEMENTS // max(total, 1)))
@@ -149,10 +205,39 @@ class _Run:
     def _execute(self, chunked: UOp | None, start: int, end: int) -> None:
         # a node's value: an array; an INDEX's is the tuple (buffer, indices[, gate]) its LOAD/STORE unpacks
         vals: dict[UOp, Any] = {}  # (Any: the two kinds of value do not share operations)
+        self._chunk = (chunked, start, end)
+        self._nodes(self.plan.top, vals)
+
+    def _loop(self, e: UOp, vals: dict[UOp, Any]) -> None:
+        """A sequential END: its body run once per value of its REDUCE ranges (the first outermost)."""
+        rngs, body = self.plan.loops[e]
         nd = len(self.ranges)
-        for u in self.order:
+        sizes = [int(vals[r.src[0]]) for r in rngs]
+        for point in np.ndindex(*sizes):
+            for r, v in zip(rngs, point):
+                vals[r] = np.full([1] * nd, v, dtype=np.int64)
+            self._nodes(body, vals)
+
+    def _define(self, u: UOp, vals: dict[UOp, Any]) -> _Memory:
+        # a copy per thread: every range computed at once gets an axis (its current length), except that LDS is
+        # shared by a workgroup's LOCAL ranges and iterated ranges are one value at a time
+        seq = {r for rngs, _ in self.plan.loops.values() for r in rngs}
+        chunked, start, end = self._chunk
+        shape = [1] * len(self.ranges)
+        for r, a in self.axis.items():
+            if r in seq or (u.op is Ops.DEFINE_LOCAL and r.arg[1].name == "LOCAL"):
+                continue
+            shape[a] = max(end - start if r is chunked else self.sizes[r], 1)
+        return _Memory(u.ptrdtype.size, _np_dtype(u.dtype.base), shape)
+
+    def _nodes(self, nodes: list[UOp], vals: dict[UOp, Any]) -> None:
+        chunked, start, end = self._chunk
+        nd = len(self.ranges)
+        for u in nodes:
             op = u.op
-            if op is Ops.RANGE:
+            if op is Ops.END and u in self.plan.loops:
+                self._loop(u, vals)
+            elif op is Ops.RANGE:
                 n = int(vals[u.src[0]])
                 ar = np.arange(start, end) if u is chunked else np.arange(n)
                 shape = [1] * nd
@@ -183,12 +268,21 @@ class _Run:
                 with np.errstate(all="ignore"):
                     r = _ALU[op](*(vals[s] for s in u.src))
                 vals[u] = np.asarray(r).astype(_np_dtype(u.dtype), copy=False)
-            elif op in (Ops.END, Ops.SINK, Ops.NOOP, Ops.GROUP):
+            elif op in (Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
+                vals[u] = self._define(u, vals)
+            elif op is Ops.AFTER:
+                vals[u] = vals[u.src[0]]
+            elif op in (Ops.END, Ops.SINK, Ops.NOOP, Ops.GROUP, Ops.BARRIER):
                 pass
             else:
                 raise NotImplementedError(f"the reference interpreter cannot run {op} (in kernel {self.ast.arg})")
 
-    def _load(self, buf: np.ndarray, idx: np.ndarray, valid: np.ndarray | None, u: UOp):
+    def _load(self, buf: np.ndarray | _Memory, idx: np.ndarray, valid: np.ndarray | None, u: UOp):
+        if isinstance(buf, _Memory):
+            where = buf.where(idx if valid is None else np.where(valid, idx, 0))
+            self._check_bounds(buf.size, where[0], None, u)
+            out = buf.arr[where]
+            return out if valid is None else np.where(valid, out, np.zeros((), out.dtype))
         if valid is None:
             if self.plan.proven.get(u.src[0], math.inf) > buf.size:
                 self._check_bounds(buf, idx, None, u)
@@ -197,22 +291,30 @@ class _Run:
         self._check_bounds(buf, safe, valid, u)
         return np.where(valid, buf[safe], np.zeros((), buf.dtype))
 
-    def _store(self, buf: np.ndarray, idx: np.ndarray, *rest) -> None:
+    def _store(self, buf: np.ndarray | _Memory, idx: np.ndarray, *rest) -> None:
         value, u = rest[-2], rest[-1]
         valid = rest[0] if len(rest) == 3 else None
-        idx_b, val_b = np.broadcast_arrays(idx, value)
-        if valid is not None:
-            keep = np.broadcast_to(valid, idx_b.shape)
+        if isinstance(buf, _Memory):
+            *where, val_b, keep = buf.where(idx, value, True if valid is None else valid)
+            where, val_b = [w[keep] for w in where], val_b[keep]
+            self._check_bounds(buf.size, where[0], None, u)
+            buf.arr[tuple(where)] = val_b
+            return
+        if valid is None:
+            idx_b, val_b = np.broadcast_arrays(idx, value)
+        else:  # the gate may vary over ranges the index and value do not (one lane of a workgroup stores)
+            idx_b, val_b, keep = np.broadcast_arrays(idx, value, valid)
             idx_b, val_b = idx_b[keep], val_b[keep]
         if valid is not None or self.plan.proven.get(u.src[0], math.inf) > buf.size:
             self._check_bounds(buf, idx_b, None, u)
         buf[idx_b.ravel()] = val_b.ravel()
 
-    def _check_bounds(self, buf: np.ndarray, idx: np.ndarray, valid, u: UOp | None) -> None:
-        if np.size(idx) and (np.min(idx) < 0 or np.max(idx) >= buf.size):
+    def _check_bounds(self, buf: np.ndarray | int, idx: np.ndarray, valid, u: UOp | None) -> None:
+        size = buf if isinstance(buf, int) else buf.size
+        if np.size(idx) and (np.min(idx) < 0 or np.max(idx) >= size):
             bad = int(np.min(idx)) if np.min(idx) < 0 else int(np.max(idx))
             raise IndexError(f"kernel {self.ast.arg.name if self.ast.arg else ''}: index {bad} out of bounds for a "
-                             f"buffer of {buf.size} elements ({u.src[0].src[1].render()[:120] if u is not None else ''})")
+                             f"buffer of {size} elements ({u.src[0].src[1].render()[:120] if u is not None else ''})")
 
     def _reduce(self, u: UOp, vals: dict[UOp, np.ndarray]) -> np.ndarray:
         value = vals[u.src[0]]
