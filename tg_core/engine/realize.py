@@ -158,12 +158,20 @@ def _prepare(targets: list[UOp], devices: Sequence[str | None] | None) -> Callab
                 from tg_core.engine.jit import JitError
                 raise JitError(f"TinyJit({capture.active}): variable {name} is bound to {capture.var_vals[name]} "
                                f"and to {val} in one call; a replay gives each variable one value")
-    return lambda: _run(items, runners, out, var_vals)
+    plan = [(ast, nodes, runner, _kind(ast, nodes)) for (ast, nodes), runner in zip(items, runners)]
+    return lambda: _run(plan, out, var_vals)
 
 
-def _enqueueable(ast: UOp, bufs: list[Buffer]) -> bool:
+# how `_run` runs an item, decided once when it is prepared (the devices of its buffers do not change)
+_KERNEL, _COPY, _QUEUED = 0, 1, 2
+
+
+def _kind(ast: UOp, nodes: list[UOp]) -> int:
     """hcq: an exec item whose buffers are all on command-queue devices (tg_core/hcq) joins a batch."""
-    return all(getattr(Device[b.device], "hcq", False) for b in (bufs if ast.op is Ops.COPY else bufs[:1]))
+    copy = ast.op is Ops.COPY
+    if all(getattr(Device[Device.canonicalize(n.src[1].arg)], "hcq", False) for n in (nodes if copy else nodes[:1])):
+        return _QUEUED
+    return _COPY if copy else _KERNEL
 
 
 def _flush(pending: list[tuple[Callable, list[Buffer], UOp]], var_vals: dict[str, int]) -> None:
@@ -182,27 +190,30 @@ def _flush(pending: list[tuple[Callable, list[Buffer], UOp]], var_vals: dict[str
     pending.clear()
 
 
-def _run(items: list[tuple[UOp, list[UOp]]], runners: list[Callable | None], out: dict[UOp, UOp],
+def _run(plan: list[tuple[UOp, list[UOp], Callable | None, int]], out: dict[UOp, UOp],
          var_vals: dict[str, int]) -> dict[UOp, UOp]:
     pending: list[tuple[Callable, list[Buffer], UOp]] = []  # hcq: the batch being collected
-    for (ast, nodes), runner in zip(items, runners):
+    recording = capture.active is not None
+    for ast, nodes, runner, kind in plan:
         bufs = [buffer_of(n) for n in nodes]
-        if _enqueueable(ast, bufs):
+        if kind == _QUEUED:
             pending.append((copy_runner if runner is None else runner, bufs, ast))
             continue
-        _flush(pending, var_vals)
-        if ast.op is Ops.COPY:
+        if pending:
+            _flush(pending, var_vals)
+        if kind == _COPY:
             if profiling.on:
                 profile_events.timed_copy(copy_runner, bufs, var_vals)
             else:
                 copy_runner(bufs, var_vals)
             stats["copies"] += 1
-            if capture.active is not None:
+            if recording:
                 capture.items.append((copy_runner, bufs, ast))
             continue
         for b in bufs:
-            b.ensure_allocated()
-        if DEBUG >= 1:
+            if not b.is_allocated():
+                b.allocate()
+        if DEBUG.value >= 1:
             print(f"tg: {bufs[0].device} kernel {ast.arg.name}: {', '.join(f'{b.size}x{b.dtype.name}' for b in bufs)}",
                   file=sys.stderr)
             if DEBUG >= 2:
@@ -213,7 +224,8 @@ def _run(items: list[tuple[UOp, list[UOp]]], runners: list[Callable | None], out
         else:
             runner(bufs, var_vals)
         stats["kernels"] += 1
-        if capture.active is not None:
+        if recording:
             capture.items.append((runner, bufs, ast))
-    _flush(pending, var_vals)
+    if pending:
+        _flush(pending, var_vals)
     return out
