@@ -186,7 +186,7 @@ BAD = [
     ("after-nothing", lambda: UOp(Ops.AFTER, local().dtype, (local(),)), "at least one void effect or RANGE"),
     ("after-value-effect", lambda: UOp(Ops.AFTER, local().dtype, (local(), ci())), "void effect or RANGE"),
     ("if-int-cond", lambda: UOp(Ops.IF, void, (ci(),)), "a scalar bool condition"),
-    ("custom-no-format", lambda: UOp(Ops.CUSTOM, i32), "a format string arg"),
+    ("custom-no-name", lambda: UOp(Ops.CUSTOM, i32), "name as arg (renderers that know it"),
 ]
 
 

@@ -6,12 +6,13 @@ which opts and extra rules it wants) and turns a `Program` into text.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tg_core.codegen.opts import Opt
-from tg_core.codegen.pipeline import linearize_kernel
+from tg_core.codegen.pipeline import kernel_name, linearize_kernel
 from tg_core.codegen.program import Program
 from tg_core.dtype import DType, PtrDType, dtypes
+from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.uop import UOp
 
@@ -34,8 +35,17 @@ class Renderer:
         """The optimizations this renderer asks for on `ast` (none by default)."""
         return ()
 
+    # the device intrinsics (CUSTOM nodes, by name) this renderer renders; LLVMRenderer maps each to its function
+    intrinsics: Mapping[str, object] = {}
+
     def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> Program:
-        """`ast` linearized for this renderer, with `opts` (default: the renderer's own choice)."""
+        """`ast` linearized for this renderer, with `opts` (default: the renderer's own choice). A CUSTOM intrinsic
+        it does not know is a NotImplementedError before any pass runs."""
+        for u in ast.toposort():
+            if u.op is Ops.CUSTOM and u.arg not in self.intrinsics:
+                known = ", ".join(sorted(self.intrinsics)) or "none"
+                raise NotImplementedError(f"the {self.name} renderer for {self.device or 'this device'} has no "
+                                          f"intrinsic {u.arg!r} (in kernel {kernel_name(ast)}); it knows: {known}")
         chosen = self.opts_for(ast) if opts is None else opts
         return linearize_kernel(ast, self.lower_reduce, chosen, self.extra_matcher)
 

@@ -10,6 +10,10 @@ shifts arrive with amounts inside the width (core's pipeline, codegen/shifts.py)
 never make poison; a float -> int conversion converts 0 instead of a value the int cannot hold (NaN, inf,
 out of range), so the result is alu.py's 0 rather than poison.
 
+Vector values exist only where a hand-written kernel makes them: a LOAD of `base.vec(n)` from a scalar INDEX reads
+n consecutive elements, VECTORIZE packs scalars, GEP takes lanes, and intrinsics take and give them (AMD's WMMA).
+A LOAD whose arg is "nontemporal" carries `!nontemporal` (streamed data that should not stay in the caches).
+
 Values are kept in their LLVM type (bool is i1) except in memory, where a bool is a byte. bfloat16 is
 carried as its 16 raw bits (i16): every op on it runs in float32, and float32 -> bfloat16 rounds to
 nearest even in integer code, so no target needs bfloat16 instructions or a runtime library.
@@ -19,6 +23,9 @@ Extending it for a target (the public API plugins build on; tg-amd and tg-cpu-x8
   space), `calling_convention`, `target_triple`, `data_layout`, `function_attributes` (or override
   `attributes(program)` when they depend on the kernel), `float_flags`/`reduce_flags` (fast-math flags),
   `special_intrinsics` (SPECIAL name -> the i32 intrinsic reading it, e.g. a GPU's workgroup id).
+- `LLVMRenderer.intrinsics` maps a device intrinsic's name (the arg of a CUSTOM uop a hand-written kernel uses,
+  e.g. AMD's "sudot4") to a function `(fn, u) -> result name` that renders it; a CUSTOM the table lacks is a
+  NotImplementedError naming it and the ones the renderer knows.
 - `LLVMRenderer.function_class` is the `LLVMFunction` subclass that renders one program. Its `handlers`
   table maps an op to the name of the method rendering it, so a subclass adds ops the shared renderer does
   not know (a GPU's DEFINE_LOCAL and BARRIER) by extending the table, and replaces how an op is rendered by
@@ -34,10 +41,11 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable, Mapping
 
 from tg_core.codegen.program import Program, param_index
 from tg_core.dtype import AddrSpace, ConstType, DType, PtrDType, as_const, dtypes
-from tg_core.renderer import Renderer
+from tg_core.renderer import Renderer, UnsupportedDTypeError
 from tg_core.uop.alu import bitcast_const, float_to_int_range
 from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.uop import UOp
@@ -61,6 +69,11 @@ _INTRINSIC = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt", Ops.SIN: "si
 def ltype(dt: DType) -> str:
     """The LLVM type of a value of `dt`."""
     return _LTYPE[dt.scalar()]
+
+
+def vtype(dt: DType) -> str:
+    """The LLVM type of a value of `dt`, a vector `<n x T>` for a vector dtype."""
+    return ltype(dt) if dt.count == 1 else f"<{dt.count} x {ltype(dt)}>"
 
 
 def _memtype(dt: DType) -> str:
@@ -97,7 +110,8 @@ class LLVMFunction:
     # op -> the method rendering it (by name, so a subclass's override of the method is the one called)
     handlers: dict[Ops, str] = {Ops.SPECIAL: "special", Ops.DEFINE_REG: "define_reg", Ops.INDEX: "index",
                                 Ops.LOAD: "load", Ops.STORE: "store", Ops.RANGE: "range", Ops.END: "end",
-                                Ops.CAST: "cast_uop", Ops.BITCAST: "bitcast"}
+                                Ops.CAST: "cast_uop", Ops.BITCAST: "bitcast", Ops.VECTORIZE: "vectorize",
+                                Ops.GEP: "gep", Ops.CUSTOM: "intrinsic"}
 
     def __init__(self, renderer: LLVMRenderer, program: Program):
         self.r, self.prog = renderer, program
@@ -221,9 +235,31 @@ class LLVMFunction:
         self.names[u] = self.ins(f"getelementptr inbounds {_memtype(u.dtype.base)}, {self.ptr(buf.dtype)} "
                                  f"{self.names[buf]}, {it} {i}")
 
+    def nontemporal(self) -> str:
+        """The metadata node `!{i32 1}` that `!nontemporal` names, added to the module once."""
+        node = "!{i32 1}"
+        for line in self.metadata:
+            if line.endswith(f" = {node}"):
+                return line.split(" = ")[0]
+        name = f"!{len(self.metadata)}"
+        self.metadata.append(f"{name} = {node}")
+        return name
+
     def load(self, u: UOp) -> None:
         index, dt = u.src[0], u.dtype
-        v = self.ins(f"load {_memtype(dt)}, {self.ptr(index.dtype)} {self.names[index]}")
+        hint = f", !nontemporal {self.nontemporal()}" if u.arg == "nontemporal" else ""
+        if dt.count > 1:  # n consecutive elements from the index on, aligned as one element is
+            if dt.scalar() is dtypes.bool:
+                raise NotImplementedError(f"the {self.r.name} renderer has no vector loads of bool "
+                                          f"(in kernel {self.prog.name})")
+            vt = vtype(dt)
+            v = self.ins(f"load {vt}, {self.ptr(index.dtype)} {self.names[index]}, align {dt.scalar().itemsize}{hint}")
+            if index in self.gates:
+                alt = self.names[u.src[1]] if len(u.src) > 1 else "zeroinitializer"
+                v = self.ins(f"select i1 {self.gates[index]}, {vt} {v}, {vt} {alt}")
+            self.names[u] = v
+            return
+        v = self.ins(f"load {_memtype(dt)}, {self.ptr(index.dtype)} {self.names[index]}{hint}")
         if dt is dtypes.bool:
             v = self.ins(f"icmp ne i8 {v}, 0")
         if index in self.gates:
@@ -284,6 +320,33 @@ class LLVMFunction:
             md = f", !llvm.loop !{n}"
         self.stmt(f"br label %{loop}{md}")
         self.label(f"{loop}.exit")
+
+    # ---- vectors and intrinsics ----------------------------------------------------------------------------
+
+    def vectorize(self, u: UOp) -> None:
+        vt, et = vtype(u.dtype), ltype(u.dtype)
+        v = "poison"
+        for i, s in enumerate(u.src):
+            v = self.ins(f"insertelement {vt} {v}, {et} {self.names[s]}, i32 {i}")
+        self.names[u] = v
+
+    def gep(self, u: UOp) -> None:
+        src, lanes = u.src[0], u.arg
+        if len(lanes) == 1:
+            self.names[u] = self.ins(f"extractelement {vtype(src.dtype)} {self.names[src]}, i32 {lanes[0]}")
+            return
+        mask = ", ".join(f"i32 {i}" for i in lanes)
+        self.names[u] = self.ins(f"shufflevector {vtype(src.dtype)} {self.names[src]}, {vtype(src.dtype)} poison, "
+                                 f"<{len(lanes)} x i32> <{mask}>")
+
+    def intrinsic(self, u: UOp) -> None:
+        """A device intrinsic (CUSTOM, arg its name) from the renderer's `intrinsics` table."""
+        fn = self.r.intrinsics.get(u.arg)
+        if fn is None:
+            known = ", ".join(sorted(self.r.intrinsics)) or "none"
+            raise NotImplementedError(f"the {self.r.name} renderer for {self.r.device or 'this device'} has no intrinsic "
+                                      f"{u.arg!r} (in kernel {self.prog.name}); it knows: {known}")
+        self.names[u] = fn(self, u)
 
     # ---- values ----------------------------------------------------------------------------------------
 
@@ -487,8 +550,18 @@ class LLVMRenderer(Renderer):
     reduce_flags: str = ""
     # SPECIAL name -> the intrinsic (no arguments, i32 result) that reads it, e.g. a GPU's workgroup id
     special_intrinsics: dict[str, str] = {}
+    # CUSTOM name -> the function rendering that device intrinsic: (LLVMFunction, uop) -> the result's name
+    intrinsics: Mapping[str, Callable[[LLVMFunction, UOp], str]] = {}
     # the class rendering one program: LLVMFunction, or a target's subclass of it
     function_class: type[LLVMFunction] = LLVMFunction
+
+    def check_dtypes(self, program: Program) -> None:
+        """As the base's, but vectors of supported scalars are fine (hand-written kernels' vector values)."""
+        for u in program.uops:
+            dt = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
+            if dt is not dtypes.void and dt.scalar() not in self.supported_dtypes:
+                raise UnsupportedDTypeError(f"the {self.name} renderer does not support {dt!r} "
+                                            f"(needed by {u.op.name} in kernel {program.name})")
 
     def render(self, program: Program) -> str:
         self.check_dtypes(program)

@@ -131,11 +131,15 @@ def _buffer_ptr(dt: DType, space: AddrSpace) -> bool:
 
 
 def _pointee_ok(value_dt: DType, index: UOp) -> bool:
-    """A LOAD/STORE moves the pointee dtype, or one pointee per lane of a vector index."""
+    """A LOAD/STORE moves the pointee dtype, or one pointee per lane of a vector index, or (a scalar index) that many
+    consecutive pointees from the index on (a contiguous vector access)."""
     if index.op is not Ops.INDEX or not isinstance(index.dtype, PtrDType):
         return False
     base = index.dtype.base
-    return value_dt == base or (base.count == 1 and value_dt.count > 1 and value_dt == base.vec(index.src[1].dtype.count))
+    if base.count != 1 or value_dt.count == 1:
+        return value_dt == base
+    lanes = index.src[1].dtype.count
+    return value_dt == base.vec(lanes) if lanes > 1 else value_dt.scalar() == base
 
 
 def _arity(u: UOp) -> int:
@@ -341,7 +345,8 @@ control_spec = Spec([
     (_lit(Ops.AFTER), _after, "AFTER: (value, effects...) with the value's dtype and at least one void effect or RANGE"),
     (_lit(Ops.IF), _if, "IF: void, a scalar bool condition first"),
     (_lit(Ops.NOOP), lambda x: True, "anything"),
-    (_lit(Ops.CUSTOM), lambda x: isinstance(x.arg, str), "CUSTOM: a format string arg"),
+    (_lit(Ops.CUSTOM), lambda x: isinstance(x.arg, str), "CUSTOM: a device intrinsic's name as arg (renderers "
+                                                         "that know it render it)"),
 ], "control_spec")
 
 program_spec = Spec(shared_spec.rules + memory_spec.rules + control_spec.rules, "program_spec")

@@ -43,6 +43,9 @@ def validate_index(sink: UOp) -> None:
     is not (with a counterexample). Buffers whose pointer dtype has no size (-1) are not checked."""
     prover: _Prover | None = None
     for u in sink.toposort():
+        if u.op is Ops.LOAD and u.dtype.count > 1 and u.src[0].op is Ops.INDEX and u.src[0].src[1].dtype.count == 1:
+            # a contiguous vector load reads its index's element and the count - 1 after it: its last must fit too
+            u = u.src[0].replace(src=(u.src[0].src[0], u.src[0].src[1] + (u.dtype.count - 1), *u.src[0].src[2:]))
         if u.op is not Ops.INDEX or _in_bounds_by_range(u):
             continue
         if prover is None:

@@ -142,6 +142,59 @@ class AMDFunction(LLVMFunction):
         return self.call("llvm.amdgcn.sin.f32", "float", [("float", self.ins(f"fmul float {y}, {inv}"))])
 
 
+def _operands(u: UOp, want: tuple[DType, ...], form: str) -> None:
+    got = tuple(s.dtype for s in u.src)
+    if got != want:
+        raise TypeError(f"intrinsic {u.arg} takes {form}: ({', '.join(map(repr, want))}), got ({', '.join(map(repr, got))})")
+
+
+def _sudot4(fn: LLVMFunction, u: UOp) -> str:
+    """acc + the dot of the four signed bytes of a and b (v_dot4_i32_iu8, both signed, no clamp): the seed's
+    __builtin_amdgcn_sudot4(true, a, true, b, acc, false)."""
+    _operands(u, (dtypes.int32,) * 3, "(a, b, acc): int32 words of four int8 each, and an int32 accumulator")
+    a, b, acc = (fn.names[x] for x in u.src)
+    fn.declare("declare i32 @llvm.amdgcn.sudot4(i1, i32, i1, i32, i32, i1)")
+    return fn.ins(f"call i32 @llvm.amdgcn.sudot4(i1 true, i32 {a}, i1 true, i32 {b}, i32 {acc}, i1 false)")
+
+
+_HALF16, _FLOAT8 = dtypes.float16.vec(16), dtypes.float32.vec(8)
+
+
+def _wmma_f16(fn: LLVMFunction, u: UOp) -> str:
+    """D = A x B + C for 16x16 f16 tiles, f32 accumulation (v_wmma_f32_16x16x16_f16), per lane l of a wave: A row
+    l % 16 and B column l % 16 (16 halves each; lanes 16..31 repeat 0..15), C/D element [2*i + l // 16][l % 16] in
+    lane i of the 8 floats."""
+    _operands(u, (_HALF16, _HALF16, _FLOAT8), "(a, b, c): half.vec(16), half.vec(16), float.vec(8)")
+    if u.dtype != _FLOAT8:
+        raise TypeError(f"intrinsic {u.arg} gives float.vec(8), not {u.dtype!r}")
+    a, b, c = (fn.names[x] for x in u.src)
+    name = "llvm.amdgcn.wmma.f32.16x16x16.f16"
+    fn.declare(f"declare <8 x float> @{name}(<16 x half>, <16 x half>, <8 x float>)")
+    return fn.ins(f"call <8 x float> @{name}(<16 x half> {a}, <16 x half> {b}, <8 x float> {c})")
+
+
+def _ds_swizzle(fn: LLVMFunction, u: UOp) -> str:
+    """Lane exchange within a wave by a constant pattern (ds_swizzle_b32: bitmask mode `and | or<<5 | xor<<10`, or
+    QDMode with bit 15): e.g. 0x041F exchanges lanes l and l ^ 1."""
+    if len(u.src) != 2 or u.src[0].dtype is not dtypes.int32 or u.src[1].op is not Ops.CONST or \
+            not 0 <= int(u.src[1].arg) < 1 << 16:
+        raise TypeError(f"intrinsic {u.arg} takes (value: int32, pattern: a constant 16-bit int), got "
+                        f"{[(x.op.name, x.dtype) for x in u.src]}")
+    fn.declare("declare i32 @llvm.amdgcn.ds.swizzle(i32, i32)")
+    return fn.ins(f"call i32 @llvm.amdgcn.ds.swizzle(i32 {fn.names[u.src[0]]}, i32 {int(u.src[1].arg)})")
+
+
+def _perm(fn: LLVMFunction, u: UOp) -> str:
+    """v_perm_b32: the bytes of the 64-bit value (a:b) each selector byte of sel picks (0..7; 12 gives 0x00, 13 0xFF)."""
+    _operands(u, (dtypes.int32,) * 3, "(a, b, sel): int32")
+    a, b, sel = (fn.names[x] for x in u.src)
+    fn.declare("declare i32 @llvm.amdgcn.perm(i32, i32, i32)")
+    return fn.ins(f"call i32 @llvm.amdgcn.perm(i32 {a}, i32 {b}, i32 {sel})")
+
+
+INTRINSICS = {"sudot4": _sudot4, "wmma_f32_16x16x16_f16": _wmma_f16, "ds_swizzle": _ds_swizzle, "perm": _perm}
+
+
 class AMDRenderer(LLVMRenderer):
     name = "LLVM"
     device = "AMD"
@@ -152,6 +205,7 @@ class AMDRenderer(LLVMRenderer):
     extra_matcher = _MATH + pm_int_pow
     arch = ARCH
     function_class = AMDFunction
+    intrinsics = INTRINSICS  # what a custom kernel's CUSTOM nodes may name on AMD
 
     def __init__(self) -> None:
         from tg_amd.compiler import data_layout  # llvmlite knows the target's layout

@@ -274,6 +274,9 @@ class _Run:
                 vals[u] = vals[u.src[0]]
             elif op in (Ops.END, Ops.SINK, Ops.NOOP, Ops.GROUP, Ops.BARRIER):
                 pass
+            elif op is Ops.CUSTOM:
+                raise NotImplementedError(f"the reference interpreter has no device intrinsic {u.arg!r} (in kernel "
+                                          f"{self.ast.arg}); intrinsics run on the devices whose renderers know them")
             else:
                 raise NotImplementedError(f"the reference interpreter cannot run {op} (in kernel {self.ast.arg})")
 
