@@ -54,6 +54,18 @@ def test_fewer_columns_than_lanes_tile_with_the_widest_vector_they_fill():
     assert cpu_opts(matmul(64, 3, 32), avx512) == []
 
 
+def test_masked_targets_tile_more_than_half_a_vector_with_one_vector():
+    """With masked partial vectors (X86's AVX-512), 9-15 columns are one 16-lane vector per row, with twice the
+    rows (one vector of accumulators each); 8 columns fill half a vector: the 8-lane tile (one vector too).
+    Without masks, the 10 columns are 8 lanes and 2 more (two vectors' worth of rows: 4)."""
+    masked = CPUTarget(vector_bytes=64, pack=False, masked=True)
+    assert cpu_opts(matmul(64, 10, 32), masked) == [Opt(OptOps.UPCAST, 1, 10), Opt(OptOps.UPCAST, 0, 8)]
+    assert cpu_opts(matmul(64, 8, 32), masked) == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 8)]
+    assert cpu_opts(matmul(64, 10, 32), CPUTarget(vector_bytes=64, pack=False))[1] == Opt(OptOps.UPCAST, 0, 4)
+    assert cpu_opts(matmul(64, 40, 32), masked)[:1] == cpu_opts(matmul(64, 40, 32), CPUTarget(vector_bytes=64,
+                                                                                               pack=False))[:1]
+
+
 @pytest.mark.parametrize("n,m,k", [(9, 10, 33), (8, 5, 16)])
 def test_narrow_tile_values_on_a_wide_target(n, m, k):
     x, y, out = randn(n, k), randn(k, m), np.zeros((n, m), np.float32)

@@ -121,9 +121,22 @@ def test_matmul_columns_past_whole_vectors_are_a_masked_vector():
 
 
 @needs_avx512
-def test_narrow_tiles_fall_back_to_ymm():
-    """A 10-column product: the heuristic has no 16-lane tile for it, the 8-lane (ymm) one packs 8 columns."""
-    a, b = f32(16, 64), f32(64, 10)
+@pytest.mark.parametrize("cols", [9, 10, 13, 15])
+def test_narrow_tiles_are_one_masked_zmm(cols):
+    """A product of 9-15 columns (an MLP's 10 classes): one zero-masked zmm of B's panel row per k and one
+    merge-masked zmm store per row, the rows' broadcasts read by their FMAs ({1to16}: one FMA each)."""
+    a, b = f32(16, 64), f32(64, cols)
+    got, kernels = run_tensor(Tensor(a) @ Tensor(b), own_opts=True, isa="avx512")
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    text = kernels[-1].asm_str()
+    assert re.search(r"vfmadd231ps zmm\d+, zmm\d+, dword ptr \[.*\]\{1to16\}", text), text
+    assert re.search(r"vmovups zmmword ptr \[.*\] \{k\d\}, zmm", text) and "ymm" not in text
+
+
+@needs_avx512
+def test_half_vector_tiles_stay_ymm():
+    """8 columns or fewer fill a ymm: that tile stays the 8-lane one (no half-empty masked zmm)."""
+    a, b = f32(16, 64), f32(64, 8)
     got, kernels = run_tensor(Tensor(a) @ Tensor(b), own_opts=True, isa="avx512")
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
     text = kernels[-1].asm_str()

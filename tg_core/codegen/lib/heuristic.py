@@ -48,6 +48,9 @@ class CPUTarget:
     auto_vectorize: bool = True     # the backend vectorizes contiguous loops itself (LLVM)
     pack: bool = True               # matmul B panels copied to contiguous scratch (needs DEFINE_REG arrays)
     quant_rows: int = 0             # rows of a quantized matmul's other operand sharing each decoded weight
+    # partial vectors are masked (AVX-512 opmasks): a tile of fewer columns than a vector's lanes, but more than
+    # half of them, is one masked vector per row rather than a narrower vector and scalar columns
+    masked: bool = False
 
 
 def _stride(index: UOp, r: UOp) -> int | None:
@@ -110,15 +113,20 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
     if j is not None:
         reduces = [u for u in ast.toposort() if u.op is Ops.REDUCE]
         # fewer columns than a vector's lanes (an MLP's 10 classes on AVX-512) tile with the widest vector they
-        # fill, as the X86 renderer does: 4 rows x 10 columns against no tile ran 5x faster on both renderers
+        # fill, as the X86 renderer does: 4 rows x 10 columns against no tile ran 5x faster on both renderers;
+        # with masks, one masked vector more than half full
+        def fills(n: int) -> bool:  # the columns fill a vector of n lanes (with a mask: more than half of it)
+            return _size(j) >= n or target.masked and 2 * _size(j) > n
         tile_lanes = lanes
-        while tile_lanes > MIN_TILE_LANES and _size(j) < tile_lanes:
+        while tile_lanes > MIN_TILE_LANES and not fills(tile_lanes):
             tile_lanes //= 2
         for unit in (False, True):  # packed panels are unit-stride whatever B's layout (x @ w.T)
             i = next((m for red in reduces if (m := _matmul_rows(red, j, loops, unit)) is not None), None)
-            if i is None or _size(j) < tile_lanes:
+            if i is None or not fills(tile_lanes):
                 continue
-            width, rows = min(2 * tile_lanes, _size(j)), min(target.tile_rows, _size(i))
+            width = min(2 * tile_lanes, _size(j))
+            # one vector of columns (a masked one): twice the rows keep as many accumulators
+            rows = min(target.tile_rows * (2 if width <= tile_lanes and target.masked else 1), _size(i))
             # a panel too big for the scratch (a deep K, AVX-512's 32 columns) is tried one vector wide, with
             # twice the rows to keep as many accumulators
             narrow = (min(tile_lanes, width), min(2 * rows, _size(i)))

@@ -76,7 +76,9 @@ class FrameRef:
 @dataclass(frozen=True)
 class Mem:
     """[base + index*scale + disp] of `size` bytes; base/index are registers, `frame` a frame place (then
-    base is None until the frame is laid out), `data` the name of a constant in the code's data section."""
+    base is None until the frame is laid out), `data` the name of a constant in the code's data section;
+    `bcst`: one element of `size` bytes read for every lane of the instruction's vector (x86's EVEX embedded
+    broadcast)."""
     base: Reg | None = None
     index: Reg | None = None
     scale: int = 1
@@ -84,6 +86,7 @@ class Mem:
     size: int = 0
     frame: FrameRef | None = None
     data: str | None = None
+    bcst: bool = False
 
     def regs(self) -> tuple[Reg, ...]:
         return tuple(r for r in (self.base, self.index) if r is not None)

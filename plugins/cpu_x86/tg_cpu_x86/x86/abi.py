@@ -80,9 +80,9 @@ class X86Frame(Frame):
         ref = mem.frame
         assert ref is not None
         if ref.kind == "arg" and self.fp:
-            return Mem(base=RBP, disp=self.arg_base + 8 * ref.index + mem.disp, size=mem.size)
+            return Mem(base=RBP, disp=self.arg_base + 8 * ref.index + mem.disp, size=mem.size, bcst=mem.bcst)
         disp = {"slot": ref.index, "local": self.local_base + ref.index, "arg": self.arg_base + 8 * ref.index}[ref.kind]
-        return Mem(base=RSP, index=mem.index, scale=mem.scale, disp=disp + mem.disp, size=mem.size)
+        return Mem(base=RSP, index=mem.index, scale=mem.scale, disp=disp + mem.disp, size=mem.size, bcst=mem.bcst)
 
 
 class X86Arch(ArchContext):

@@ -1423,9 +1423,15 @@ def _const_group(g: Group) -> bool:
 def _vsrc(ctx: Selector, g: Group, user: Group) -> Operand:
     """A vector source operand of `user`: a nonzero constant is read from the data section by the instruction
     itself (as scalar fsrc does: no register holds it across the loop, pressure cannot force reloads), and so
-    is a vector load only `user` reads when no store comes between the load and here (its vmovups dies)."""
+    is a vector load only `user` reads when no store comes between the load and here (its vmovups dies), and
+    (zmm float arithmetic) a broadcast of a loaded element only `user` reads."""
     if _const_group(g) and (blob := _const_blob(g, ctx.lanes)) != bytes(ctx.vbytes):
         return Mem(data=ctx.const_data(blob), size=ctx.vbytes)
+    if ctx.vbytes == 64 and g in ctx.lazy and g not in ctx.vvals and user.lanes[0].op in _VEC_BIN and \
+            user.lanes[0].dtype is dtypes.float32 and all(x in user.lanes for x in ctx.users.get(g.lanes[0], ())):
+        # a deferred broadcast only `user` reads (a one-vector tile's row value): EVEX reads the element for
+        # every lane itself ({1to16}), so no register holds the broadcast
+        return dataclasses.replace(ctx.lazy[g], size=4, bcst=True)
     if g.kind == "load" and g.lanes[0].dtype.itemsize == 4 and not ctx.partial(g) and \
             g.lanes[0].src[0] in ctx.addrs and all(
             ctx.users.get(ld) == [x] for ld, x in zip(g.lanes, user.lanes)) and \

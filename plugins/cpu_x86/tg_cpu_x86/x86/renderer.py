@@ -66,10 +66,10 @@ def _operand(o: Operand) -> x86.Operand:
         return x86.gpr(r.num, o.size) if r.cls == "gpr" else x86.vreg(r.num, o.size if o.size in (32, 64) else 16)
     if isinstance(o, Mem):
         if o.data is not None:
-            return x86.Mem(x86.reg("rip"), disp=x86.Label(o.data), size=o.size)
+            return x86.Mem(x86.reg("rip"), disp=x86.Label(o.data), size=o.size, bcst=o.bcst)
         base = x86.gpr(o.base.num, 8) if isinstance(o.base, PReg) else None
         index = x86.gpr(o.index.num, 8) if isinstance(o.index, PReg) else None
-        return x86.Mem(base, index, o.scale, o.disp, o.size)
+        return x86.Mem(base, index, o.scale, o.disp, o.size, o.bcst)
     if isinstance(o, Imm):
         return x86.Imm(o.value, o.size)
     if isinstance(o, Label):
@@ -123,7 +123,7 @@ _HEAVY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 _VECTOR = CPUTarget(vector_bytes=32, tile_rows=4, auto_vectorize=False, pack=True, quant_rows=4)
 _NARROW = CPUTarget(vector_bytes=16, tile_rows=8, auto_vectorize=False, pack=True)
 # zmm lanes (AVX-512): 16 float32 lanes, matmul tiles of 4 rows x 32 columns (8 zmm accumulators of 16 registers)
-_VECTOR512 = CPUTarget(vector_bytes=64, tile_rows=4, auto_vectorize=False, pack=True, quant_rows=4)
+_VECTOR512 = CPUTarget(vector_bytes=64, tile_rows=4, auto_vectorize=False, pack=True, quant_rows=4, masked=True)
 _NARROW512 = CPUTarget(vector_bytes=32, tile_rows=8, auto_vectorize=False, pack=True)
 # per ISA, widest first: (lanes of a vector, tile target, one-vector-panel target); a kernel that does not pack
 # at 16 lanes (its columns a multiple of 8 only) is tried at 8
@@ -136,9 +136,9 @@ _VECTOR_OPS = frozenset({Ops.SINK, Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RAN
 # what a kernel may load to be tried with vector lanes: float32, and the ints slp.py widens into int32 lanes (a
 # quantized weight's bytes, dequantized in the kernel that reads them); stores stay float32
 _VECTOR_LOADS = frozenset({dtypes.float32, dtypes.int32, dtypes.uint8, dtypes.int8, dtypes.uint16, dtypes.int16})
-# what kernels reading narrow ints may contain besides: the index math of a weight's block fields (Q4_K's 6-bit
-# scales cut from 12 bytes by divisions, gated loads of the concatenated halves), computed per block in scalar
-# code and read by the lanes as broadcasts
+# integer index math a vector kernel may contain besides, computed in scalar code (slp.py packs no lane of it): a
+# weight's block fields (Q4_K's 6-bit scales cut from 12 bytes by divisions), and the row bounds of a kernel split
+# across cores by a symbolic count (`(c+1)*n//k`: attention's scores over start_pos+1 keys were scalar code)
 _BLOCK_OPS = frozenset({Ops.IDIV, Ops.MOD})
 # what padded (gated) loads add, tried only where AVX-512's masked loads can vectorize them: their gates' bool
 # AND/OR and the `% size` the scheduler leaves on their element (slp.gated_index)
@@ -214,7 +214,7 @@ class X86Renderer(Renderer):
         nodes = ast.toposort()
         gated = gated and any(u.op is Ops.INDEX and len(u.src) > 2 for u in nodes)
         ints = any(u.op is Ops.LOAD and u.dtype.itemsize < 4 for u in nodes)
-        allowed = _VECTOR_OPS | (_GATED_OPS if gated else frozenset()) | (_BLOCK_OPS if ints else frozenset())
+        allowed = _VECTOR_OPS | _BLOCK_OPS | (_GATED_OPS if gated else frozenset())
         if any(u.op not in allowed or u.op is Ops.STORE and u.src[0].dtype.base is not dtypes.float32
                or u.op is Ops.LOAD and u.src[0].dtype.base not in _VECTOR_LOADS
                or u.op is Ops.INDEX and len(u.src) > 2 and not gated and not (ints and u.dtype.base.itemsize < 4)

@@ -155,15 +155,20 @@ class Packer:
         if not all(trampoline(self._store_group(seed)) is not None for seed in runs):
             self._restore(([], {}, {}, {}, {}))
             packed, taken = 0, set[UOp]()
-            for seed in self._seeds(exclusive=False):
-                if any(s in taken for s in seed):
-                    continue
-                saved = self._snapshot()
-                if trampoline(self._store_group(seed)) is not None and self._closed():
-                    taken.update(seed)
-                    packed += len(seed)
-                else:
-                    self._restore(saved)
+            seeds = self._seeds(exclusive=False)
+            # whole vectors first, then (masked) equal chunks of the runs they leave, then partial runs
+            for whole in (True, False):
+                if not whole and self.masked:
+                    packed += self._pack_chunks(taken)
+                for seed in seeds:
+                    if (len(seed) == self.lanes) != whole or any(s in taken for s in seed):
+                        continue
+                    saved = self._snapshot()
+                    if trampoline(self._store_group(seed)) is not None and self._closed():
+                        taken.update(seed)
+                        packed += len(seed)
+                    else:
+                        self._restore(saved)
             if 2 * packed < sum(len(seed) for seed in runs):
                 return []
         # scalar code may still combine accumulators by a vector reduction (softmax's max feeds a multiply, a
@@ -231,6 +236,37 @@ class Packer:
                 if len(run) >= 2:
                     seeds.append(tuple(run))
         return seeds
+
+    def _pack_chunks(self, taken: set[UOp]) -> int:
+        """Partial vectors in runs of consecutive stores longer than a vector that no whole vector took: each run
+        split into equal chunks of fewer lanes but more than half a vector, the most that pack (a register tile of
+        10-column rows: 4 rows are 40 consecutive elements, which pack as 4 chunks of 10 lanes, not as 16 lanes
+        across rows). The number of stores packed."""
+        by_base: dict[tuple[UOp, UOp], dict[int, UOp]] = {}
+        for u in self.uops:
+            if u.op is Ops.STORE and _plain_global(u.src[0]) and u not in taken:
+                base, c = offset(u.src[0])
+                by_base.setdefault((buffer_of(u.src[0]), base), {})[c] = u
+        runs: list[list[UOp]] = []
+        for stores in by_base.values():
+            run: list[UOp] = []
+            for c in sorted(stores):
+                if run and offset(run[-1].src[0])[1] != c - 1:
+                    runs.append(run)
+                    run = []
+                run.append(stores[c])
+            runs.append(run)
+        packed = 0
+        for run in (r for r in runs if len(r) > self.lanes):
+            for n in (n for n in range(self.lanes - 1, self.lanes // 2, -1) if len(run) % n == 0):
+                saved = self._snapshot()
+                chunks = [tuple(run[i:i + n]) for i in range(0, len(run), n)]
+                if all(trampoline(self._store_group(c)) is not None for c in chunks) and self._closed():
+                    taken.update(run)
+                    packed += len(run)
+                    break
+                self._restore(saved)
+        return packed
 
     def _closed(self) -> bool:
         """Every member's users are members too (no lane is read by scalar code; constants, broadcast scalars
