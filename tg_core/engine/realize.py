@@ -93,22 +93,27 @@ def realize(targets: list[UOp], devices: Sequence[str | None] | None = None) -> 
     return prepare(targets, devices)()
 
 
+def _sharded(devices: Sequence[str | None] | None) -> bool:
+    """Whether a target's device is a tuple of devices (sharded: one target per shard, schedule/multi.py)."""
+    return devices is not None and tuple in map(type, devices)
+
+
 def prepare(targets: list[UOp], devices: Sequence[str | None] | None = None) -> Callable[[], dict[UOp, UOp]]:
     """Schedule `targets` and build every kernel, running none of them; returns the function that runs them
     (what `realize` returns). An error raised here (a kernel the device cannot compile) has run nothing:
     every buffer holds what it held, and the targets' device-side checks wait for the next realize."""
-    if devices is not None and any(isinstance(d, tuple) for d in devices):
-        # sharded targets (their device is a tuple of devices): one target per shard (schedule/multi.py)
+    if _sharded(devices):
         from tg_core.schedule.multi import lower_targets
         flat, flat_devs, rebuild = lower_targets(targets, devices)
         run_flat = prepare(flat, flat_devs)
         return lambda: rebuild(run_flat())
     with gc_paused():
         taken = checks.take(targets)
+        if not taken:  # the common case: no device-side check waits on these graphs
+            return _prepare(targets, devices)
         extra = [c for _, c in taken]
         # the guarded ops' checks are computed in the same schedule: their facts are more targets
-        devs: Sequence[str | None] | None = devices if not extra else \
-            (list(devices) if devices else [None] * len(targets)) + [c.device for c in extra]
+        devs = (list(devices) if devices else [None] * len(targets)) + [c.device for c in extra]
         try:
             job = _prepare(targets + [c.facts for c in extra], devs)
         except BaseException:
@@ -118,13 +123,15 @@ def prepare(targets: list[UOp], devices: Sequence[str | None] | None = None) -> 
     def run() -> dict[UOp, UOp]:
         with gc_paused():
             out = job()
-            if extra:
-                bufs = [buffer_of(out[c.facts]) for c in extra]
-                checks.ran(extra, bufs)
-                if capture.active is not None:
-                    capture.checks.extend(zip(extra, bufs))
+            bufs = [buffer_of(out[c.facts]) for c in extra]
+            checks.ran(extra, bufs)
+            if capture.active is not None:
+                capture.checks.extend(zip(extra, bufs))
             return out
     return run
+
+
+Plan = list[tuple[UOp, list[UOp], Callable | None, int]]  # per item: AST, buffers, runner (None: a COPY), kind
 
 
 def build(targets: list[UOp], devices: Sequence[str | None] | None = None
@@ -132,24 +139,42 @@ def build(targets: list[UOp], devices: Sequence[str | None] | None = None
     """Schedule `targets` and compile every kernel (the device keeps what it compiled), running nothing and
     planning no memory: raises what building them raises. Returns the schedule's items, the targets' BUFFERs,
     the bound variables and each item's runner (None for a COPY)."""
-    if devices is not None and any(isinstance(d, tuple) for d in devices):
+    if _sharded(devices):
         from tg_core.schedule.multi import lower_targets
         targets, devices = lower_targets(targets, devices)[:2]
     with gc_paused():
-        t0 = profile_events.now() if profiling.on else 0
-        items, out, var_vals = schedule(targets, devices)
-        if t0:
-            profile_events.host_event("schedule", f"schedule ({len(items)} items)", t0)
-        # every kernel is compiled before any runs: one the device cannot build fails the realize before it
-        # has written anything (a half-done optimizer step, a write without the values that read the old contents)
-        # (the device from the node, not buffer_of: a Buffer made now would keep memory planning off it)
-        runners = [None if ast.op is Ops.COPY else Device[Device.canonicalize(nodes[0].src[1].arg)].get_runner(ast)
-                   for ast, nodes in items]
-    return items, out, var_vals, runners
+        items, out, var_vals, plan = _build(targets, devices)
+    return items, out, var_vals, [runner for _, _, runner, _ in plan]
+
+
+# how `_run` runs an item, decided once when it is built (the devices of its buffers do not change)
+_KERNEL, _COPY, _QUEUED = 0, 1, 2
+
+
+def _build(targets: list[UOp], devices: Sequence[str | None] | None
+           ) -> tuple[list[tuple[UOp, list[UOp]]], dict[UOp, UOp], dict[str, int], Plan]:
+    """build() for one device per target, with the collector paused by the caller; each item's runner and kind."""
+    t0 = profile_events.now() if profiling.on else 0
+    items, out, var_vals = schedule(targets, devices)
+    if t0:
+        profile_events.host_event("schedule", f"schedule ({len(items)} items)", t0)
+    # every kernel is compiled before any runs: one the device cannot build fails the realize before it
+    # has written anything (a half-done optimizer step, a write without the values that read the old contents)
+    # (the device from the node, not buffer_of: a Buffer made now would keep memory planning off it)
+    plan: Plan = []
+    for ast, nodes in items:
+        dev = Device[nodes[0].src[1].arg]
+        if ast.op is Ops.COPY:
+            # hcq: an exec item whose buffers are all on command-queue devices (tg_core/hcq) joins a batch
+            queued = all(getattr(Device[n.src[1].arg], "hcq", False) for n in nodes)
+            plan.append((ast, nodes, None, _QUEUED if queued else _COPY))
+        else:
+            plan.append((ast, nodes, dev.get_runner(ast), _QUEUED if getattr(dev, "hcq", False) else _KERNEL))
+    return items, out, var_vals, plan
 
 
 def _prepare(targets: list[UOp], devices: Sequence[str | None] | None) -> Callable[[], dict[UOp, UOp]]:
-    items, out, var_vals, runners = build(targets, devices)
+    items, out, var_vals, plan = _build(targets, devices)
     if len(items) > 1:  # one item's buffers have nothing to share with
         _plan_memory(items, set(out.values()))
     if capture.active is not None:
@@ -158,20 +183,11 @@ def _prepare(targets: list[UOp], devices: Sequence[str | None] | None) -> Callab
                 from tg_core.engine.jit import JitError
                 raise JitError(f"TinyJit({capture.active}): variable {name} is bound to {capture.var_vals[name]} "
                                f"and to {val} in one call; a replay gives each variable one value")
-    plan = [(ast, nodes, runner, _kind(ast, nodes)) for (ast, nodes), runner in zip(items, runners)]
-    return lambda: _run(plan, out, var_vals)
 
-
-# how `_run` runs an item, decided once when it is prepared (the devices of its buffers do not change)
-_KERNEL, _COPY, _QUEUED = 0, 1, 2
-
-
-def _kind(ast: UOp, nodes: list[UOp]) -> int:
-    """hcq: an exec item whose buffers are all on command-queue devices (tg_core/hcq) joins a batch."""
-    copy = ast.op is Ops.COPY
-    if all(getattr(Device[Device.canonicalize(n.src[1].arg)], "hcq", False) for n in (nodes if copy else nodes[:1])):
-        return _QUEUED
-    return _COPY if copy else _KERNEL
+    def run() -> dict[UOp, UOp]:
+        with gc_paused():
+            return _run(plan, out, var_vals)
+    return run
 
 
 def _flush(pending: list[tuple[Callable, list[Buffer], UOp]], var_vals: dict[str, int]) -> None:
@@ -190,7 +206,7 @@ def _flush(pending: list[tuple[Callable, list[Buffer], UOp]], var_vals: dict[str
     pending.clear()
 
 
-def _run(plan: list[tuple[UOp, list[UOp], Callable | None, int]], out: dict[UOp, UOp],
+def _run(plan: Plan, out: dict[UOp, UOp],
          var_vals: dict[str, int]) -> dict[UOp, UOp]:
     pending: list[tuple[Callable, list[Buffer], UOp]] = []  # hcq: the batch being collected
     recording = capture.active is not None

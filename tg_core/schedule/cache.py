@@ -116,6 +116,13 @@ class _Known:
         self.fresh, self.plan = fresh, plan
         self.outs = [slot.get(o) for o in outs]  # None: an output that is none of the items' buffers (kept as is)
 
+    def alive(self, targets: list[UOp]) -> bool:
+        """Whether this entry's targets are these very nodes (not dead ones whose ids these have taken)."""
+        refs = self.refs
+        if len(refs) == 1:
+            return refs[0]() is targets[0]
+        return all(r() is t for r, t in zip(refs, targets))
+
     def bind(self, targets: list[UOp]) -> tuple[Items, dict[UOp, UOp]]:
         """What `_bind(..., fresh=True)` gives, from the precomputed plan."""
         slots = self.inputs + [b.fresh_buffer() for b in self.fresh]
@@ -161,8 +168,7 @@ def schedule(targets: list[UOp], devices: Sequence[str | None] | None = None) ->
     if SCACHE:
         ident = (*map(id, targets), devs)
         known = _known.get(ident)
-        if known is not None and all(r() is t for r, t in zip(known.refs, targets)) and \
-                _cache.get(known.key) is known.hit:
+        if known is not None and known.alive(targets) and _cache.get(known.key) is known.hit:
             stats["hits"] += 1
             stats["identity_hits"] += 1
             _cache.move_to_end(known.key)
