@@ -56,6 +56,21 @@ def test_allreduce_in_a_jit_on_peers(algo, n, op):
         assert f.cnt == 2
         # a device's kernels read the others' buffers: nothing is copied
         assert not any(it.ast.op is Ops.COPY for it in f.jit_cache)
+        if algo != "naive":  # one kernel per chunk, storing it into every device's result
+            owners = [it for it in f.jit_cache if sum(u.op is Ops.STORE for u in it.ast.toposort()) == n]
+            assert len(owners) == n
+
+
+def test_ring_on_two_peers_is_two_kernels():
+    a = np.random.default_rng(3).standard_normal((2, 4096)).astype(np.float32)
+    with Context(RING=2, ALL2ALL=0):
+        r = multi.allreduce(Tensor(a).shard(CPUS[:2], axis=0).realize(), "sum")
+        items = build([r.uop], [r.device])[0]
+    assert len(items) == 2 and all(ast.op is Ops.SINK for ast, _ in items)
+    for _, nodes in items:  # each half reduced on its device, reading the other part in place, stored on both
+        assert {Device.canonicalize(n.src[1].arg) for n in nodes} == {"CPU", "CPU:1"}
+    assert multi.bytes_sent(r) == {"CPU": 4096 * 4, "CPU:1": 4096 * 4}
+    np.testing.assert_allclose(r.numpy(), a.sum(0), rtol=1e-6)
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))

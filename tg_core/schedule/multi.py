@@ -237,9 +237,10 @@ def _host_shared(devs: Sequence[str]) -> bool:
 def _gathered_in_place(reduced: Sequence[UOp], chunks: Sequence[Box], owners: Sequence[int], devs: Sequence[str],
                        ring: bool, shape: Shape) -> list[UOp]:
     """The all-gather between devices that share memory: each device's result is one buffer written chunk by chunk
-    (AFTER its ASSIGNs), the owner's chunk by the reduction itself and every other chunk read in place from the
-    device that forwards it (the ring's previous device, or the owner), so no chunk is copied twice and nothing
-    is put together by padding. Each device still reads (n-1)/n of the data from others, as in the textbook."""
+    (AFTER its ASSIGNs), the owner's chunk by the reduction itself and every other chunk as a read in place from the
+    device that forwards it (the ring's previous device, or the owner), so nothing is put together by padding. The
+    scheduler stores such a read-back chunk from the reduction's kernel itself (rangeify `find_mirrors`): one kernel
+    per chunk, which writes it into every device's buffer, (n-1)/n of the data sent per device as in the textbook."""
     n = len(devs)
     numel = prod(shape)
     bufs = [UOp.new_buffer(d, numel, reduced[0].dtype) for d in devs]

@@ -179,6 +179,8 @@ class Scheduler:
         self.items: list[tuple[UOp, list[UOp]]] = []  # (kernel AST, BUFFER nodes by PARAM index)
         self.names = itertools.count()
         self.staged: dict[UOp, UOp] = {}       # ASSIGN -> the copy of its value it writes instead
+        self.mirrors: dict[UOp, list[UOp]] = {}  # ASSIGN -> writes into peers' buffers of its value (find_mirrors)
+        self.mirrored: dict[UOp, UOp] = {}       # such a write -> the ASSIGN whose kernel stores it
 
     # ---- realize points -----------------------------------------------------------------------------------
 
@@ -288,12 +290,40 @@ class Scheduler:
     def _realize_assign(self, u: UOp) -> Call[UOp]:
         if u in self.realized:
             return self.realized[u]
+        if u in self.mirrored:  # stored by the kernel of the write it reads
+            yield self._realize(self.mirrored[u])
+            if u in self.realized:
+                return self.realized[u]
         k, store_at, value = yield self._write_kernel(u)
-        store = UOp(Ops.STORE, dtypes.void, (store_at, value))
-        ast = UOp(Ops.SINK, dtypes.void, (store.end(*k.output_ranges),), KernelInfo(k.name))
+        stores = [UOp(Ops.STORE, dtypes.void, (store_at, value))]
+        mirrors = list(self.mirrors.get(u, ()))
+        if mirrors:
+            ranges = iter(k.output_ranges)
+            idxs = tuple(next(ranges) if _many(n) else _ZERO for n in u.src[0].tensor_shape)
+        for m in mirrors:  # the same value stored into each peer's buffer too, and into the peers that read those
+            if m in self.realized:
+                continue
+            target = yield self._lower(k, m.src[0], idxs, None, ())
+            stores.append(UOp(Ops.STORE, dtypes.void, (target.src[0], value)))
+            self.realized[m] = _view_base(m.src[0])
+            mirrors.extend(self.mirrors.get(m, ()))
+        ast = UOp(Ops.SINK, dtypes.void, tuple(st.end(*k.output_ranges) for st in stores), KernelInfo(k.name))
         self._emit(ast, k)
         self.realized[u] = out = k.params[0]
         return out
+
+    def find_mirrors(self, targets: Sequence[UOp]) -> None:
+        """Note the writes into a peer's buffer whose value is another write's destination read in place
+        (ASSIGN(dest', COPY(ASSIGN(dest, v))) of the same shape, the two devices sharing memory): the kernel
+        of the first write stores `v` at both, instead of a second kernel reading it back."""
+        for n in UOp(Ops.SINK, dtypes.void, tuple(targets)).toposort():
+            if n.op is not Ops.ASSIGN or n.src[1].op is not Ops.COPY or n.src[1].src[0].op is not Ops.ASSIGN:
+                continue
+            w = n.src[1].src[0]
+            here, there = _view_base(n.src[0]).src[1].arg, _view_base(w.src[0]).src[1].arg
+            if n.src[0].tensor_shape == w.src[0].tensor_shape and n.src[1].src[1].arg == here and _peer(here, there):
+                self.mirrors.setdefault(w, []).append(n)
+                self.mirrored[n] = w
 
     # ---- lowering: tensor node at these indices -> kernel value ------------------------------------------
 
@@ -603,6 +633,7 @@ def create_schedule(targets: list[UOp], devices: Sequence[str | None] | None = N
     """Kernels (AST, BUFFER nodes by PARAM index) that compute `targets`, in dependency order, and each
     target's BUFFER. `devices[i]` is where targets[i] goes when its graph reads no buffer."""
     s = Scheduler()
+    s.find_mirrors(targets)
     # writes last, so that every other target reads what the buffers held before them (and a write's value
     # that uses another target loads it instead of computing it again)
     writes = [i for i, t in enumerate(targets) if t.op is Ops.ASSIGN]

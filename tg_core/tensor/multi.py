@@ -261,8 +261,9 @@ def all_gather(t: Tensor) -> Tensor:
 
 def bytes_sent(t: Tensor) -> dict[str, int]:
     """The bytes each device sends in the schedule that would realize `t` now, by source device: its buffers
-    copied by COPY items, and the parts of them that kernels of other devices read in place (devices sharing
-    memory, device.shares_memory); nothing runs. The benchmark compares these with the textbook figures."""
+    copied by COPY items, the parts of them that kernels of other devices read in place, and what its kernels
+    store into other devices' buffers (devices sharing memory, device.shares_memory); nothing runs. The benchmark
+    compares these with the textbook figures."""
     from tg_core.engine.realize import build
     items = build([t.uop], [t.device])[0]
     out: dict[str, int] = {}
@@ -274,22 +275,25 @@ def bytes_sent(t: Tensor) -> dict[str, int]:
         if ast.op is Ops.COPY:
             add(nodes[1], nodes[1].arg * nodes[1].dtype.itemsize)
             continue
-        for i, elements in peer_reads(ast, nodes).items():
-            add(nodes[i], elements * nodes[i].dtype.itemsize)
+        for (i, stored), elements in peer_traffic(ast, nodes).items():
+            add(nodes[0] if stored else nodes[i], elements * nodes[i].dtype.itemsize)
     return out
 
 
-def peer_reads(ast: UOp, nodes: Sequence[UOp]) -> dict[int, int]:
-    """The elements a kernel reads in place from each buffer of another device than its output's (by PARAM index):
-    the union of the index ranges (vmin..vmax) of its loads of that buffer, an upper bound exact for a chunk."""
+def peer_traffic(ast: UOp, nodes: Sequence[UOp]) -> dict[tuple[int, bool], int]:
+    """The elements a kernel reads in place from (False) or stores into (True) each buffer of another device than
+    its own (by PARAM index): the union of the index ranges (vmin..vmax) of those accesses, an upper bound exact
+    for a chunk."""
     here = Device.canonicalize(nodes[0].src[1].arg)
-    spans: dict[int, list[tuple[int, int]]] = {}
-    for n in ast.toposort():
+    topo = ast.toposort()
+    stored_at = {n.src[0] for n in topo if n.op is Ops.STORE}
+    spans: dict[tuple[int, bool], list[tuple[int, int]]] = {}
+    for n in topo:
         if n.op is Ops.INDEX and n.src[0].op is Ops.PARAM:
             i = n.src[0].arg
             if Device.canonicalize(nodes[i].src[1].arg) != here:
                 lo, hi = max(int(n.src[1].vmin), 0), min(int(n.src[1].vmax), nodes[i].arg - 1)
-                spans.setdefault(i, []).append((lo, hi))
+                spans.setdefault((i, n in stored_at), []).append((lo, hi))
     out = {}
     for i, parts in spans.items():
         total, end = 0, -1
