@@ -30,6 +30,8 @@ result as its buffer written chunk by chunk this way); they are realized before 
 Between devices that share memory (`device.shares_memory`: CPU devices), a COPY that a kernel reads is that read
 done in place: a view of storage is read where it is, and a computed value is realized once on its own device and
 loaded from there. A COPY realized as such (a target, `.to()`) stays a copy into a buffer of the destination's.
+A write into a peer's buffer whose value is such a read of another write's destination is stored by that write's
+kernel too (`find_mirrors`): one kernel, several stores of one value.
 """
 from __future__ import annotations
 
