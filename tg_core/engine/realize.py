@@ -93,16 +93,16 @@ def realize(targets: list[UOp], devices: Sequence[str | None] | None = None) -> 
     return prepare(targets, devices)()
 
 
-def _sharded(devices: Sequence[str | None] | None) -> bool:
+def _sharded(devices: Sequence[str | None]) -> bool:
     """Whether a target's device is a tuple of devices (sharded: one target per shard, schedule/multi.py)."""
-    return devices is not None and tuple in map(type, devices)
+    return tuple in map(type, devices)
 
 
 def prepare(targets: list[UOp], devices: Sequence[str | None] | None = None) -> Callable[[], dict[UOp, UOp]]:
     """Schedule `targets` and build every kernel, running none of them; returns the function that runs them
     (what `realize` returns). An error raised here (a kernel the device cannot compile) has run nothing:
     every buffer holds what it held, and the targets' device-side checks wait for the next realize."""
-    if _sharded(devices):
+    if devices is not None and _sharded(devices):
         from tg_core.schedule.multi import lower_targets
         flat, flat_devs, rebuild = lower_targets(targets, devices)
         run_flat = prepare(flat, flat_devs)
@@ -139,7 +139,7 @@ def build(targets: list[UOp], devices: Sequence[str | None] | None = None
     """Schedule `targets` and compile every kernel (the device keeps what it compiled), running nothing and
     planning no memory: raises what building them raises. Returns the schedule's items, the targets' BUFFERs,
     the bound variables and each item's runner (None for a COPY)."""
-    if _sharded(devices):
+    if devices is not None and _sharded(devices):
         from tg_core.schedule.multi import lower_targets
         targets, devices = lower_targets(targets, devices)[:2]
     with gc_paused():
