@@ -8,6 +8,11 @@ The names core asks for, and their arguments (each `build` returns what core's c
 dtype):
 - `quant_linear(x, w)`: `x @ w.T` for activations x (..., K) and a weight w (N, K) (usually the lazy
   dequantization of a GGUF tensor's bytes: a kernel reading those bytes checks that it is one);
+- `f16_gemv(x, w, bias=None)`: `x @ w.T (+ bias)` for a few tokens over a dense weight w (N, K) (asked after
+  `quant_linear` declines): the kernel must keep x's float32 range and give exact results for whatever w holds
+  (its `supports` refuses a weight that is not float16 values, e.g. an `.int().float()` cast of one);
+- `q8_quantize(x)`: x (..., K) float -> (q int8 (T, G, 32), scale float32 (T, G), xsum float32 (T, G, 2)), per group of
+  32 inputs (tg_core/llm/q8.py, whose Tensor code is the fallback, defines the numbers);
 - `flash_attention_decode(q, keys, values, scale)`: attention of one query token, q (B, Hk, G, 1, d) grouped by
   KV head, over keys and values (B, Hk, S, d) (S may be symbolic): `softmax(q @ k^T * scale) @ v`,
   (B, Hk, G, 1, d).
@@ -19,7 +24,7 @@ from typing import Any
 from tg_core.device import Device
 from tg_core.plugins.manager import get_registry
 
-KERNEL_NAMES = ("quant_linear", "flash_attention_decode")
+KERNEL_NAMES = ("quant_linear", "f16_gemv", "q8_quantize", "flash_attention_decode")
 
 
 def kernel_for(name: str, device: str | None) -> Any | None:

@@ -1,4 +1,5 @@
-"""tg-amd's hooks: the AMD device (its queue matchers: encode, lower, bufferize), its renderer, and the `amd_kfd_os` hook spec for mock KFD drivers."""
+"""tg-amd's hooks: the AMD device (its queue matchers: encode, lower, bufferize), its renderer, its named kernels
+for core's LLM code (tg_amd/kernels), and the `amd_kfd_os` hook spec for mock KFD drivers."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -66,3 +67,11 @@ def tg_renderers(device: str) -> list[type[Renderer]]:
         return []
     from tg_amd.renderer import AMDRenderer
     return [AMDRenderer]
+
+
+@hookimpl
+def tg_kernels(device: str) -> list:
+    if device.split(":")[0] != "AMD":
+        return []
+    from tg_amd.kernels import named_kernels
+    return named_kernels()
