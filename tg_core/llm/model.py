@@ -106,12 +106,17 @@ def rope_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return out if r == d else out.cat(x[..., r:], dim=-1)
 
 
-def linear(x: Tensor, w: Tensor) -> Tensor:
-    """`x @ w.T`, by a plugin's `quant_linear` kernel when one is offered for x's device and supports these."""
+def linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`x @ w.T (+ bias)`, by a plugin's `quant_linear` kernel, or else its `f16_gemv` (a dense weight, few tokens),
+    when one is offered for x's device and supports these."""
     k = kernel_for("quant_linear", x.device)
     if k is not None and k.supports(x, w):
-        return k.build(x, w)
-    return x @ w.T
+        out = k.build(x, w)
+        return out if bias is None else out + bias
+    g = kernel_for("f16_gemv", x.device)
+    if g is not None and g.supports(x, w, bias):
+        return g.build(x, w, bias)
+    return x @ w.T if bias is None else x @ w.T + bias
 
 
 def attention_decode(qg: Tensor, keys: Tensor, values: Tensor, scale: float) -> Tensor | None:
@@ -136,9 +141,7 @@ class Block:
         # realized now, not at the cache write below: that write computes k and v (and so h) in a schedule of
         # its own, and a lazy h would be computed there and again for q
         h = rms_norm(x, w["attn_norm"], cfg.norm_eps).realize()
-        q, k, v = linear(h, w["attn_q"]), linear(h, w["attn_k"]), linear(h, w["attn_v"])
-        if "attn_q.bias" in w:
-            q, k, v = q + w["attn_q.bias"], k + w["attn_k.bias"], v + w["attn_v.bias"]
+        q, k, v = (linear(h, w[f"attn_{n}"], w.get(f"attn_{n}.bias")) for n in "qkv")
         # realized: RoPE reads two rows of each projection per output and the cache write selects between k
         # and v, so inlined, every output element would compute two (or both) dot products
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
