@@ -114,6 +114,32 @@ class CapturedJit:
         self.written_inputs = {i for it in self.items for p, i in it.inputs if p in _written(it)}
         self.private: dict[int, Buffer] = {}  # by input index: where an aliased input is copied to be read
         self.hcq: list | None = None  # hcq: the items as linked batches and plain items (tg_core/hcq/jit.py)
+        self._calls: list[Callable[[list[Buffer], dict[str, int]], None]] | None = None
+
+    @property
+    def calls(self) -> list[Callable[[list[Buffer], dict[str, int]], None]]:
+        """Each item as a call taking the replay's input buffers and variable values, prepared on first use (after
+        memory planning and hcq linking have settled the buffers): a runner that offers `prebind(bufs, inputs)`
+        (the CPU's) makes its argument lists once; any other is called with the item's buffers, inputs filled in."""
+        if self._calls is None:
+            self._calls = [_prebound(it) for it in self.items]
+        return self._calls
+
+
+def _prebound(it: JitItem) -> Callable[[list[Buffer], dict[str, int]], None]:
+    prebind = getattr(it.runner, "prebind", None)
+    if prebind is not None:
+        return cast(Callable[[list[Buffer], dict[str, int]], None], prebind(it.bufs, it.inputs))
+    runner, fixed, inputs = it.runner, cast("list[Buffer]", it.bufs), it.inputs
+    if not inputs:
+        return lambda in_bufs, var_vals: runner(fixed, var_vals)
+
+    def call(in_bufs: list[Buffer], var_vals: dict[str, int]) -> None:
+        bufs = list(fixed)
+        for pos, i in inputs:  # the None entries are exactly the input positions
+            bufs[pos] = in_bufs[i]
+        runner(bufs, var_vals)
+    return call
 
 
 def _view_key(u: UOp) -> tuple[tuple, UOp] | None:
@@ -279,17 +305,15 @@ class TinyJit(Generic[R]):
         if cap.hcq is not None:  # hcq: linked batches replay with new input addresses and variables only
             from tg_core.hcq.jit import replay
             replay(cap.hcq, in_bufs, var_vals)
-        for it in (cap.items if cap.hcq is None else ()):
-            bufs = it.bufs
-            if it.inputs:
+        elif profiling.on:  # each item timed and labelled: through its runner, with its buffers
+            for it in cap.items:
                 bufs = list(it.bufs)
                 for pos, i in it.inputs:
                     bufs[pos] = in_bufs[i]
-            # the None entries are exactly the input positions, filled above (no inputs: no None entries)
-            if profiling.on:
                 profile_events.timed_item(it.runner, cast("list[Buffer]", bufs), var_vals, it.ast)
-            else:
-                it.runner(cast("list[Buffer]", bufs), var_vals)
+        else:
+            for call in cap.calls:
+                call(in_bufs, var_vals)
         if cap.checks:  # the check kernels wrote their facts again: the next host read looks at them
             ran_checks(*map(list, zip(*cap.checks)))
         stats["kernels"] += cap.n_kernels

@@ -162,7 +162,7 @@ class CPURunner:
         self.core_pos = variables.index(CORE_ID) if CORE_ID in variables else None
 
     def __call__(self, bufs: list[Buffer], var_vals: Mapping[str, int]) -> None:
-        args = [b.opaque.addr for b in bufs]
+        args = [_addr(b) for b in bufs]
         if self.var_names:
             args += [var_vals[n] for n in self.var_names]
         if self.core_pos is None:
@@ -179,8 +179,75 @@ class CPURunner:
         self.pool.run(self.fn, [args[:pos] + [c] + args[pos:] for c in range(self.cores)])
         bufs[out].opaque.numpy(dtype)[0] = _COMBINE[op].reduce(slots, dtype=slots.dtype)
 
+    def prebind(self, bufs: Sequence[Buffer | None], inputs: Sequence[tuple[int, int]]) -> BoundCall:
+        """This kernel on `bufs`, the entries at `inputs` ((position, input index) pairs; None in `bufs`) taken
+        from each call's input buffers: TinyJit replays call the result (see BoundCall)."""
+        return BoundCall(self, bufs, inputs)
+
     def __repr__(self) -> str:
         return f"<CPURunner {self.name} on {self.cores} core(s)>"
+
+
+def _addr(b: Buffer) -> int:
+    """A buffer's address, allocating it first if it has no memory yet."""
+    o = b._opaque
+    return (o if o is not None else b.opaque).addr
+
+
+class BoundCall:
+    """A CPURunner's call with its arguments made once: one list per core (the buffers' addresses, the
+    variables, core_id in its place), into which a call writes only the input buffers' addresses and the
+    variables' values before calling. A replay of a TinyJit runs its items one at a time, so reusing the lists
+    is safe; the fixed buffers are the capture's, whose memory stays where it is while they live."""
+    __slots__ = ("fn", "pool", "lists", "split", "inputs", "vars", "partial", "out_buf", "out_input", "slots", "keep")
+
+    def __init__(self, runner: CPURunner, bufs: Sequence[Buffer | None], inputs: Sequence[tuple[int, int]]):
+        self.fn, self.pool = runner.fn, runner.pool
+        self.keep = (runner, [b for b in bufs if b is not None])  # the code and the fixed buffers stay alive
+        n = len(bufs)
+        base: list[int] = [0 if b is None else _addr(b) for b in bufs] + [0] * len(runner.var_names)
+        self.split = runner.core_pos is not None
+        if runner.core_pos is None:
+            self.lists = [base]
+            at: Sequence[int] = range(len(base))  # where argument j of `base` is in each list
+        else:
+            pos = n + runner.core_pos
+            self.lists = [base[:pos] + [c] + base[pos:] for c in range(runner.cores)]
+            at = [j if j < pos else j + 1 for j in range(len(base))]
+        self.vars = tuple((at[n + i], name) for i, name in enumerate(runner.var_names))
+        self.partial = runner.partial
+        self.out_buf: Buffer | None = None
+        self.out_input: int | None = None
+        if self.partial is not None:
+            out, _, dtype = self.partial
+            # each core writes its partial to its own slot of a scratch array, made once for this call
+            self.slots = np.empty(runner.cores, to_numpy_dtype(dtype))
+            for lst in self.lists:
+                lst[at[out]] = self.slots.ctypes.data
+            self.out_buf = bufs[out]
+            self.out_input = next((i for p, i in inputs if p == out), None)
+            inputs = [(p, i) for p, i in inputs if p != out]
+        self.inputs = tuple((at[p], i) for p, i in inputs)
+
+    def __call__(self, in_bufs: Sequence[Buffer], var_vals: Mapping[str, int]) -> None:
+        lists = self.lists
+        for p, i in self.inputs:
+            a = _addr(in_bufs[i])
+            for lst in lists:
+                lst[p] = a
+        for p, name in self.vars:
+            v = var_vals[name]
+            for lst in lists:
+                lst[p] = v
+        if not self.split:
+            self.fn(*lists[0])
+            return
+        self.pool.run(self.fn, lists)
+        if self.partial is not None:
+            _, op, dtype = self.partial
+            out = in_bufs[self.out_input] if self.out_input is not None else self.out_buf
+            assert out is not None  # the output is a fixed buffer or an input
+            out.opaque.numpy(dtype)[0] = _COMBINE[op].reduce(self.slots, dtype=self.slots.dtype)
 
 
 class CPUDevice(Compiled):
