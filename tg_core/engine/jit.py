@@ -145,14 +145,25 @@ def _prebound(it: JitItem) -> Callable[[list[Buffer], dict[str, int]], None]:
 def _view_key(u: UOp) -> tuple[tuple, UOp] | None:
     """(what a replay must match: the view ops over the buffer, its size, dtype and device; the BUFFER node),
     or None when `u` is not a view of a buffer."""
+    got = _view_key_sym(u)
+    return None if got is None else got[:2]
+
+
+def _view_key_sym(u: UOp) -> tuple[tuple, UOp, bool] | None:
+    """_view_key, and whether a view op has a symbolic dim (the only way a view of a buffer has a symbolic shape)."""
     chain = []
+    sym = False
     while u.op is not Ops.BUFFER:
         if u.op not in _VIEW_OPS:
             return None
         # a symbolic dim matches by its variables, not their values (the replay passes new values)
-        chain.append((u.op, unbind_arg(u.arg, {}) if has_sym(u.arg) else u.arg))
+        if has_sym(u.arg):
+            sym = True
+            chain.append((u.op, unbind_arg(u.arg, {})))
+        else:
+            chain.append((u.op, u.arg))
         u = u.src[0]
-    return (tuple(chain), u.arg, u.dtype, u.src[1].arg), u
+    return (tuple(chain), u.arg, u.dtype, u.src[1].arg), u, sym
 
 
 def _describe(t: Any, key: tuple) -> str:
@@ -228,15 +239,15 @@ class TinyJit(Generic[R]):
         """Realize the input tensors; their view keys and BUFFER nodes."""
         keys, nodes = [], []
         for t, label in zip(sig.tensors, sig.tensor_labels):
-            got = _view_key(t.uop)
+            got = _view_key_sym(t.uop)
             if got is None:
                 t.realize()
-                if (got := _view_key(t.uop)) is None:
+                if (got := _view_key_sym(t.uop)) is None:
                     raise JitError(f"TinyJit({self.name}): {label} ({t.dtype.name} {t.shape}) is not a view of a "
                                    "buffer after realizing it")
             keys.append(got[0])
             nodes.append(got[1])
-            if has_sym(t.shape):  # a symbolic view: its bound variables are values this call passes, as arguments' are
+            if got[2]:  # a symbolic view: its bound variables are values this call passes, as arguments' are
                 self._view_binds(t.uop, label, sig)
         if len(nodes) > 1 and len(set(nodes)) != len(nodes):
             dup = [label for label, n in zip(sig.tensor_labels, nodes) if nodes.count(n) > 1]

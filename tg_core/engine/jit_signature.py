@@ -142,15 +142,15 @@ def read(args: tuple, kwargs: dict[str, Any]) -> Signature:
 
 
 def _walk(a: Any, label: str, sig: Signature) -> Any:
-    if isinstance(a, Tensor) and 0 in a.shape:
-        return _Empty(a.dtype, a.shape, a.device)
-    if isinstance(a, Tensor) and not isinstance(a.device, str):  # sharded: one input per shard (tensor/multi.py)
-        from tg_core.tensor.multi import shard_tensors
-        shards = shard_tensors(a)
-        sig.tensors.extend(shards)
-        sig.tensor_labels.extend(f"{label} (shard {i} on {s.device})" for i, s in enumerate(shards))
-        return _Sharded(a.uop.arg)  # a call sharded otherwise does not match
     if isinstance(a, Tensor):
+        if 0 in a.shape:
+            return _Empty(a.dtype, a.shape, a.device)
+        if not isinstance(a.device, str):  # sharded: one input per shard (tensor/multi.py)
+            from tg_core.tensor.multi import shard_tensors
+            shards = shard_tensors(a)
+            sig.tensors.extend(shards)
+            sig.tensor_labels.extend(f"{label} (shard {i} on {s.device})" for i, s in enumerate(shards))
+            return _Sharded(a.uop.arg)  # a call sharded otherwise does not match
         sig.tensors.append(a)
         sig.tensor_labels.append(label)
         return _TENSOR
