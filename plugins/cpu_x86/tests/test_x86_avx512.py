@@ -67,7 +67,7 @@ CASES = {  # name: (tensor expression over a, b; the numpy value), all packing i
     "sum_rows": (lambda a, b: a.sum(1), lambda a, b: a.sum(1)),
     "sum_all": (lambda a, b: a.sum(), lambda a, b: a.sum()),
     "max_rows": (lambda a, b: a.max(1), lambda a, b: a.max(1)),
-    "matmul": (lambda a, b: a @ b, lambda a, b: a @ b),  # 4 x 32 tiles of packed panels
+    "matmul": (lambda a, b: a @ b, lambda a, b: a @ b),  # 8 x 32 tiles of packed panels
     "matmul_48_columns": (lambda a, b: a @ b[:, :48], lambda a, b: a @ b[:, :48]),  # one-zmm panels
     "matmul_bias_relu": (lambda a, b: (a @ b + b[0]).relu(), lambda a, b: np.maximum(a @ b + b[0], 0)),
     "softmax": (lambda a, b: a.softmax(), lambda a, b: np.exp(a - a.max(1, keepdims=True)) /
@@ -97,8 +97,11 @@ def test_kernels_emit_zmm_code_capstone_reads(name):
         check_disassembly(k)
         texts.append(k.asm_str())
     assert any("zmm" in t for t in texts), texts
-    # zmm values live in zmm16-31 (class zvec), beside the xmm0-15 of scalar and VEX code: 32 registers in all
-    assert all(int(n) >= 16 for t in texts for n in re.findall(r"\bzmm(\d+)", t)), texts
+    # zmm values take zmm16-31 first (class zvec; only EVEX reaches them), then the zmm0-15 they share with scalar
+    # and VEX code: a kernel with a zmm0-15 also used 16-31 (capstone's decoding checked every encoding above)
+    for t in texts:
+        used = {int(n) for n in re.findall(r"\bzmm(\d+)", t)}
+        assert not used or min(used) >= 16 or max(used) >= 31, (sorted(used), t)
 
 
 @needs_avx512

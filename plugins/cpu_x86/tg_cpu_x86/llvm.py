@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from tg_core.plugin_api import CPUTarget, LLVMRenderer, Opt, UOp, cpu_opts, decomp, pm_int_pow
+from tg_core.plugin_api import CPUTarget, LLVMRenderer, Opt, UOp, cpu_opts, decomp, pm_int_pow, tile_rows_for
 from tg_cpu_x86.x86 import isa as _isa
 
 # the new pass manager's speed level. -O2 already runs the loop and SLP vectorizers; -O3 took twice as long to
@@ -171,7 +171,9 @@ class CPULLVMRenderer(LLVMRenderer):
                                     f'"target-cpu"="{self.target.cpu}" "target-features"="{self.target.features}"')
 
     def opts_for(self, ast: UOp) -> list[Opt]:
-        return cpu_opts(ast, CPUTarget(vector_bytes=self.target.vector_bytes))
+        """The heuristic's opts at the host's vector width, with the register tile X86 uses at that width."""
+        width = self.target.vector_bytes
+        return cpu_opts(ast, CPUTarget(vector_bytes=width, tile_rows=tile_rows_for(width)))
 
 
 class LLVMKernel:

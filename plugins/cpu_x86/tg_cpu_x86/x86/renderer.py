@@ -37,6 +37,7 @@ from tg_core.plugin_api import (
     dtypes,
     kernel_ranges,
     linearize_kernel,
+    tile_rows_for,
 )
 from tg_cpu_x86.x86 import isa as _isa
 from tg_cpu_x86.x86 import operands as x86
@@ -122,8 +123,10 @@ _HEAVY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 # vector serves 4 rows' accumulators (prefill's tokens); where that does not pack, the kernel is tried without
 _VECTOR = CPUTarget(vector_bytes=32, tile_rows=4, auto_vectorize=False, pack=True, quant_rows=4)
 _NARROW = CPUTarget(vector_bytes=16, tile_rows=8, auto_vectorize=False, pack=True)
-# zmm lanes (AVX-512): 16 float32 lanes, matmul tiles of 4 rows x 32 columns (8 zmm accumulators of 16 registers)
-_VECTOR512 = CPUTarget(vector_bytes=64, tile_rows=4, auto_vectorize=False, pack=True, quant_rows=4, masked=True)
+# zmm lanes (AVX-512): 16 float32 lanes, matmul tiles of 8 rows x 32 columns (16 zmm accumulators of 32 registers;
+# tile_rows_for), 9-15 columns as one masked zmm of 16 rows
+_VECTOR512 = CPUTarget(vector_bytes=64, tile_rows=tile_rows_for(64), auto_vectorize=False, pack=True, quant_rows=4,
+                       masked=True)
 _NARROW512 = CPUTarget(vector_bytes=32, tile_rows=8, auto_vectorize=False, pack=True)
 # per ISA, widest first: (lanes of a vector, tile target, one-vector-panel target); a kernel that does not pack
 # at 16 lanes (its columns a multiple of 8 only) is tried at 8
