@@ -331,24 +331,30 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             return Tensor(as_uop(check_sint(x, "a UOp operand")), device=self.device)
         raise TypeError(f"cannot combine a Tensor with {type(x).__name__}")
 
+    def _scalar_operand(self, x: ConstType) -> tuple[Tensor, UOp]:
+        """The common `t + 1`: this tensor in the result dtype, and the constant made in that dtype and broadcast
+        as one node chain (the same nodes the general path of `_broadcasted` builds through three intermediate
+        tensors). Only for a Python scalar and outside no_grad."""
+        tx = type(x)
+        dt = self.dtype
+        if tx is float and not dtypes.is_float(dt):  # least_upper_dtype's rules for a weak scalar, inlined
+            dt = dtypes.default_float
+        elif tx is bool or dtypes.is_weak(dt):
+            dt = _concrete(least_upper_dtype(dt, dtypes.from_py(x)))
+        elif dt is dtypes.bool:
+            dt = dtypes.default_int
+        a, c, shape = self._cast_to(dt), UOp.const(dt, checked_scalar(x, dt)), self.shape
+        if shape:  # what c.reshape(ones).expand(shape) gives, without re-checking shapes known to be valid
+            ones = (1,) * len(shape)
+            c = UOp(Ops.RESHAPE, dt, (c,), ones)
+            c = c if shape == ones else UOp(Ops.EXPAND, dt, (c,), shape)
+        return a, c
+
     def _broadcasted(self, x: Operand, reverse: bool = False) -> tuple[Tensor, Tensor]:
         tx = type(x)
         if (tx is int or tx is float or tx is bool) and not Tensor.no_grad:
-            # the common `t + 1`: the constant is made in the result dtype and broadcast as one node chain,
-            # the same nodes the general path below builds through three intermediate tensors
-            dt = self.dtype
-            if tx is float and not dtypes.is_float(dt):  # least_upper_dtype's rules for a weak scalar, inlined
-                dt = dtypes.default_float
-            elif tx is bool or dtypes.is_weak(dt):
-                dt = _concrete(least_upper_dtype(dt, dtypes.from_py(x)))
-            elif dt is dtypes.bool:
-                dt = dtypes.default_int
             # cast: `tx` tells it is a Python scalar, which the type checker cannot follow through `tx`
-            a, c, shape = self._cast_to(dt), UOp.const(dt, checked_scalar(cast(ConstType, x), dt)), self.shape
-            if shape:  # what c.reshape(ones).expand(shape) gives, without re-checking shapes known to be valid
-                ones = (1,) * len(shape)
-                c = UOp(Ops.RESHAPE, dt, (c,), ones)
-                c = c if shape == ones else UOp(Ops.EXPAND, dt, (c,), shape)
+            a, c = self._scalar_operand(cast(ConstType, x))
             b = Tensor(c, device=self.device)
             return (b, a) if reverse else (a, b)
         a, b = self, self._operand(x)
@@ -388,6 +394,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return t
 
     def _binop(self, op: Ops, x: Operand, reverse: bool = False) -> Tensor:
+        tx = type(x)
+        if (tx is int or tx is float or tx is bool) and not Tensor.no_grad:  # no tensor for the constant
+            a, c = self._scalar_operand(cast(ConstType, x))
+            return a._new(c.alu(op, a.uop) if reverse else a.uop.alu(op, c))
         a, b = self._broadcasted(x, reverse)
         return a._new(a.uop.alu(op, b.uop))
 
