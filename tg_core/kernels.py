@@ -6,8 +6,9 @@ core's code, and a plugin's kernel only replaces it where the plugin says it han
 
 The names core asks for, and their arguments (each `build` returns what core's code computes, in shape and
 dtype):
-- `quant_linear(x, w)`: `x @ w.T` for activations x (..., K) and a weight w (N, K) (usually the lazy
-  dequantization of a GGUF tensor's bytes: a kernel reading those bytes checks that it is one);
+- `quant_linear(x, w, source)`: `x @ w.T` for activations x (..., K) and a weight w (N, K); `source` is
+  (raw bytes tensor, ggml type) when w is exactly the dequantization of a GGUF tensor's bytes (llm/weights.py
+  `gguf_source`), else None: a kernel reading the bytes takes them from there and declines without them;
 - `f16_gemv(x, w, bias=None)`: `x @ w.T (+ bias)` for a few tokens over a dense weight w (N, K) (asked after
   `quant_linear` declines): the kernel must keep x's float32 range and give exact results for whatever w holds
   (its `supports` refuses a weight that is not float16 values, e.g. an `.int().float()` cast of one);

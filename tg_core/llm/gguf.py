@@ -21,6 +21,7 @@ import numpy as np
 
 from tg_core.dtype import from_numpy_dtype
 from tg_core.llm.dequant import GGMLType, block_layout, dequantize, storage_dtype
+from tg_core.llm.weights import remember
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -193,7 +194,10 @@ class GGUFFile:
         `device` as they are (quantized) and dequantized by the kernels that read it."""
         info = self._info(name)
         self._layout(info)
-        return dequantize(self.raw_tensor(name, device), info.ggml_type).reshape(info.shape)
+        raw = self.raw_tensor(name, device)
+        value = dequantize(raw, info.ggml_type).reshape(info.shape)
+        remember(value, raw, info.ggml_type)  # quantized kernels may read the bytes instead (llm/weights.py)
+        return value
 
     def raw_tensor(self, name: str, device: str | None = None) -> Any:
         """The tensor's bytes (as `raw` shapes them) on `device`: on a device that adopts host memory (CPU)

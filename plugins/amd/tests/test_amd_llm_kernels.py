@@ -117,3 +117,93 @@ def test_f16_gemv_declines_what_it_does_not_do():
     assert not k.supports(Tensor(np.zeros((1, 40), np.float32), device="AMD"),
                           Tensor(np.zeros((16, 40), np.float16), device="AMD"))     # K not a multiple of 32
     assert not k.supports(Tensor(np.zeros((1, 64), np.float32), device="AMD"), w.float() * 2)  # not f16 values
+
+
+# ---- quant_linear for Q4_K (sudot4, fewer than 16 tokens) --------------------------------------------------
+
+def q4k_bytes(n_blocks: int, seed: int) -> np.ndarray:
+    """Random Q4_K blocks with small positive d and dmin (random scale and nibble bytes are all valid)."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (n_blocks, 144), dtype=np.uint8)
+    for at in (0, 2):
+        raw[:, at:at + 2] = rng.uniform(0.001, 0.02, n_blocks).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return raw
+
+
+def q8_dequantized(x: np.ndarray) -> np.ndarray:
+    q, d, _ = q8_reference(x.reshape(-1, x.shape[-1]))
+    return (q.astype(np.float64) * d[..., None]).reshape(x.shape)
+
+
+def gguf_weight(raw: np.ndarray, n: int, k: int, device: str) -> Tensor:
+    """What gguf.py's `tensor()` gives: the lazy dequantization of the uploaded bytes, remembered as such."""
+    from tg_core.llm.dequant import dequantize
+    from tg_core.llm.weights import remember
+    rt = Tensor(raw, device=device)
+    w = dequantize(rt, 12).reshape(n, k)
+    remember(w, rt, 12)
+    return w
+
+
+def dequantized(raw: np.ndarray, n: int, k: int) -> np.ndarray:
+    from tg_core.llm.dequant import dequantize
+    return dequantize(Tensor(raw, device="CPU"), 12).reshape(n, k).numpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_q4k_quant_linear_matches_q8_reference(tokens):
+    N, K = 48, 512
+    raw = q4k_bytes(N * K // 256, tokens)
+    x = np.random.default_rng(10 + tokens).standard_normal((1, tokens, K)).astype(np.float32)
+    w = gguf_weight(raw, N, K, "AMD")
+    assert kernel_for("quant_linear", "AMD").supports(Tensor(x, device="AMD"), w, (Tensor(raw), 12))
+    got = linear(Tensor(x, device="AMD"), w).numpy()
+    want = q8_dequantized(x) @ dequantized(raw, N, K).T
+    np.testing.assert_allclose(got, want, rtol=3e-3, atol=2e-2)
+    # the same call on CPU: core's matmul of the exact weight, agreeing within the Q8 rounding of the activations
+    cpu = linear(Tensor(x, device="CPU"), gguf_weight(raw, N, K, "CPU")).numpy()
+    np.testing.assert_allclose(cpu, x.astype(np.float64) @ dequantized(raw, N, K).T, rtol=1e-5, atol=1e-4)
+    # Q8's rounding of 512 activations moves a sum by up to about 1% of the outputs' magnitude
+    np.testing.assert_allclose(got, cpu, rtol=0, atol=0.01 * np.abs(cpu).max())
+
+
+def test_q4k_declines_permuted_cast_and_unaligned_weights():
+    N, K = 16, 256
+    raw = q4k_bytes(N * K // 256, 7)
+    w = gguf_weight(raw, N, K, "AMD")
+    k = kernel_for("quant_linear", "AMD")
+    x = Tensor(np.ones((1, K), np.float32), device="AMD")
+    from tg_core.llm.weights import gguf_source
+    perm = np.concatenate([np.arange(0, N, 2), np.arange(1, N, 2)])  # a RoPE-style row permutation
+    for other in (w[Tensor(perm, device="AMD")], w.int().float(), w * 1.0 + 0.0):
+        assert gguf_source(other) is None and not k.supports(x, other, gguf_source(other))
+    assert gguf_source(w.reshape(N * K).reshape(N, K).contiguous()) is not None  # reshapes are looked through
+    many = Tensor(np.ones((16, K), np.float32), device="AMD")
+    assert not k.supports(many, w, gguf_source(w))  # 16 tokens: not the sudot4 path
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_q4k_permuted_and_int_cast_weights_are_exact_through_the_fallback(device):
+    N, K = 16, 256
+    raw = q4k_bytes(N * K // 256, 8)
+    w = gguf_weight(raw, N, K, device)
+    x = np.random.default_rng(9).standard_normal((2, K)).astype(np.float32)
+    W = dequantized(raw, N, K)
+    perm = np.concatenate([np.arange(0, N, 2), np.arange(1, N, 2)])
+    got = linear(Tensor(x, device=device), w[Tensor(perm, device=device)]).numpy()
+    np.testing.assert_allclose(got, x.astype(np.float64) @ W[perm].T, rtol=1e-5, atol=1e-4)
+    wi = (w * 100).int().float()
+    got = linear(Tensor(x, device=device), wi).numpy()
+    np.testing.assert_allclose(got, x.astype(np.float64) @ np.trunc(W * np.float32(100)).T, rtol=1e-5, atol=1e-3)
+
+
+def test_q4k_width_not_a_multiple_of_256_falls_back():
+    # 4 rows of 128: Q4_K blocks span two rows, which the kernel does not read; core's matmul is exact
+    N, K = 4, 128
+    raw = q4k_bytes(2, 11)
+    w = gguf_weight(raw, N, K, "AMD")
+    from tg_core.llm.weights import gguf_source
+    x = np.random.default_rng(12).standard_normal((1, K)).astype(np.float32)
+    assert not kernel_for("quant_linear", "AMD").supports(Tensor(x, device="AMD"), w, gguf_source(w))
+    got = linear(Tensor(x, device="AMD"), w).numpy()
+    np.testing.assert_allclose(got, x.astype(np.float64) @ dequantized(raw, N, K).T, rtol=1e-5, atol=1e-4)

@@ -1,0 +1,102 @@
+"""`quant_linear` for Q4_K weights and fewer than 16 tokens on AMD: int8 dot products (sudot4) of the weight's
+nibbles with Q8 activations (q8.py), read from the GGUF bytes themselves, never a float copy of the weight.
+
+One wave per (token, output row); each lane takes every 32nd group of 32 inputs, which is one Q4_K sub-block j of
+block b (8 sub-blocks of 32 per 256-block: d, dmin, the 12 bytes of 6-bit scales and mins, 128 bytes of nibbles,
+sub-block 2i / 2i+1 the low / high nibbles of bytes 32i..32i+31). Per group: dot = sum over 8 words of
+sudot4(nibbles, q8 words), y += x_scale * (d*sc*dot - dmin*mn*sum(q8)); a ds_swizzle butterfly adds the lanes.
+Reference: Q8(x) @ W.T, W the exact dequantization."""
+from __future__ import annotations
+
+from typing import Any
+
+from tg_core.plugin_api import AxisType, Ops, Tensor, UOp, dtypes
+from tg_amd.kernels.q8 import Q8Quantize
+from tg_amd.kernels.wave import WAVE, intrinsic, wave_reduce
+
+Q4_K, BLOCK, BLOCK_BYTES = 12, 256, 144
+WORDS = BLOCK_BYTES // 4  # 36 words per block: header 0, scales 1..3, nibbles 4..35
+MAX_TOKENS = 15  # 16 tokens and more are WMMA's (not written yet: core's matmul)
+
+
+def _u32(v: int) -> UOp:
+    return UOp.const(dtypes.uint32, v)
+
+
+def _f16_bits(bits: UOp) -> UOp:
+    return bits.cast(dtypes.uint16).bitcast(dtypes.float16).cast(dtypes.float32)
+
+
+def q4k_kernel(T: int, N: int, K: int):
+    G, blocks = K // 32, K // BLOCK
+
+    def fxn(out: UOp, words: UOp, q: UOp, xs: UOp, xsum: UOp) -> UOp:
+        n, t = UOp.range(N, 0, AxisType.GLOBAL), UOp.range(T, 1, AxisType.GLOBAL)
+        lane, it = UOp.range(WAVE, 2, AxisType.LOCAL), UOp.range((G + WAVE - 1) // WAVE, 3, AxisType.REDUCE)
+        g = it * WAVE + lane
+        ok = g < G
+        b, j = g // 8, g % 8
+        i, h = j // 2, j % 2
+        base = (n * blocks + b) * WORDS
+
+        def word(at: UOp) -> UOp:
+            return UOp(Ops.LOAD, dtypes.uint32, (words.index(at, ok),), "nontemporal")
+
+        def scale_byte(k: UOp) -> UOp:  # byte k of the 12 scale bytes
+            return (word(base + 1 + k // 4) >> (k % 4 * 8).cast(dtypes.uint32)) & _u32(0xFF)
+        hdr = word(base)
+        d, dmin = _f16_bits(hdr & _u32(0xFFFF)), _f16_bits(hdr >> _u32(16))
+        a, b4, c = scale_byte(j), scale_byte(j + 4), scale_byte(j % 4)
+        low = j < 4
+        sc = low.where(a & _u32(63), (b4 & _u32(15)) | ((c >> _u32(6)) << _u32(4)))
+        mn = low.where(b4 & _u32(63), (b4 >> _u32(4)) | ((a >> _u32(6)) << _u32(4)))
+        shift = (h * 4).cast(dtypes.uint32)
+        row = (t * G + g) * 8
+        dot = UOp.const(dtypes.int32, 0)
+        for w in range(8):
+            nib = (word(base + 4 + i * 8 + w) >> shift) & _u32(0x0F0F0F0F)
+            dot = intrinsic("sudot4", dtypes.int32, nib.bitcast(dtypes.int32), q.index(row + w, ok).load(), dot)
+        qsum = xsum.index((t * G + g) * 2, ok).load() + xsum.index((t * G + g) * 2 + 1, ok).load()
+        f32 = dtypes.float32
+        y = xs.index(t * G + g, ok).load() * (d * sc.cast(f32) * dot.cast(f32) - dmin * mn.cast(f32) * qsum)
+        part = UOp(Ops.REDUCE, f32, (ok.where(y, UOp.const(f32, 0.0)), it), Ops.ADD)
+        return out.index(t * N + n, lane < 1).store(wave_reduce(part, Ops.ADD)).end(n, t, lane).sink()
+    return fxn
+
+
+class Q4KLinear:
+    """tg_core/kernels.py's `quant_linear(x, w, source)` for a Q4_K source, K a multiple of 256, < 16 tokens."""
+    name = "quant_linear"
+
+    def __init__(self) -> None:
+        self._words: dict[Any, Any] = {}  # raw bytes node -> their uint32 words (made once per weight)
+
+    def supports(self, x: Any, w: Any, source: Any = None) -> bool:
+        if source is None or source[1] != Q4_K or w.ndim != 2 or not all(isinstance(s, int) for s in x.shape):
+            return False
+        N, K = w.shape
+        return (isinstance(K, int) and K % BLOCK == 0 and x.shape[-1] == K and x.numel() // K <= MAX_TOKENS
+                and x.dtype in (dtypes.float32, dtypes.float16) and source[0].numel() == N * K // BLOCK * BLOCK_BYTES)
+
+    def words(self, raw: Any) -> Any:
+        got = self._words.get(raw.uop)
+        if got is None:
+            b = raw.reshape(-1, 4).cast(dtypes.uint32)
+            got = (b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)).contiguous().realize()
+            self._words[raw.uop] = got
+        return got
+
+    def build(self, x: Any, w: Any, source: Any) -> Any:
+        N, K = w.shape
+        T = x.numel() // K
+        q, xs, xsum = Q8Quantize().build(x.reshape(T, K))
+        out = Tensor.zeros(T, N, device=x.device).contiguous()
+        Tensor.custom_kernel(out, self.words(source[0]), _words_of_int8(q), xs.reshape(-1), xsum.reshape(-1),
+                             fxn=q4k_kernel(T, N, K))
+        return out.reshape(*x.shape[:-1], N)
+
+
+def _words_of_int8(q: Any) -> Any:
+    """The int8 activations as int32 words of four (little-endian), as sudot4 takes them."""
+    b = q.reshape(-1, 4).cast(dtypes.uint8).cast(dtypes.uint32)
+    return (b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)).bitcast(dtypes.int32).contiguous()
