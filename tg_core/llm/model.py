@@ -20,6 +20,7 @@ import numpy as np
 from tg_core.kernels import kernel_for
 from tg_core.llm.gguf import GGUFFile
 from tg_core.llm.kvcache import KVCache, Position, pos_slice, position_value
+from tg_core.llm.weights import gguf_source
 from tg_core.tensor import Tensor
 
 ARCHS = ("llama", "qwen2", "qwen3")
@@ -110,8 +111,8 @@ def linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
     """`x @ w.T (+ bias)`, by a plugin's `quant_linear` kernel, or else its `f16_gemv` (a dense weight, few tokens),
     when one is offered for x's device and supports these."""
     k = kernel_for("quant_linear", x.device)
-    if k is not None and k.supports(x, w):
-        out = k.build(x, w)
+    if k is not None and k.supports(x, w, src := gguf_source(w)):
+        out = k.build(x, w, src)
         return out if bias is None else out + bias
     g = kernel_for("f16_gemv", x.device)
     if g is not None and g.supports(x, w, bias):
