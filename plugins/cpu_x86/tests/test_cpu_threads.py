@@ -47,13 +47,36 @@ def full_reduction(n: int, op: Ops, dtype, after=None):
 def test_split_structure():
     ast = rows_kernel(12)
     assert [r.arg for r in parallel_ranges(ast)] == [(0, AxisType.LOOP), (1, AxisType.LOOP)]
-    assert work_estimate(ast) == 12 * 3 * 16
+    assert work_estimate(ast) == 12 * 3 + 16  # the stores, and the sum once: it reads no output index
     split = split_cores(ast, 3, min_work=0)
     assert core_count(split) == 3 and core_count(ast) == 1
     core = [u for u in split.toposort() if u.op is Ops.DEFINE_VAR]
     assert [(v.arg[0], v.arg[1], v.arg[2]) for v in core] == [(CORE_ID, 0, 2)]
     outer = split.src[0].src[1]
     assert outer.op is Ops.RANGE and outer.src[0].op is Ops.CONST and outer.src[0].arg == 4  # 12 rows / 3 cores
+
+
+def scaled_rows(n: int, depth: int, per_row: bool):
+    """out[i] = in[i] * sum_k in[k]^2 (an RMSNorm's shape: the sum read by every row), or with `per_row`
+    out[i] = sum_k in[i*depth + k] (a matvec's: each row its own reduction)."""
+    inp, out = UOp.param(0, dtypes.float32.ptr(n * depth)), UOp.param(1, dtypes.float32.ptr(n))
+    i, k = UOp.range(n, 0), UOp.range(depth, 1, AxisType.REDUCE)
+    if per_row:
+        value = inp.index(i * depth + k).load().reduce(Ops.ADD, k)
+    else:
+        x = inp.index(k).load()
+        value = inp.index(i).load() * (x * x).reduce(Ops.ADD, k)
+    return sink(out.index(i).store(value).end(i))
+
+
+def test_work_counts_a_reduction_once_per_iteration_of_what_it_reads():
+    """A reduction counts the loops its operand depends on: an RMSNorm's sum of squares once (576 + 576, not
+    576 * 576, so it stays on one core), a matvec's once per row."""
+    norm, matvec = scaled_rows(576, 576, per_row=False), scaled_rows(576, 576, per_row=True)
+    assert work_estimate(norm) == 576 + 576
+    assert work_estimate(matvec) == 576 * 576 + 576
+    assert split_cores(norm, 2) is norm
+    assert core_count(split_cores(matvec, 2)) == 2
 
 
 @pytest.mark.parametrize("n, cores", [(12, 2), (13, 2), (7, 3), (100, 7)])

@@ -17,6 +17,8 @@ buffer and how), since cores do not wait for each other inside a kernel.
 """
 from __future__ import annotations
 
+from math import prod
+
 from tg_core.codegen.program import param_index
 from tg_core.dtype import DType
 from tg_core.uop.ops import AxisType, Ops
@@ -41,13 +43,17 @@ def parallel_ranges(ast: UOp) -> list[UOp]:
 
 
 def work_estimate(ast: UOp) -> int:
-    """An upper bound on the iterations of the kernel's innermost loop bodies: the product of the largest
-    trip counts of its ranges (every range counted once; a kernel without ranges is 1)."""
-    work = 1
+    """An upper bound on the iterations of the kernel's innermost loop bodies: for each reduction and each
+    store, the product of the largest trip counts of the ranges it is computed inside, summed (a kernel without
+    ranges is 1). A reduction counts the ranges its operand depends on, not every loop around it: codegen
+    computes it once per iteration of those (an RMSNorm's sum of squares once, not once per output element,
+    so its 576x576 "work" of the product of all trip counts was 1152 iterations, split across cores for
+    nothing)."""
+    work = 0
     for u in ast.toposort():
-        if u.op is Ops.RANGE:
-            work *= max(int(u.src[0].vmax), 0)
-    return work
+        if u.op is Ops.REDUCE or u.op is Ops.STORE:
+            work += prod(max(int(r.src[0].vmax), 0) for r in (u.src[0] if u.op is Ops.REDUCE else u).ranges)
+    return max(work, 1)
 
 
 def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK) -> UOp:
