@@ -207,3 +207,11 @@ def test_q4k_width_not_a_multiple_of_256_falls_back():
     assert not kernel_for("quant_linear", "AMD").supports(Tensor(x, device="AMD"), w, gguf_source(w))
     got = linear(Tensor(x, device="AMD"), w).numpy()
     np.testing.assert_allclose(got, x.astype(np.float64) @ dequantized(raw, N, K).T, rtol=1e-5, atol=1e-4)
+
+
+def test_q4k_many_outputs():  # 4112 waves: the emulator runs them as one batch (about 1.5 s)
+    N, K = 4112, 256  # IQ4_XS's partial-tile case in the seed; here one wave per output row, no tiles
+    raw = q4k_bytes(N * K // 256, 13)
+    x = np.random.default_rng(14).standard_normal((1, K)).astype(np.float32)
+    got = linear(Tensor(x, device="AMD"), gguf_weight(raw, N, K, "AMD")).numpy()
+    np.testing.assert_allclose(got, q8_dequantized(x) @ dequantized(raw, N, K).T, rtol=3e-3, atol=2e-2)
