@@ -28,7 +28,12 @@ def _axis_order(r: UOp) -> tuple:
 
 
 def split_nested(ast: UOp) -> tuple[list[UOp], list[tuple[int, DType]]]:
-    """(kernel ASTs in run order, temporaries as (elements, dtype)) for `ast`; just [ast] when nothing is nested."""
+    """(kernel ASTs in run order, temporaries as (elements, dtype)) for `ast`; just [ast] when nothing is nested,
+    and for a hand-written kernel that sets its own launch shape (GLOBAL/LOCAL ranges) or shares LDS: its loops
+    are its author's (a tile loop staging LDS around a barrier must stay one loop in one kernel)."""
+    if any((u.op is Ops.RANGE and u.arg[1] in (AxisType.GLOBAL, AxisType.LOCAL)) or u.op in (Ops.DEFINE_LOCAL, Ops.BARRIER)
+           for u in ast.toposort()):
+        return [ast], []
     nparams = 1 + max((p.arg if isinstance(p.arg, int) else p.arg[0]
                        for p in ast.toposort() if p.op is Ops.PARAM), default=-1)
     name = ast.arg.name if isinstance(ast.arg, KernelInfo) else "kernel"
