@@ -121,10 +121,10 @@ def test_f16_gemv_declines_what_it_does_not_do():
 
 # ---- quant_linear for Q4_K (sudot4, fewer than 16 tokens) --------------------------------------------------
 
-def q4k_bytes(n_blocks: int, seed: int) -> np.ndarray:
-    """Random Q4_K blocks with small positive d and dmin (random scale and nibble bytes are all valid)."""
+def q4k_bytes(n_blocks: int, seed: int, nbytes: int = 144) -> np.ndarray:
+    """Random Q4_K (Q5_K: 176 bytes) blocks with small positive d and dmin (random other bytes are all valid)."""
     rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (n_blocks, 144), dtype=np.uint8)
+    raw = rng.integers(0, 256, (n_blocks, nbytes), dtype=np.uint8)
     for at in (0, 2):
         raw[:, at:at + 2] = rng.uniform(0.001, 0.02, n_blocks).astype(np.float16).view(np.uint8).reshape(-1, 2)
     return raw
@@ -135,19 +135,19 @@ def q8_dequantized(x: np.ndarray) -> np.ndarray:
     return (q.astype(np.float64) * d[..., None]).reshape(x.shape)
 
 
-def gguf_weight(raw: np.ndarray, n: int, k: int, device: str) -> Tensor:
+def gguf_weight(raw: np.ndarray, n: int, k: int, device: str, ggml_type: int = 12) -> Tensor:
     """What gguf.py's `tensor()` gives: the lazy dequantization of the uploaded bytes, remembered as such."""
     from tg_core.llm.dequant import dequantize
     from tg_core.llm.weights import remember
     rt = Tensor(raw, device=device)
-    w = dequantize(rt, 12).reshape(n, k)
-    remember(w, rt, 12)
+    w = dequantize(rt, ggml_type).reshape(n, k)
+    remember(w, rt, ggml_type)
     return w
 
 
-def dequantized(raw: np.ndarray, n: int, k: int) -> np.ndarray:
+def dequantized(raw: np.ndarray, n: int, k: int, ggml_type: int = 12) -> np.ndarray:
     from tg_core.llm.dequant import dequantize
-    return dequantize(Tensor(raw, device="CPU"), 12).reshape(n, k).numpy().astype(np.float64)
+    return dequantize(Tensor(raw, device="CPU"), ggml_type).reshape(n, k).numpy().astype(np.float64)
 
 
 @pytest.mark.parametrize("tokens", [1, 3])
@@ -215,3 +215,17 @@ def test_q4k_many_outputs():  # 4112 waves: the emulator runs them as one batch 
     x = np.random.default_rng(14).standard_normal((1, K)).astype(np.float32)
     got = linear(Tensor(x, device="AMD"), gguf_weight(raw, N, K, "AMD")).numpy()
     np.testing.assert_allclose(got, q8_dequantized(x) @ dequantized(raw, N, K).T, rtol=3e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_q5k_quant_linear_matches_q8_reference(tokens):
+    N, K = 48, 512
+    raw = q4k_bytes(N * K // 256, 20 + tokens, nbytes=176)
+    x = np.random.default_rng(30 + tokens).standard_normal((tokens, K)).astype(np.float32)
+    w = gguf_weight(raw, N, K, "AMD", 13)
+    from tg_core.llm.weights import gguf_source
+    assert kernel_for("quant_linear", "AMD").supports(Tensor(x, device="AMD"), w, gguf_source(w))
+    got = linear(Tensor(x, device="AMD"), w).numpy()
+    np.testing.assert_allclose(got, q8_dequantized(x) @ dequantized(raw, N, K, 13).T, rtol=3e-3, atol=2e-2)
+    cpu = linear(Tensor(x, device="CPU"), gguf_weight(raw, N, K, "CPU", 13)).numpy()
+    np.testing.assert_allclose(cpu, x.astype(np.float64) @ dequantized(raw, N, K, 13).T, rtol=1e-5, atol=1e-4)

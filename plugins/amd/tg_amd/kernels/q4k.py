@@ -1,10 +1,11 @@
-"""`quant_linear` for Q4_K weights and fewer than 16 tokens on AMD: int8 dot products (sudot4) of the weight's
+"""`quant_linear` for Q4_K and Q5_K weights and fewer than 16 tokens on AMD: int8 dot products (sudot4) of the weight's
 nibbles with Q8 activations (q8.py), read from the GGUF bytes themselves, never a float copy of the weight.
 
 One wave per (token, output row); each lane takes every 32nd group of 32 inputs, which is one Q4_K sub-block j of
 block b (8 sub-blocks of 32 per 256-block: d, dmin, the 12 bytes of 6-bit scales and mins, 128 bytes of nibbles,
 sub-block 2i / 2i+1 the low / high nibbles of bytes 32i..32i+31). Per group: dot = sum over 8 words of
 sudot4(nibbles, q8 words), y += x_scale * (d*sc*dot - dmin*mn*sum(q8)); a ds_swizzle butterfly adds the lanes.
+Q5_K is the same with 32 bytes qh before the nibbles: bit j of qh[l] is the fifth bit of element l of sub-block j.
 Reference: Q8(x) @ W.T, W the exact dequantization."""
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from tg_core.plugin_api import AxisType, Ops, Tensor, UOp, dtypes
 from tg_amd.kernels.q8 import Q8Quantize
 from tg_amd.kernels.wave import WAVE, intrinsic, wave_reduce
 
-Q4_K, BLOCK, BLOCK_BYTES = 12, 256, 144
-WORDS = BLOCK_BYTES // 4  # 36 words per block: header 0, scales 1..3, nibbles 4..35
+Q4_K, Q5_K, BLOCK = 12, 13, 256
+# type -> (words per block, word of the first nibble byte, word of qh or None): header word 0, scales 1..3, then
+# Q4_K nibbles 4..35; Q5_K qh 4..11 and nibbles 12..43
+LAYOUT = {Q4_K: (36, 4, None), Q5_K: (44, 12, 4)}
 MAX_TOKENS = 15  # 16 tokens and more are WMMA's (not written yet: core's matmul)
 
 
@@ -27,8 +30,9 @@ def _f16_bits(bits: UOp) -> UOp:
     return bits.cast(dtypes.uint16).bitcast(dtypes.float16).cast(dtypes.float32)
 
 
-def q4k_kernel(T: int, N: int, K: int):
+def q4k_kernel(T: int, N: int, K: int, ggml_type: int = Q4_K):
     G, blocks = K // 32, K // BLOCK
+    WORDS, QS, QH = LAYOUT[ggml_type]
 
     def fxn(out: UOp, words: UOp, q: UOp, xs: UOp, xsum: UOp) -> UOp:
         n, t = UOp.range(N, 0, AxisType.GLOBAL), UOp.range(T, 1, AxisType.GLOBAL)
@@ -54,7 +58,9 @@ def q4k_kernel(T: int, N: int, K: int):
         row = (t * G + g) * 8
         dot = UOp.const(dtypes.int32, 0)
         for w in range(8):
-            nib = (word(base + 4 + i * 8 + w) >> shift) & _u32(0x0F0F0F0F)
+            nib = (word(base + QS + i * 8 + w) >> shift) & _u32(0x0F0F0F0F)
+            if QH is not None:  # the fifth bits of elements 4w..4w+3: bit j of each qh byte
+                nib = nib | (((word(base + QH + w) >> j.cast(dtypes.uint32)) & _u32(0x01010101)) << _u32(4))
             dot = intrinsic("sudot4", dtypes.int32, nib.bitcast(dtypes.int32), q.index(row + w, ok).load(), dot)
         qsum = xsum.index((t * G + g) * 2, ok).load() + xsum.index((t * G + g) * 2 + 1, ok).load()
         f32 = dtypes.float32
@@ -65,18 +71,18 @@ def q4k_kernel(T: int, N: int, K: int):
 
 
 class Q4KLinear:
-    """tg_core/kernels.py's `quant_linear(x, w, source)` for a Q4_K source, K a multiple of 256, < 16 tokens."""
+    """tg_core/kernels.py's `quant_linear(x, w, source)` for a Q4_K or Q5_K source, K a multiple of 256, < 16 tokens."""
     name = "quant_linear"
 
     def __init__(self) -> None:
         self._words: dict[Any, Any] = {}  # raw bytes node -> their uint32 words (made once per weight)
 
     def supports(self, x: Any, w: Any, source: Any = None) -> bool:
-        if source is None or source[1] != Q4_K or w.ndim != 2 or not all(isinstance(s, int) for s in x.shape):
+        if source is None or source[1] not in LAYOUT or w.ndim != 2 or not all(isinstance(s, int) for s in x.shape):
             return False
         N, K = w.shape
         return (isinstance(K, int) and K % BLOCK == 0 and x.shape[-1] == K and x.numel() // K <= MAX_TOKENS
-                and x.dtype in (dtypes.float32, dtypes.float16) and source[0].numel() == N * K // BLOCK * BLOCK_BYTES)
+                and x.dtype in (dtypes.float32, dtypes.float16) and source[0].numel() == N * K // BLOCK * LAYOUT[source[1]][0] * 4)
 
     def words(self, raw: Any) -> Any:
         got = self._words.get(raw.uop)
@@ -92,7 +98,7 @@ class Q4KLinear:
         q, xs, xsum = Q8Quantize().build(x.reshape(T, K))
         out = Tensor.zeros(T, N, device=x.device).contiguous()
         Tensor.custom_kernel(out, self.words(source[0]), _words_of_int8(q), xs.reshape(-1), xsum.reshape(-1),
-                             fxn=q4k_kernel(T, N, K))
+                             fxn=q4k_kernel(T, N, K, source[1]))
         return out.reshape(*x.shape[:-1], N)
 
 
