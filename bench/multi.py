@@ -92,7 +92,8 @@ def allreduce_timing(numel: int, repeat: int) -> dict:
     """Each algorithm's allreduce (sum) of two float32 vectors of `numel` on CPU:0 and CPU:1, each replayed by a
     TinyJit (which writes into the buffers it captured: preallocated outputs, one per device), against numpy adding
     the same arrays two ways: `a + b` (a fresh output each call, whose pages fault in as it is written) and
-    `np.add(a, b, out=c)` (a preallocated output, as tg's). All five are timed in turn in each of `repeat` rounds,
+    `np.add(a, b, out=c)` (a preallocated output, as tg's), both on one core where tg's kernels use every core; and,
+    for that, tg's own `a + b` on one CPU device in a TinyJit. All are timed in turn in each of `repeat` rounds,
     best of the rounds each, so a disturbance by other work on the machine hits every side alike."""
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal(numel).astype(np.float32), rng.standard_normal(numel).astype(np.float32)
@@ -107,6 +108,13 @@ def allreduce_timing(numel: int, repeat: int) -> dict:
             if not np.allclose(out.numpy(), a + b, rtol=1e-6, atol=1e-6):
                 raise SystemExit(f"{algo} allreduce gave a wrong result")
         runs[algo] = functools.partial(_replay, jit, parts)
+    ta, tb = Tensor(a, device="CPU:0").realize(), Tensor(b, device="CPU:0").realize()
+    add = TinyJit(lambda x, y: (x + y).realize())
+    for _ in range(3):
+        got = add(ta, tb)
+    if not np.array_equal(got.numpy(), a + b):
+        raise SystemExit("tg's a + b on one device gave a wrong result")
+    runs["tg a + b, 1 dev"] = lambda: add(ta, tb)  # the same cores as the allreduce's kernels: what one device costs
     runs["numpy a + b"] = lambda: a + b
     runs["numpy add out="] = lambda: np.add(a, b, out=c)
     best = dict.fromkeys(runs, float("inf"))
@@ -115,7 +123,8 @@ def allreduce_timing(numel: int, repeat: int) -> dict:
             best[name] = min(best[name], best_of(fn, 1))
     return {"elements": numel, "seconds": best, "load": os.getloadavg(),
             "ring_over_numpy_fresh": best["ring"] / best["numpy a + b"],
-            "ring_over_numpy_out": best["ring"] / best["numpy add out="]}
+            "ring_over_numpy_out": best["ring"] / best["numpy add out="],
+            "ring_over_tg_add": best["ring"] / best["tg a + b, 1 dev"]}
 
 
 def _replay(jit: TinyJit, parts: Tensor) -> None:
@@ -150,9 +159,10 @@ def main() -> None:
         print(f"\nallreduce (sum) of 2^24 float32 on CPU:0 and CPU:1, TinyJit replays, best of {args.repeat} rounds "
               f"(load average {', '.join(f'{x:.2f}' for x in timing['load'])}):")
         for name, sec in secs.items():
-            print(f"  {name:>15} {sec * 1e3:7.1f} ms")
+            print(f"  {name:>16} {sec * 1e3:7.1f} ms")
         print(f"ring / numpy a + b (fresh output) {timing['ring_over_numpy_fresh']:.2f}x; ring / numpy add into a "
-              f"preallocated output (as tg's) {timing['ring_over_numpy_out']:.2f}x (goal <= 2)")
+              f"preallocated output (as tg's) {timing['ring_over_numpy_out']:.2f}x (goal <= 2); ring / tg's a + b on one device "
+              f"(the same cores) {timing['ring_over_tg_add']:.2f}x")
 
 if __name__ == "__main__":
     main()
