@@ -188,3 +188,32 @@ def keep_target(t: Tensor):
     """The graph a realized tensor was computed from (the target its realize scheduled)."""
     from tg_core.tensor.storage import origin_of
     return origin_of(t.uop)
+
+
+def test_a_live_contiguous_inside_a_repeated_realize_is_kept_each_time():
+    # the walk that finds realize points inside the targets is remembered per root: a new live tensor at one of
+    # them must still be found (the scan of live tensors runs every time), and get the buffer the schedule wrote
+    x = Tensor(randn(16)).realize()
+    for i in range(3):
+        c = (x * (i + 2)).contiguous()
+        y = (c + 1).realize()
+        assert c._is_realized()
+        np.testing.assert_allclose(c.numpy(), x.numpy() * (i + 2), rtol=1e-6)
+        np.testing.assert_allclose(y.numpy(), x.numpy() * (i + 2) + 1, rtol=1e-6)
+    c1 = (x * 5).contiguous()
+    first = (c1 + 1).realize()
+    c2 = (x * 5).contiguous()  # the same node: the remembered walk, a different live tensor
+    again = (c2 + 1).realize()
+    assert c2._is_realized()
+    np.testing.assert_allclose(again.numpy(), first.numpy(), rtol=1e-6)
+
+
+def test_gradients_flow_through_results_of_identity_hits():
+    a = randn(8)
+    w = Tensor(a, requires_grad=True)
+    outs = [(w * 3).realize() for _ in range(3)]  # later ones through the identity layer
+    for o in outs:
+        w.grad = None
+        (o * o).sum().backward()
+        assert w.grad is not None
+        np.testing.assert_allclose(w.grad.numpy(), 18 * a, rtol=1e-5)

@@ -45,6 +45,11 @@ class BufferSpec:
     host: bool = False   # host memory the device can reach directly (staging for copies)
     nolru: bool = False  # never keep it in the LRU cache when freed (memory shared outside tg)
 
+    def __hash__(self) -> int:
+        # the LRU cache hashes (size, options) on every allocation and free: the two flags as a number, cheaper
+        # than the dataclass's generated hash of a tuple of the fields (equal specs still hash equal)
+        return hash(self.host) * 2 + hash(self.nolru)
+
 
 _DEFAULT_SPEC = BufferSpec()  # shared: allocations without options are the common case (frozen, so safe)
 
@@ -160,7 +165,7 @@ class LRUAllocator(Allocator):
 
     def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
         options = options or _DEFAULT_SPEC
-        if not LRU or options.nolru or (self.cache_limit is not None and size > self.cache_limit):
+        if not LRU.value or options.nolru or (self.cache_limit is not None and size > self.cache_limit):
             super().free(opaque, size, options)
             return
         with self._cache_lock:

@@ -25,6 +25,7 @@ from tg_core.helpers import ContextVar
 from tg_core.schedule.rangeify import create_schedule
 from tg_core.uop.ops import Ops
 from tg_core.uop.sint import arg_vars, has_sym, unbind_arg
+from tg_core.uop.tensor_ops import _unique_counter  # the counter that makes each BUFFER node distinct
 from tg_core.uop.uop import UOp
 
 SCACHE = ContextVar("SCACHE", 1)
@@ -125,7 +126,9 @@ class _Known:
 
     def bind(self, targets: list[UOp]) -> tuple[Items, dict[UOp, UOp]]:
         """What `_bind(..., fresh=True)` gives, from the precomputed plan."""
-        slots = self.inputs + [b.fresh_buffer() for b in self.fresh]
+        # what `b.fresh_buffer()` makes, built here: its function-level import was a tenth of a tiny realize's hit
+        slots = self.inputs + [UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)),
+                                                        b.src[1]), b.arg) for b in self.fresh]
         bound: Items = []
         for ast, idx in self.plan:
             bufs = [slots[i] for i in idx]

@@ -203,7 +203,8 @@ def note_origin(buf: UOp, graph: UOp) -> None:
     # a write into buf itself (assigning to a value, clone) computed its value
     while graph.op is Ops.ASSIGN and storage_of(graph.src[0]) is buf:
         graph = graph.src[1]
-    if graph.op is Ops.DETACH or has_sym(shape_of(graph)):
+    shape = shape_of(graph)
+    if graph.op is Ops.DETACH or (not _int_shape(shape) and has_sym(shape)):
         # DETACH: nothing flows back through it, keeping it would only keep its inputs alive; a symbolic shape:
         # its buffer holds the value of one binding of its variables only, so gradients stop there
         _origins.pop(buf, None)
@@ -211,6 +212,14 @@ def note_origin(buf: UOp, graph: UOp) -> None:
     reads = {n: _versions.get(n, 0) for n in _walk(graph)[0]}
     if buf not in reads:  # a graph that reads buf's old contents cannot stand for its new ones
         _origins[buf] = (graph, reads)
+
+
+def _int_shape(shape: tuple) -> bool:
+    """Whether every dim is a plain int (the common case, checked before the recursive has_sym)."""
+    for d in shape:
+        if type(d) is not int:
+            return False
+    return True
 
 
 def note_realized(before: list[tuple[Tensor, UOp]]) -> None:
