@@ -229,3 +229,17 @@ def test_q5k_quant_linear_matches_q8_reference(tokens):
     np.testing.assert_allclose(got, q8_dequantized(x) @ dequantized(raw, N, K, 13).T, rtol=3e-3, atol=2e-2)
     cpu = linear(Tensor(x, device="CPU"), gguf_weight(raw, N, K, "CPU", 13)).numpy()
     np.testing.assert_allclose(cpu, x.astype(np.float64) @ dequantized(raw, N, K, 13).T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_q6k_quant_linear_matches_q8_reference(tokens):
+    N, K = 32, 512
+    raw = q4k_bytes(N * K // 256, 40 + tokens, nbytes=210)
+    rng = np.random.default_rng(50 + tokens)
+    raw[:, 208:210] = rng.uniform(0.001, 0.02, len(raw)).astype(np.float16).view(np.uint8).reshape(-1, 2)  # d at the end
+    x = rng.standard_normal((tokens, K)).astype(np.float32)
+    w = gguf_weight(raw, N, K, "AMD", 14)
+    from tg_core.llm.weights import gguf_source
+    assert kernel_for("quant_linear", "AMD").supports(Tensor(x, device="AMD"), w, gguf_source(w))
+    got = linear(Tensor(x, device="AMD"), w).numpy()
+    np.testing.assert_allclose(got, q8_dequantized(x) @ dequantized(raw, N, K, 14).T, rtol=3e-3, atol=2e-2)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tg_core.plugin_api import AxisType, Ops, Tensor, UOp, dtypes
+from tg_amd.kernels.q6k import Q6_K, RAW_BYTES, q6k_kernel
 from tg_amd.kernels.q8 import Q8Quantize
 from tg_amd.kernels.wave import WAVE, intrinsic, wave_reduce
 
@@ -71,22 +72,27 @@ def q4k_kernel(T: int, N: int, K: int, ggml_type: int = Q4_K):
 
 
 class Q4KLinear:
-    """tg_core/kernels.py's `quant_linear(x, w, source)` for a Q4_K or Q5_K source, K a multiple of 256, < 16 tokens."""
+    """tg_core/kernels.py's `quant_linear(x, w, source)` for a Q4_K, Q5_K or Q6_K source, K a multiple of 256, fewer
+    than 16 tokens."""
     name = "quant_linear"
 
     def __init__(self) -> None:
         self._words: dict[Any, Any] = {}  # raw bytes node -> their uint32 words (made once per weight)
 
     def supports(self, x: Any, w: Any, source: Any = None) -> bool:
-        if source is None or source[1] not in LAYOUT or w.ndim != 2 or not all(isinstance(s, int) for s in x.shape):
+        if source is None or source[1] not in (*LAYOUT, Q6_K) or w.ndim != 2 or \
+                not all(isinstance(s, int) for s in x.shape):
             return False
         N, K = w.shape
+        block_bytes = RAW_BYTES if source[1] == Q6_K else LAYOUT[source[1]][0] * 4
         return (isinstance(K, int) and K % BLOCK == 0 and x.shape[-1] == K and x.numel() // K <= MAX_TOKENS
-                and x.dtype in (dtypes.float32, dtypes.float16) and source[0].numel() == N * K // BLOCK * LAYOUT[source[1]][0] * 4)
+                and x.dtype in (dtypes.float32, dtypes.float16) and source[0].numel() == N * K // BLOCK * block_bytes)
 
-    def words(self, raw: Any) -> Any:
+    def words(self, raw: Any, ggml_type: int) -> Any:
         got = self._words.get(raw.uop)
         if got is None:
+            if ggml_type == Q6_K:  # 210-byte blocks padded to 212: every word load aligned
+                raw = raw.reshape(-1, RAW_BYTES).pad(((0, 0), (0, 2)))
             b = raw.reshape(-1, 4).cast(dtypes.uint32)
             got = (b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)).contiguous().realize()
             self._words[raw.uop] = got
@@ -97,8 +103,8 @@ class Q4KLinear:
         T = x.numel() // K
         q, xs, xsum = Q8Quantize().build(x.reshape(T, K))
         out = Tensor.zeros(T, N, device=x.device).contiguous()
-        Tensor.custom_kernel(out, self.words(source[0]), _words_of_int8(q), xs.reshape(-1), xsum.reshape(-1),
-                             fxn=q4k_kernel(T, N, K, source[1]))
+        kernel = q6k_kernel(T, N, K) if source[1] == Q6_K else q4k_kernel(T, N, K, source[1])
+        Tensor.custom_kernel(out, self.words(*source), _words_of_int8(q), xs.reshape(-1), xsum.reshape(-1), fxn=kernel)
         return out.reshape(*x.shape[:-1], N)
 
 
