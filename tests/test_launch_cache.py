@@ -217,3 +217,21 @@ def test_gradients_flow_through_results_of_identity_hits():
         (o * o).sum().backward()
         assert w.grad is not None
         np.testing.assert_allclose(w.grad.numpy(), 18 * a, rtol=1e-5)
+
+
+def test_remembered_scalar_constants_keep_value_dtype_and_shape_apart():
+    x = Tensor(np.array([1.0, -2.0, 3.0, -4.0], np.float32)).realize()
+    xi = Tensor(np.array([1, 2, 3, 4], np.int32)).realize()
+    x2 = Tensor(np.ones((2, 3), np.float32)).realize()
+    for _ in range(2):  # the second round takes the remembered constants
+        np.testing.assert_array_equal(np.signbit((x * 0.0).numpy()), np.signbit(x.numpy() * np.float32(0.0)))
+        np.testing.assert_array_equal(np.signbit((x * -0.0).numpy()), np.signbit(x.numpy() * np.float32(-0.0)))
+        assert np.isnan((x + float("nan")).numpy()).all()
+        np.testing.assert_array_equal((xi + True).numpy(), xi.numpy() + 1)
+        assert (xi + True).dtype == xi.dtype and (xi + 1.5).dtype != xi.dtype
+        np.testing.assert_allclose((xi + 1.5).numpy(), xi.numpy() + 1.5)
+        np.testing.assert_array_equal((x2 + 1).numpy(), np.full((2, 3), 2, np.float32))
+        np.testing.assert_array_equal((1 - x).numpy(), 1 - x.numpy())
+        np.testing.assert_array_equal((2 * xi).numpy(), 2 * xi.numpy())
+        with pytest.raises(OverflowError):
+            Tensor(np.array([1], np.uint8)) + 300

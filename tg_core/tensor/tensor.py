@@ -104,6 +104,11 @@ def _dense_prefix(u: UOp) -> UOp | None:
     return None
 
 
+# (dtype, Python type, value, shape) -> a scalar broadcast to that shape: `t + 1` in a loop builds the same
+# constant chain each time, and these nodes hold no buffers (a symbolic dim holds only its variables)
+_scalar_nodes: dict[tuple, UOp] = {}
+
+
 class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixin, AutogradMixin, StorageMixin):
     """A lazy tensor. `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a
     (nested) list, a numpy array, or a UOp of a tensor graph. The ops beyond the primitives below live in
@@ -343,12 +348,20 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             dt = _concrete(least_upper_dtype(dt, dtypes.from_py(x)))
         elif dt is dtypes.bool:
             dt = dtypes.default_int
-        a, c, shape = self._cast_to(dt), UOp.const(dt, checked_scalar(x, dt)), self.shape
-        if shape:  # what c.reshape(ones).expand(shape) gives, without re-checking shapes known to be valid
-            ones = (1,) * len(shape)
-            c = UOp(Ops.RESHAPE, dt, (c,), ones)
-            c = c if shape == ones else UOp(Ops.EXPAND, dt, (c,), shape)
-        return a, c
+        shape = self.shape
+        # a float by its bits: 0.0 and -0.0 are different constants, and NaN equals no NaN as a dict key
+        key = (dt, tx, x.hex() if tx is float else x, shape)  # type: ignore[union-attr]
+        c = _scalar_nodes.get(key)
+        if c is None:
+            c = UOp.const(dt, checked_scalar(x, dt))
+            if shape:  # what c.reshape(ones).expand(shape) gives, without re-checking shapes known to be valid
+                ones = (1,) * len(shape)
+                c = UOp(Ops.RESHAPE, dt, (c,), ones)
+                c = c if shape == ones else UOp(Ops.EXPAND, dt, (c,), shape)
+            if len(_scalar_nodes) >= 512:
+                _scalar_nodes.clear()
+            _scalar_nodes[key] = c
+        return self._cast_to(dt), c
 
     def _broadcasted(self, x: Operand, reverse: bool = False) -> tuple[Tensor, Tensor]:
         tx = type(x)
