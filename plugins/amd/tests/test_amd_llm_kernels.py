@@ -243,3 +243,15 @@ def test_q6k_quant_linear_matches_q8_reference(tokens):
     assert kernel_for("quant_linear", "AMD").supports(Tensor(x, device="AMD"), w, gguf_source(w))
     got = linear(Tensor(x, device="AMD"), w).numpy()
     np.testing.assert_allclose(got, q8_dequantized(x) @ dequantized(raw, N, K, 14).T, rtol=3e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_iq4xs_quant_linear_matches_q8_reference(tokens):
+    N, K = 32, 512
+    raw = q4k_bytes(N * K // 256, 60 + tokens, nbytes=136)  # d at bytes 0..1; random scales and nibbles
+    x = np.random.default_rng(70 + tokens).standard_normal((tokens, K)).astype(np.float32)
+    w = gguf_weight(raw, N, K, "AMD", 23)
+    from tg_core.llm.weights import gguf_source
+    assert kernel_for("quant_linear", "AMD").supports(Tensor(x, device="AMD"), w, gguf_source(w))
+    got = linear(Tensor(x, device="AMD"), w).numpy()
+    np.testing.assert_allclose(got, q8_dequantized(x) @ dequantized(raw, N, K, 23).T, rtol=3e-3, atol=2e-2)

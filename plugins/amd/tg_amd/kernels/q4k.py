@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tg_core.plugin_api import AxisType, Ops, Tensor, UOp, dtypes
+from tg_amd.kernels.iq4xs import IQ4_XS, iq4xs_kernel
 from tg_amd.kernels.q6k import Q6_K, RAW_BYTES, q6k_kernel
 from tg_amd.kernels.q8 import Q8Quantize
 from tg_amd.kernels.wave import WAVE, intrinsic, wave_reduce
@@ -72,7 +73,7 @@ def q4k_kernel(T: int, N: int, K: int, ggml_type: int = Q4_K):
 
 
 class Q4KLinear:
-    """tg_core/kernels.py's `quant_linear(x, w, source)` for a Q4_K, Q5_K or Q6_K source, K a multiple of 256, fewer
+    """tg_core/kernels.py's `quant_linear(x, w, source)` for a Q4_K, Q5_K, Q6_K or IQ4_XS source, K a multiple of 256, fewer
     than 16 tokens."""
     name = "quant_linear"
 
@@ -80,11 +81,11 @@ class Q4KLinear:
         self._words: dict[Any, Any] = {}  # raw bytes node -> their uint32 words (made once per weight)
 
     def supports(self, x: Any, w: Any, source: Any = None) -> bool:
-        if source is None or source[1] not in (*LAYOUT, Q6_K) or w.ndim != 2 or \
+        if source is None or source[1] not in (*LAYOUT, Q6_K, IQ4_XS) or w.ndim != 2 or \
                 not all(isinstance(s, int) for s in x.shape):
             return False
         N, K = w.shape
-        block_bytes = RAW_BYTES if source[1] == Q6_K else LAYOUT[source[1]][0] * 4
+        block_bytes = {Q6_K: RAW_BYTES, IQ4_XS: 136}.get(source[1]) or LAYOUT[source[1]][0] * 4
         return (isinstance(K, int) and K % BLOCK == 0 and x.shape[-1] == K and x.numel() // K <= MAX_TOKENS
                 and x.dtype in (dtypes.float32, dtypes.float16) and source[0].numel() == N * K // BLOCK * block_bytes)
 
@@ -103,7 +104,9 @@ class Q4KLinear:
         T = x.numel() // K
         q, xs, xsum = Q8Quantize().build(x.reshape(T, K))
         out = Tensor.zeros(T, N, device=x.device).contiguous()
-        kernel = q6k_kernel(T, N, K) if source[1] == Q6_K else q4k_kernel(T, N, K, source[1])
+        kind = source[1]
+        kernel = q6k_kernel(T, N, K) if kind == Q6_K else iq4xs_kernel(T, N, K) if kind == IQ4_XS else \
+            q4k_kernel(T, N, K, kind)
         Tensor.custom_kernel(out, self.words(*source), _words_of_int8(q), xs.reshape(-1), xsum.reshape(-1), fxn=kernel)
         return out.reshape(*x.shape[:-1], N)
 
