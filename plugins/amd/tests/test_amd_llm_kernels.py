@@ -179,7 +179,7 @@ def test_q4k_declines_permuted_cast_and_unaligned_weights():
         assert gguf_source(other) is None and not k.supports(x, other, gguf_source(other))
     assert gguf_source(w.reshape(N * K).reshape(N, K).contiguous()) is not None  # reshapes are looked through
     many = Tensor(np.ones((16, K), np.float32), device="AMD")
-    assert not k.supports(many, w, gguf_source(w))  # 16 tokens: not the sudot4 path
+    assert k.supports(many, w, gguf_source(w))  # 16 tokens: the WMMA path
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -255,3 +255,15 @@ def test_iq4xs_quant_linear_matches_q8_reference(tokens):
     assert kernel_for("quant_linear", "AMD").supports(Tensor(x, device="AMD"), w, gguf_source(w))
     got = linear(Tensor(x, device="AMD"), w).numpy()
     np.testing.assert_allclose(got, q8_dequantized(x) @ dequantized(raw, N, K, 23).T, rtol=3e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("tokens, n", [(32, 48), (64, 32), (128, 16), (16, 16), (20, 40)])
+def test_q4k_wmma_matches_f16_reference(tokens, n):
+    # 16 and more tokens: WMMA tiles with f16 inputs and f16-rounded weights; (16, 16) and (32, 48) are the seed's
+    # partial-tile widths, (20, 40) a trailing partial tile in both tokens and outputs
+    K = 512
+    raw = q4k_bytes(n * K // 256, tokens + n)
+    x = np.random.default_rng(tokens).standard_normal((1, tokens, K)).astype(np.float16)
+    got = linear(Tensor(x, device="AMD"), gguf_weight(raw, n, K, "AMD")).numpy()
+    w16 = dequantized(raw, n, K).astype(np.float32).astype(np.float16).astype(np.float64)
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w16.T, rtol=3e-3, atol=2e-2)

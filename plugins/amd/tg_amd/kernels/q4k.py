@@ -16,12 +16,13 @@ from tg_amd.kernels.iq4xs import IQ4_XS, iq4xs_kernel
 from tg_amd.kernels.q6k import Q6_K, RAW_BYTES, q6k_kernel
 from tg_amd.kernels.q8 import Q8Quantize
 from tg_amd.kernels.wave import WAVE, intrinsic, wave_reduce
+from tg_amd.kernels.wmma_q4k import wmma_q4k_kernel
 
 Q4_K, Q5_K, BLOCK = 12, 13, 256
 # type -> (words per block, word of the first nibble byte, word of qh or None): header word 0, scales 1..3, then
 # Q4_K nibbles 4..35; Q5_K qh 4..11 and nibbles 12..43
 LAYOUT = {Q4_K: (36, 4, None), Q5_K: (44, 12, 4)}
-MAX_TOKENS = 15  # 16 tokens and more are WMMA's (not written yet: core's matmul)
+MAX_TOKENS = 15  # 16 tokens and more: WMMA tiles (wmma_q4k.py), for Q4_K only so far
 
 
 def _u32(v: int) -> UOp:
@@ -86,7 +87,8 @@ class Q4KLinear:
             return False
         N, K = w.shape
         block_bytes = {Q6_K: RAW_BYTES, IQ4_XS: 136}.get(source[1]) or LAYOUT[source[1]][0] * 4
-        return (isinstance(K, int) and K % BLOCK == 0 and x.shape[-1] == K and x.numel() // K <= MAX_TOKENS
+        tokens_ok = x.numel() // K <= MAX_TOKENS or source[1] == Q4_K
+        return (isinstance(K, int) and K % BLOCK == 0 and x.shape[-1] == K and tokens_ok
                 and x.dtype in (dtypes.float32, dtypes.float16) and source[0].numel() == N * K // BLOCK * block_bytes)
 
     def words(self, raw: Any, ggml_type: int) -> Any:
@@ -102,8 +104,12 @@ class Q4KLinear:
     def build(self, x: Any, w: Any, source: Any) -> Any:
         N, K = w.shape
         T = x.numel() // K
-        q, xs, xsum = Q8Quantize().build(x.reshape(T, K))
         out = Tensor.zeros(T, N, device=x.device).contiguous()
+        if T > MAX_TOKENS:  # WMMA: x in f16, the weight dequantized to f16 in registers
+            Tensor.custom_kernel(out, self.words(*source), x.reshape(T * K).cast(dtypes.float16).contiguous(),
+                                 fxn=wmma_q4k_kernel(T, N, K))
+            return out.reshape(*x.shape[:-1], N)
+        q, xs, xsum = Q8Quantize().build(x.reshape(T, K))
         kind = source[1]
         kernel = q6k_kernel(T, N, K) if kind == Q6_K else iq4xs_kernel(T, N, K) if kind == IQ4_XS else \
             q4k_kernel(T, N, K, kind)
