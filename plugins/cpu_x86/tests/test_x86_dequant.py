@@ -95,16 +95,33 @@ def _matvec_asm(qtype: Q, isa: str) -> list[str]:
 def test_q4_1_matvec_is_vector_code(isa):
     """The Q4_1 matvec: each block's bytes one widening load, the halves' nibbles a mask and a constant shift,
     int -> float conversions and FMAs (x read from memory by the FMA) on vectors; the block's float16 scales one
-    16-bit load each, not two byte loads; no scalar float op but the final horizontal sum's."""
+    load each straight into a vector register (vmovd of the 4 bytes at the scale, inside the block), not two byte
+    loads nor a 16-bit load into a general register; no scalar float op but the final horizontal sum's."""
     _skip_unless(isa)
     asm = _matvec_asm(Q.Q4_1, isa)
     reg = "zmm" if isa == "avx512" else "ymm"
     for op in ("vpmovzxbd", "vpsrld", "vcvtdq2ps", "vfmadd213ps", "vfmadd231ps"):
         assert any(line.startswith(op) and reg in line for line in asm), op
     assert any(line.startswith("vfmadd231ps") and "word ptr" in line for line in asm)
-    assert sum(line.startswith("movzx") and "word ptr" in line for line in asm) == 2
+    assert sum(line.startswith("vmovd") and "dword ptr" in line for line in asm) == 2
+    assert not any(line.startswith("movzx") for line in asm)
     assert not any("byte ptr" in line for line in asm)
     assert not any(line.startswith(("vcvtsi2ss", "vmulss", "vfmadd231ss", "vpsrlvd")) for line in asm)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_float16_word_at_the_buffer_end_stays_a_16bit_load(isa):
+    """A float16 read byte by byte whose last word ends the buffer: 4 bytes there would read past its end, so
+    the words are 16-bit loads into a general register (and every value exact)."""
+    _skip_unless(isa)
+    vals = np.array([1.5, -2.25, 3.0, 65504.0, -0.0, 6.1e-5, 0.333, -7.0], np.float16)
+    b = Tensor(vals.view(np.uint8).copy()).realize().reshape(8, 2)
+    word = b[:, 0].cast(dtypes.uint16) | (b[:, 1].cast(dtypes.uint16) << 8)
+    got, kernels = run_tensor(word.bitcast(dtypes.float16).float(), own_opts=True, isa=isa)
+    np.testing.assert_array_equal(got, vals.astype(np.float32))
+    asm = _asm(kernels).splitlines()
+    assert any(line.startswith("movzx") and "word ptr" in line for line in asm)
+    assert not any(line.startswith("vmovd") and "dword ptr" in line for line in asm)
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -1232,8 +1232,27 @@ def _float_to_u64(ctx: Selector, d: VReg, a: VReg, src: DType) -> None:
     ctx.place(done)
 
 
+def _word_in_memory(ctx: Selector, w: UOp) -> Mem | None:
+    """A uint16 read byte by byte (Selector.words) as a 4-byte memory operand at its low byte, when range analysis
+    puts those 4 bytes inside the buffer (a quantized block's float16 scale, followed by the block's other bytes):
+    vmovd then loads it into a vector register at once. None otherwise."""
+    idx = ctx.words.get(w)
+    if idx is None or idx not in ctx.addrs:
+        return None
+    size = buffer_of(idx).ptrdtype.size
+    return dataclasses.replace(ctx.addrs[idx], size=4) if 0 <= idx.src[1].vmin and \
+        int(idx.src[1].vmax) + 3 < size else None
+
+
 def sel_bitcast(ctx: Selector, u: UOp) -> None:
     src, dst = u.src[0].dtype, u.dtype
+    if dst is dtypes.float16 and (mem := _word_in_memory(ctx, u.src[0])) is not None:
+        # a block scale's bits straight from memory: no general register and no vmovd from one (a port-5 uop of
+        # the ~17 a Q4_1 block's vector code has per 32 weights; the word's movzx is then dead code)
+        d, t = ctx.out(u), VReg("vec", 16)
+        ctx.ins("vmovd", t, mem, w=(0,))
+        ctx.ins("vcvtph2ps", d, t, w=(0,), r=(1,))
+        return
     a = ctx.reg(u.src[0])
     if src is dtypes.float16:  # its 16 bits, as the int16/uint16 they are
         d = ctx.out(u)
