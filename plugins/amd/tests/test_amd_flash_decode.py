@@ -28,7 +28,9 @@ def run(device: str, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return got.numpy()
 
 
-@pytest.mark.parametrize("hk, g, s, d", [(1, 4, 256, 128), (1, 3, 100, 32), (2, 4, 77, 64), (1, 8, 256, 256)])
+# 8/1 at 256/256 compiles a fully unrolled head dim of 256: about 12 s on the emulator at light load
+@pytest.mark.parametrize("hk, g, s, d", [(1, 4, 256, 128), (1, 3, 100, 32), (2, 4, 77, 64),
+                                         pytest.param(1, 8, 256, 256, marks=pytest.mark.slow)])
 def test_decode_gqa_matches_numpy_and_cpu(hk, g, s, d):
     rng = np.random.default_rng(s + d)
     q = rng.standard_normal((1, hk, g, 1, d)).astype(np.float32)
