@@ -401,7 +401,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return self._new(u.expand(shape))
 
     def _new(self, u: UOp) -> Tensor:
-        t = Tensor(u, device=self.device)
+        # what Tensor(u, device=self.device) makes, without re-checking what this tensor already holds (its device
+        # is canonical, a node needs no conversion, requires_grad None needs no check): every op ends here
+        t = object.__new__(Tensor)
+        t._device, t._requires_grad, t.grad, t.uop = self._device, None, None, u
+        register_new(t)
         if u.op in VIEW_OPS or u is self.uop:  # an assign into it writes into this tensor (storage.py, views of unrealized values)
             note_view(self, t)
         return t
