@@ -384,10 +384,11 @@ def _rebuild(tpl: Any, old_inputs: list[UOp], new_inputs: list[UOp], var_vals: d
     """The return value of a replay; with `var_vals`, its symbolic shapes take this call's variable values."""
     if isinstance(tpl, _Out):
         node = tpl.node if var_vals is None else rebind_graph(tpl.node, var_vals)
+        # (the device is the captured tensor's, canonical: the tensor is made without re-checking it)
         if tpl.input_index is None:
-            return Tensor(node, device=tpl.device)
+            return Tensor._wrap(node, tpl.device)
         i = tpl.input_index
-        return Tensor(node.substitute({old_inputs[i]: new_inputs[i]}), device=tpl.device)
+        return Tensor._wrap(node.substitute({old_inputs[i]: new_inputs[i]}), tpl.device)
     if isinstance(tpl, (tuple, list, dict)):
         items = tpl.values() if isinstance(tpl, dict) else tpl
         return remake(tpl, [_rebuild(x, old_inputs, new_inputs, var_vals) for x in items])

@@ -400,12 +400,17 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         u = self.uop.reshape(padded) if padded != self.shape else self.uop
         return self._new(u.expand(shape))
 
-    def _new(self, u: UOp) -> Tensor:
-        # what Tensor(u, device=self.device) makes, without re-checking what this tensor already holds (its device
-        # is canonical, a node needs no conversion, requires_grad None needs no check): every op ends here
+    @staticmethod
+    def _wrap(u: UOp, device: str) -> Tensor:
+        """What Tensor(u, device=device) makes, for a `device` already canonical (another tensor's) and a tensor-level
+        node, without re-checking them (requires_grad None needs no check either): every op ends here."""
         t = object.__new__(Tensor)
-        t._device, t._requires_grad, t.grad, t.uop = self._device, None, None, u
+        t._device, t._requires_grad, t.grad, t.uop = device, None, None, u
         register_new(t)
+        return t
+
+    def _new(self, u: UOp) -> Tensor:
+        t = Tensor._wrap(u, self._device)
         if u.op in VIEW_OPS or u is self.uop:  # an assign into it writes into this tensor (storage.py, views of unrealized values)
             note_view(self, t)
         return t
