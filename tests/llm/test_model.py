@@ -68,8 +68,13 @@ def reference_logits(path: str, ids: list[int]) -> np.ndarray:
     return norm(x, W["output_norm.weight"]) @ W["token_embd.weight"].T  # tied head
 
 
-def _close(got: np.ndarray, want: np.ndarray) -> None:
-    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * float(np.abs(want).max()))
+def _close(got: np.ndarray, want: np.ndarray, tol: float = 2e-3) -> None:
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * float(np.abs(want).max()))
+
+
+# on AMD, tg-amd's quant_linear quantizes the activations to int8 per 32 (Q8, as the seed's kernels do) for the K-quant
+# weights, so the logits move by the activations' rounding as well
+AMD_TOL = 6e-3
 
 
 IDS = [257, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 84, 101, 115, 116]
@@ -81,9 +86,10 @@ def test_forward_and_cached_decode_match_numpy(mixed_llama, device):
     model = Transformer.from_gguf(mixed_llama, device=device)
     # the prompt but its last 4 tokens in one run, then those 4 one at a time from the cache
     n = len(IDS) - 4
-    _close(model(Tensor([IDS[:n]], dtype="int32", device=device), 0).numpy()[0], want[n - 1])
+    tol = AMD_TOL if device == "AMD" else 2e-3
+    _close(model(Tensor([IDS[:n]], dtype="int32", device=device), 0).numpy()[0], want[n - 1], tol)
     for pos in range(n, len(IDS)):
-        _close(model(Tensor([[IDS[pos]]], dtype="int32", device=device), pos).numpy()[0], want[pos])
+        _close(model(Tensor([[IDS[pos]]], dtype="int32", device=device), pos).numpy()[0], want[pos], tol)
 
 
 def test_prefill_in_chunks_equals_one_chunk(mixed_llama):
