@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from tg_core.codegen.linearize import LinearizeError
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
-from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
+from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
 
@@ -26,20 +26,39 @@ def _split(x: UOp) -> UOp | None:
 pm_split_ends = PatternMatcher([(UPat(Ops.END, name="x"), _split)])
 
 
-def _ends_by_range(root: UOp) -> dict[UOp, list[UOp]]:
+def _ends_by_range(order: Iterable[UOp]) -> dict[UOp, list[UOp]]:
     out: dict[UOp, list[UOp]] = {}
-    for u in root.toposort():
+    for u in order:
         if u.op is Ops.END:
             out.setdefault(u.src[1], []).append(u)
     return out
 
 
-def merge_ends(root: UOp) -> UOp:
+def _substitute_in_order(order: Iterable[UOp], mapping: dict[UOp, UOp]) -> UOp:
+    """`substitute(root, mapping)` for the root last in `order`, its toposort: the result is the same whatever
+    the walk, and the toposort merge_ends already holds saves substitute's own walk of the graph."""
+    new: dict[UOp, UOp] = {}
+    u: UOp | None = None
+    for u in order:
+        rep = mapping.get(u)
+        if rep is None:
+            src = u.src
+            lowered = tuple([new[s] for s in src])
+            rep = u if lowered == src else UOp(u.op, u.dtype, lowered, u.arg, u.tag)
+        new[u] = rep
+    assert u is not None
+    return new[u]
+
+
+def merge_ends(root: UOp, single: bool = False) -> UOp:
     """`root` with the ENDs of each range merged into one (innermost ranges first: merging them can make
-    the ENDs around them identical)."""
+    the ENDs around them identical). `single`: the caller knows no range has two ENDs (nothing to merge)."""
+    if single:
+        return root
     merged_ranges: set[UOp] = set()
     while True:
-        many = [(r, ends) for r, ends in _ends_by_range(root).items() if len(ends) > 1]
+        order = root.toposort()
+        many = [(r, ends) for r, ends in _ends_by_range(order).items() if len(ends) > 1]
         if not many:
             return root
         r, ends = many[0]  # toposort order: an END comes before the ENDs that contain it
@@ -51,21 +70,34 @@ def merge_ends(root: UOp) -> UOp:
                                  "its loops are not properly nested (or one reduction over it needs another)")
         merged_ranges.add(r)
         merged = UOp(Ops.END, dtypes.void, (body, r))
-        root = substitute(root, {e: merged for e in ends})
+        root = _substitute_in_order(order, {e: merged for e in ends})
 
 
 def split_ends(ast: UOp, order: Iterable[UOp] | None = None) -> UOp:
     """`ast` with single-range ENDs: `pm_split_ends` to its fixed point, in one sources-first walk over
     `order` (the toposort of `ast`, if known)."""
+    return _split_ends(ast, ast.toposort() if order is None else order)[0]
+
+
+def _split_ends(ast: UOp, order: Iterable[UOp]) -> tuple[UOp, bool]:
+    """split_ends, and whether no range of the result has two ENDs (then merge_ends has nothing to do). Every
+    END of the result is one this walk built (or found), so counting them here spares merge_ends a walk."""
     new: dict[UOp, UOp] = {}
-    for u in ast.toposort() if order is None else order:
+    end_of: dict[UOp, UOp] = {}  # range -> the one END over it seen so far
+    single = True
+    for u in order:
         src = u.src
         lowered = tuple([new[s] for s in src])
         x = u if lowered == src else UOp(u.op, u.dtype, lowered, u.arg, u.tag)
         while x.op is Ops.END and len(x.src) > 2:
-            x = UOp(Ops.END, dtypes.void, (UOp(Ops.END, dtypes.void, (x.src[0], x.src[-1])), *x.src[1:-1]))
+            inner = UOp(Ops.END, dtypes.void, (x.src[0], x.src[-1]))
+            if single and end_of.setdefault(inner.src[1], inner) is not inner:
+                single = False
+            x = UOp(Ops.END, dtypes.void, (inner, *x.src[1:-1]))
+        if x.op is Ops.END and single and end_of.setdefault(x.src[1], x) is not x:
+            single = False
         new[u] = x
-    return new[ast]
+    return new[ast], single
 
 
 # (matcher, matcher + pm_split_ends) by id(matcher): a renderer's decompositions, built once
@@ -78,7 +110,7 @@ def normalize_ends(ast: UOp, also: PatternMatcher | None = None) -> UOp:
     the ENDs split in a plain walk; else, when it has no END rules, it runs in the splitting pass."""
     order = ast.toposort()
     if also is None or not any(u.op in also.rules_by_op for u in order):
-        return merge_ends(split_ends(ast, order))
+        return merge_ends(*_split_ends(ast, order))
     if Ops.END in also.rules_by_op:
         return merge_ends(graph_rewrite(graph_rewrite(ast, also), pm_split_ends))  # its rules see unsplit ENDs
     if id(also) not in _with_split:

@@ -89,15 +89,17 @@ def _split_by_divisor(x: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp 
     r = rebuild(x.dtype, r_terms, r_const)
     if not no_overflow(r):
         return None  # r >= 0 in exact arithmetic, but in a strong dtype it may wrap (a negative constant moved into it)
-    if r.vmax < c:
-        rdiv, rmod = None, r  # the remainder part never reaches c
-    else:
-        rdiv, rmod = UOp(Ops.IDIV, x.dtype, (r, x.src[1])), UOp(Ops.MOD, x.dtype, (r, x.src[1]))
+    small = r.vmax < c  # the remainder part never reaches c
+    # only the node the result needs is built: a declining call (r is the numerator) then builds nothing new
     if x.op is Ops.MOD:
-        new = rmod
+        new = r if small else UOp(Ops.MOD, x.dtype, (r, x.src[1]))
     else:
         q = rebuild(x.dtype, q_terms, q_const)
-        new = q if rdiv is None else rdiv if q.op is Ops.CONST and q.arg == 0 else q + rdiv
+        if small:
+            new = q
+        else:
+            rdiv = UOp(Ops.IDIV, x.dtype, (r, x.src[1]))
+            new = rdiv if q.op is Ops.CONST and q.arg == 0 else q + rdiv
     return None if new is x else new
 
 

@@ -28,8 +28,8 @@ def _describe(fn: Callable, pat: UPat | None = None) -> str:
 
 
 class _Rule:
-    __slots__ = ("pat", "fn", "wants_ctx", "trivial_name", "direct", "dtypes", "early_any", "early_all",
-                 "early_consts", "early")
+    __slots__ = ("pat", "fn", "wants_ctx", "trivial_name", "direct", "early_any", "early_all", "early_consts",
+                 "early")
 
     def __init__(self, pat: UPat, fn: RuleFn):
         self.pat, self.fn = pat, fn
@@ -42,7 +42,6 @@ class _Rule:
         self.trivial_name = pat.name if pat.trivial and not isinstance(pat, _UPatAny) else None
         # ... and when the function takes just that node, it is called positionally (no kwargs dict)
         self.direct = self.trivial_name is not None and params == [self.trivial_name]
-        self.dtypes = pat.dtype if self.trivial_name is not None else None  # checked inline for trivial patterns
         self.early_any, self.early_all, self.early_consts = pat.early_any, pat.early_all, pat.early_consts
         self.early = bool(self.early_any or self.early_all is not None or self.early_consts)
 
@@ -59,6 +58,16 @@ class PatternMatcher:
             rule = _Rule(pat, fn)
             for op in (pat.op if pat.op is not None else Ops):
                 self.rules_by_op.setdefault(op, []).append(rule)
+        # (op, dtype) -> the rules of that op whose pattern accepts that dtype, filled on first use: a node's
+        # dtype rules out most rules of its op (a float MUL meets no index-math rule), and checking that once
+        # per (op, dtype) instead of per node and rule keeps the order and the outcome of every match
+        self._rules_for: dict[tuple[Ops, Any], tuple[_Rule, ...]] = {}
+
+    def _rules(self, op: Ops, dtype: Any) -> tuple[_Rule, ...]:
+        rules = tuple(r for r in self.rules_by_op.get(op, ())
+                      if r.pat.dtype is None or dtype in r.pat.dtype or dtype.scalar() in r.pat.dtype)
+        self._rules_for[(op, dtype)] = rules
+        return rules
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.patterns + other.patterns)
@@ -73,16 +82,13 @@ class PatternMatcher:
 
     def _rewrite(self, u: UOp, ctx: Any) -> tuple[UOp, _Rule] | None:
         """The replacement and the rule that made it, so that errors can name the rule."""
-        rules = self.rules_by_op.get(u.op)
+        rules = self._rules_for.get((u.op, u.dtype))
         if rules is None:
-            return None
+            rules = self._rules(u.op, u.dtype)
         srcops: set[Ops] | None = None
         consts: set | None = None
         for rule in rules:
             try:
-                dts = rule.dtypes
-                if dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts:
-                    continue
                 if rule.direct:
                     ret = rule.fn(u)
                     if ret is None or ret is u:
