@@ -27,12 +27,13 @@ def index_dtypes(root: UOp, order: Iterable[UOp] | None = None) -> dict[UOp, DTy
     return out
 
 
-def lower_index_dtype(ast: UOp) -> UOp:
-    """`ast` with no weakint left.
+def lower_index_dtype(ast: UOp, order: Iterable[UOp] | None = None) -> UOp:
+    """`ast` with no weakint left (`order`: the toposort of `ast`, if the caller holds it).
 
     One walk, sources first, instead of a graph_rewrite: every index node changes, so a rewrite would enter
     each one, rebuild it and enter the rebuilt node again (a third of a large kernel's lowering time)."""
-    order = ast.toposort()
+    if order is None:
+        order = ast.toposort()
     ctx = index_dtypes(ast, order)
     new: dict[UOp, UOp] = {}
 

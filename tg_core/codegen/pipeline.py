@@ -15,7 +15,7 @@ from tg_core.codegen.lower_index import lower_index_dtype
 from tg_core.codegen.opts import Opt, apply_opts
 from tg_core.codegen.program import Program, param_index
 from tg_core.codegen.reduce import lower_reduce as lower_reduce_pass
-from tg_core.codegen.shifts import define_shifts
+from tg_core.codegen.shifts import define_shifts, has_shifts
 from tg_core.uop.ops import KernelInfo, Ops
 from tg_core.uop.rewrite import PatternMatcher, gc_paused, graph_rewrite
 from tg_core.uop.symbolic import symbolic
@@ -38,7 +38,12 @@ def lower_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = (),
     ast = graph_rewrite(ast, symbolic, bottom_up=True)
     if lower_reduce:
         ast = lower_reduce_pass(ast)
-    ast = define_shifts(lower_index_dtype(ast))
+    order = ast.toposort()
+    # weakint lowering keeps every node's op, so the graph has shifts after it iff it had them before: one
+    # walk of the kernel tells both passes what they need (define_shifts would walk the lowered graph again)
+    ast = lower_index_dtype(ast, order)
+    if has_shifts(order):
+        ast = define_shifts(ast)
     if lower_reduce:
         return normalize_ends(ast, extra_matcher)  # applies extra_matcher too
     return ast if extra_matcher is None else graph_rewrite(ast, extra_matcher)

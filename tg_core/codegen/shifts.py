@@ -9,6 +9,8 @@ amounts outside, so every device computes the same thing.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
@@ -40,8 +42,13 @@ def _defined_shift(u: UOp) -> UOp | None:
 pm_defined_shifts = PatternMatcher([(UPat((Ops.SHL, Ops.SHR), name="u"), _defined_shift)])
 
 
+def has_shifts(order: Iterable[UOp]) -> bool:
+    """Whether any of these nodes (a kernel's toposort) is a shift: without one, define_shifts has nothing to do."""
+    return any(u.op is Ops.SHL or u.op is Ops.SHR for u in order)
+
+
 def define_shifts(ast: UOp) -> UOp:
     """`ast` with every shift's amount inside its value's width (alu.py's value for the others)."""
-    if not any(u.op in (Ops.SHL, Ops.SHR) for u in ast.toposort()):
+    if not has_shifts(ast.toposort()):
         return ast
     return graph_rewrite(ast, pm_defined_shifts)
