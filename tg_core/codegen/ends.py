@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from tg_core.codegen.linearize import LinearizeError
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
-from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
+from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
 
@@ -34,22 +34,6 @@ def _ends_by_range(order: Iterable[UOp]) -> dict[UOp, list[UOp]]:
     return out
 
 
-def _substitute_in_order(order: Iterable[UOp], mapping: dict[UOp, UOp]) -> UOp:
-    """`substitute(root, mapping)` for the root last in `order`, its toposort: the result is the same whatever
-    the walk, and the toposort merge_ends already holds saves substitute's own walk of the graph."""
-    new: dict[UOp, UOp] = {}
-    u: UOp | None = None
-    for u in order:
-        rep = mapping.get(u)
-        if rep is None:
-            src = u.src
-            lowered = tuple([new[s] for s in src])
-            rep = u if lowered == src else UOp(u.op, u.dtype, lowered, u.arg, u.tag)
-        new[u] = rep
-    assert u is not None
-    return new[u]
-
-
 def merge_ends(root: UOp, single: bool = False) -> UOp:
     """`root` with the ENDs of each range merged into one (innermost ranges first: merging them can make
     the ENDs around them identical). `single`: the caller knows no range has two ENDs (nothing to merge)."""
@@ -70,7 +54,7 @@ def merge_ends(root: UOp, single: bool = False) -> UOp:
                                  "its loops are not properly nested (or one reduction over it needs another)")
         merged_ranges.add(r)
         merged = UOp(Ops.END, dtypes.void, (body, r))
-        root = _substitute_in_order(order, {e: merged for e in ends})
+        root = substitute(root, {e: merged for e in ends})
 
 
 def split_ends(ast: UOp, order: Iterable[UOp] | None = None) -> UOp:
