@@ -235,15 +235,18 @@ class LLVMFunction:
         self.names[u] = self.ins(f"getelementptr inbounds {_memtype(u.dtype.base)}, {self.ptr(buf.dtype)} "
                                  f"{self.names[buf]}, {it} {i}")
 
-    def nontemporal(self) -> str:
-        """The metadata node `!{i32 1}` that `!nontemporal` names, added to the module once."""
-        node = "!{i32 1}"
+    def metadata_node(self, node: str) -> str:
+        """The name of the module-level metadata node `node` (e.g. `!{i32 1}`), added to the module once."""
         for line in self.metadata:
             if line.endswith(f" = {node}"):
                 return line.split(" = ")[0]
         name = f"!{len(self.metadata)}"
         self.metadata.append(f"{name} = {node}")
         return name
+
+    def nontemporal(self) -> str:
+        """The metadata node `!{i32 1}` that `!nontemporal` names."""
+        return self.metadata_node("!{i32 1}")
 
     def load(self, u: UOp) -> None:
         index, dt = u.src[0], u.dtype

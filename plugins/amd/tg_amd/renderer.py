@@ -122,14 +122,8 @@ class AMDFunction(LLVMFunction):
         return super().float_alu(op, dt, vals, *rest)
 
     def ulp_metadata(self) -> str:
-        """The metadata node `!{float 2.5}` (an !fpmath accuracy), added to the module once."""
-        node = "!{float 2.5}"
-        for line in self.metadata:
-            if line.endswith(f" = {node}"):
-                return line.split(" = ")[0]
-        name = f"!{len(self.metadata)}"
-        self.metadata.append(f"{name} = {node}")
-        return name
+        """The metadata node `!{float 2.5}` (an !fpmath accuracy)."""
+        return self.metadata_node("!{float 2.5}")
 
     def sin_f32(self, x: str) -> str:
         """sin(x) = v_sin_f32(y / 2pi) with y = x - k*2pi reduced to [-pi, pi] in two fma steps (Cody-Waite)."""

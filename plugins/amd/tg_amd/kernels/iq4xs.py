@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from tg_core.plugin_api import AxisType, Ops, UOp, dtypes
-from tg_amd.kernels.wave import WAVE, intrinsic, wave_reduce
+from tg_core.plugin_api import UOp, dtypes
+from tg_amd.kernels.groups import Group, f16_bits, group_matvec, u32
+from tg_amd.kernels.wave import intrinsic
 
 IQ4_XS, BLOCK, WORDS = 23, 256, 34
 KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 # the table as four int32 words of four int8 entries, lowest entry in the lowest byte
 TABLE = [int(v) for v in np.array(KVALUES, np.int8).view(np.int32)]
-
-
-def _u32(v: int) -> UOp:
-    return UOp.const(dtypes.uint32, v)
 
 
 def _i32(v: int) -> UOp:
@@ -27,40 +24,26 @@ def _i32(v: int) -> UOp:
 
 def lookup4(nibbles: UOp) -> UOp:
     """The kvalues of four nibbles (one per byte of a uint32) as four int8 in an int32."""
-    sel = (nibbles & _u32(0x07070707)).bitcast(dtypes.int32)
+    sel = (nibbles & u32(0x07070707)).bitcast(dtypes.int32)
     lo = intrinsic("perm", dtypes.int32, _i32(TABLE[1]), _i32(TABLE[0]), sel)  # entries 0..7
     hi = intrinsic("perm", dtypes.int32, _i32(TABLE[3]), _i32(TABLE[2]), sel)  # entries 8..15
-    mask = (((nibbles >> _u32(3)) & _u32(0x01010101)) * _u32(0xFF)).bitcast(dtypes.int32)
+    mask = (((nibbles >> u32(3)) & u32(0x01010101)) * u32(0xFF)).bitcast(dtypes.int32)
     return (hi & mask) | (lo & (mask ^ _i32(-1)))
 
 
 def iq4xs_kernel(T: int, N: int, K: int):
-    G, blocks = K // 32, K // BLOCK
-
-    def fxn(out: UOp, words: UOp, q: UOp, xs: UOp, xsum: UOp) -> UOp:
-        n, t = UOp.range(N, 0, AxisType.GLOBAL), UOp.range(T, 1, AxisType.GLOBAL)
-        lane, it = UOp.range(WAVE, 2, AxisType.LOCAL), UOp.range((G + WAVE - 1) // WAVE, 3, AxisType.REDUCE)
-        g = it * WAVE + lane
-        ok = g < G
-        b, j = g // 8, g % 8
-        base = (n * blocks + b) * WORDS
-
-        def word(at: UOp) -> UOp:
-            return UOp(Ops.LOAD, dtypes.uint32, (words.index(at, ok),), "nontemporal")
+    def body(grp: Group, q: UOp, xs: UOp, xsum: UOp) -> UOp:
+        j, base = grp.j, grp.base
         f32, ju = dtypes.float32, j.cast(dtypes.uint32)
-        hdr = word(base)
-        d = (hdr & _u32(0xFFFF)).cast(dtypes.uint16).bitcast(dtypes.float16).cast(f32)
-        low = (word(base + 1) >> (ju * _u32(4))) & _u32(15)
-        high = (hdr >> (_u32(16) + ju * _u32(2))) & _u32(3)
-        scale = ((low | (high << _u32(4))).cast(dtypes.int32) - 32).cast(f32)
-        row = (t * G + g) * 8
+        hdr = grp.word(base)
+        d = f16_bits(hdr & u32(0xFFFF))
+        low = (grp.word(base + 1) >> (ju * u32(4))) & u32(15)
+        high = (hdr >> (u32(16) + ju * u32(2))) & u32(3)
+        scale = ((low | (high << u32(4))).cast(dtypes.int32) - 32).cast(f32)
         dot = _i32(0)
         for w in range(4):
-            qs = word(base + 2 + j * 4 + w)
-            dot = intrinsic("sudot4", dtypes.int32, lookup4(qs & _u32(0x0F0F0F0F)), q.index(row + w, ok).load(), dot)
-            dot = intrinsic("sudot4", dtypes.int32, lookup4((qs >> _u32(4)) & _u32(0x0F0F0F0F)),
-                            q.index(row + 4 + w, ok).load(), dot)
-        y = xs.index(t * G + g, ok).load() * d * scale * dot.cast(f32)
-        part = UOp(Ops.REDUCE, f32, (ok.where(y, UOp.const(f32, 0.0)), it), Ops.ADD)
-        return out.index(t * N + n, lane < 1).store(wave_reduce(part, Ops.ADD)).end(n, t, lane).sink()
-    return fxn
+            qs = grp.word(base + 2 + j * 4 + w)
+            dot = intrinsic("sudot4", dtypes.int32, lookup4(qs & u32(0x0F0F0F0F)), grp.q8_word(q, w), dot)
+            dot = intrinsic("sudot4", dtypes.int32, lookup4((qs >> u32(4)) & u32(0x0F0F0F0F)), grp.q8_word(q, 4 + w), dot)
+        return grp.load(xs, grp.index) * d * scale * dot.cast(f32)
+    return group_matvec(T, N, K, WORDS, body)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg_core.plugin_api import AxisType, Ops, Tensor, UOp, dtypes
+from tg_core.plugin_api import Tensor, UOp, dtypes
+from tg_amd.kernels.groups import Group, f16_bits, group_matvec, u32
 from tg_amd.kernels.iq4xs import IQ4_XS, iq4xs_kernel
 from tg_amd.kernels.q6k import Q6_K, RAW_BYTES, q6k_kernel
 from tg_amd.kernels.q8 import Q8Quantize
-from tg_amd.kernels.wave import WAVE, intrinsic, wave_reduce
+from tg_amd.kernels.wave import intrinsic
 from tg_amd.kernels.wmma_q4k import wmma_q4k_kernel
 
 Q4_K, Q5_K, BLOCK = 12, 13, 256
@@ -25,52 +26,32 @@ LAYOUT = {Q4_K: (36, 4, None), Q5_K: (44, 12, 4)}
 MAX_TOKENS = 15  # 16 tokens and more: WMMA tiles (wmma_q4k.py), for Q4_K only so far
 
 
-def _u32(v: int) -> UOp:
-    return UOp.const(dtypes.uint32, v)
-
-
-def _f16_bits(bits: UOp) -> UOp:
-    return bits.cast(dtypes.uint16).bitcast(dtypes.float16).cast(dtypes.float32)
-
-
 def q4k_kernel(T: int, N: int, K: int, ggml_type: int = Q4_K):
-    G, blocks = K // 32, K // BLOCK
     WORDS, QS, QH = LAYOUT[ggml_type]
 
-    def fxn(out: UOp, words: UOp, q: UOp, xs: UOp, xsum: UOp) -> UOp:
-        n, t = UOp.range(N, 0, AxisType.GLOBAL), UOp.range(T, 1, AxisType.GLOBAL)
-        lane, it = UOp.range(WAVE, 2, AxisType.LOCAL), UOp.range((G + WAVE - 1) // WAVE, 3, AxisType.REDUCE)
-        g = it * WAVE + lane
-        ok = g < G
-        b, j = g // 8, g % 8
+    def body(grp: Group, q: UOp, xs: UOp, xsum: UOp) -> UOp:
+        j, base = grp.j, grp.base
         i, h = j // 2, j % 2
-        base = (n * blocks + b) * WORDS
-
-        def word(at: UOp) -> UOp:
-            return UOp(Ops.LOAD, dtypes.uint32, (words.index(at, ok),), "nontemporal")
 
         def scale_byte(k: UOp) -> UOp:  # byte k of the 12 scale bytes
-            return (word(base + 1 + k // 4) >> (k % 4 * 8).cast(dtypes.uint32)) & _u32(0xFF)
-        hdr = word(base)
-        d, dmin = _f16_bits(hdr & _u32(0xFFFF)), _f16_bits(hdr >> _u32(16))
+            return (grp.word(base + 1 + k // 4) >> (k % 4 * 8).cast(dtypes.uint32)) & u32(0xFF)
+        hdr = grp.word(base)
+        d, dmin = f16_bits(hdr & u32(0xFFFF)), f16_bits(hdr >> u32(16))
         a, b4, c = scale_byte(j), scale_byte(j + 4), scale_byte(j % 4)
         low = j < 4
-        sc = low.where(a & _u32(63), (b4 & _u32(15)) | ((c >> _u32(6)) << _u32(4)))
-        mn = low.where(b4 & _u32(63), (b4 >> _u32(4)) | ((a >> _u32(6)) << _u32(4)))
+        sc = low.where(a & u32(63), (b4 & u32(15)) | ((c >> u32(6)) << u32(4)))
+        mn = low.where(b4 & u32(63), (b4 >> u32(4)) | ((a >> u32(6)) << u32(4)))
         shift = (h * 4).cast(dtypes.uint32)
-        row = (t * G + g) * 8
         dot = UOp.const(dtypes.int32, 0)
         for w in range(8):
-            nib = (word(base + QS + i * 8 + w) >> shift) & _u32(0x0F0F0F0F)
+            nib = (grp.word(base + QS + i * 8 + w) >> shift) & u32(0x0F0F0F0F)
             if QH is not None:  # the fifth bits of elements 4w..4w+3: bit j of each qh byte
-                nib = nib | (((word(base + QH + w) >> j.cast(dtypes.uint32)) & _u32(0x01010101)) << _u32(4))
-            dot = intrinsic("sudot4", dtypes.int32, nib.bitcast(dtypes.int32), q.index(row + w, ok).load(), dot)
-        qsum = xsum.index((t * G + g) * 2, ok).load() + xsum.index((t * G + g) * 2 + 1, ok).load()
+                nib = nib | (((grp.word(base + QH + w) >> j.cast(dtypes.uint32)) & u32(0x01010101)) << u32(4))
+            dot = intrinsic("sudot4", dtypes.int32, nib.bitcast(dtypes.int32), grp.q8_word(q, w), dot)
+        qsum = grp.load(xsum, grp.index * 2) + grp.load(xsum, grp.index * 2 + 1)
         f32 = dtypes.float32
-        y = xs.index(t * G + g, ok).load() * (d * sc.cast(f32) * dot.cast(f32) - dmin * mn.cast(f32) * qsum)
-        part = UOp(Ops.REDUCE, f32, (ok.where(y, UOp.const(f32, 0.0)), it), Ops.ADD)
-        return out.index(t * N + n, lane < 1).store(wave_reduce(part, Ops.ADD)).end(n, t, lane).sink()
-    return fxn
+        return grp.load(xs, grp.index) * (d * sc.cast(f32) * dot.cast(f32) - dmin * mn.cast(f32) * qsum)
+    return group_matvec(T, N, K, WORDS, body)
 
 
 class Q4KLinear:

@@ -9,17 +9,10 @@ stores. Reference: x_f16 @ W_f16.T in float32."""
 from __future__ import annotations
 
 from tg_core.plugin_api import AddrSpace, AxisType, Ops, UOp, dtypes
+from tg_amd.kernels.groups import f16_bits, u32
 from tg_amd.kernels.wave import WAVE, intrinsic
 
 WORDS, TILE = 36, 16
-
-
-def _u32(v: int) -> UOp:
-    return UOp.const(dtypes.uint32, v)
-
-
-def _f16_bits(bits: UOp) -> UOp:
-    return bits.cast(dtypes.uint16).bitcast(dtypes.float16).cast(dtypes.float32)
 
 
 def wmma_q4k_kernel(T: int, N: int, K: int):
@@ -42,18 +35,18 @@ def wmma_q4k_kernel(T: int, N: int, K: int):
             return UOp(Ops.LOAD, dtypes.uint32, (words.index(at, ok_b),), "nontemporal")
 
         def scale_byte(s: UOp) -> UOp:
-            return (word(base + 1 + s // 4) >> (s % 4 * 8).cast(dtypes.uint32)) & _u32(0xFF)
+            return (word(base + 1 + s // 4) >> (s % 4 * 8).cast(dtypes.uint32)) & u32(0xFF)
         hdr = word(base)
         sa, sb, sc4 = scale_byte(j), scale_byte(j + 4), scale_byte(j % 4)
         low = j < 4
-        sc = low.where(sa & _u32(63), (sb & _u32(15)) | ((sc4 >> _u32(6)) << _u32(4)))
-        mn = low.where(sb & _u32(63), (sb >> _u32(4)) | ((sa >> _u32(6)) << _u32(4)))
-        d, dm = _f16_bits(hdr & _u32(0xFFFF)) * sc.cast(f32), _f16_bits(hdr >> _u32(16)) * mn.cast(f32)
+        sc = low.where(sa & u32(63), (sb & u32(15)) | ((sc4 >> u32(6)) << u32(4)))
+        mn = low.where(sb & u32(63), (sb >> u32(4)) | ((sa >> u32(6)) << u32(4)))
+        d, dm = f16_bits(hdr & u32(0xFFFF)) * sc.cast(f32), f16_bits(hdr >> u32(16)) * mn.cast(f32)
         halves = []
         for w in range(4):
             qw = word(base + 4 + i * 8 + e16 * 4 + w)
             for c in range(4):
-                q = (qw >> ((h * 4).cast(dtypes.uint32) + _u32(8 * c))) & _u32(15)
+                q = (qw >> ((h * 4).cast(dtypes.uint32) + u32(8 * c))) & u32(15)
                 halves.append((d * q.cast(f32) - dm).cast(f16))
         bvec = UOp(Ops.VECTORIZE, f16.vec(16), tuple(halves))
         zero = UOp.const(dtypes.weakint, 0)
