@@ -14,6 +14,7 @@ from tg_core.device import Device
 from tg_core.helpers import Context
 from tg_core.tensor import multi
 from tg_core.testing.devices import why_unavailable
+from tg_core.testing.models import assert_sharded_decode_matches
 
 _why = why_unavailable("AMD")
 pytestmark = pytest.mark.skipif(_why is not None, reason=f"the AMD device does not open: {_why}")
@@ -155,53 +156,10 @@ def test_2d_clone_then_assign_changes_the_clone_only():
     np.testing.assert_allclose(t.sum(1).numpy(), a.sum(1))
 
 
-def _block(shard: bool, seed: int, devs, D=8, H=2, T=6):
-    """A decoder block (layernorm, attention over a KV cache, ReLU MLP); sharded: the heads split over `devs` (q, k,
-    v and the first MLP weight along their output axis, the output projections along their input axis, the caches
-    along the model axis); unsharded: all on AMD:0."""
-    rng = np.random.default_rng(seed)
-    w = {k: Tensor(rng.standard_normal((D, D)).astype(np.float32) * 0.3, device="AMD:0")
-         for k in ("q", "k", "v", "o", "f1", "f2")}
-    cache = [Tensor(np.zeros((1, T, D), np.float32), device="AMD:0") for _ in range(2)]
-    if shard:
-        for k in ("q", "k", "v", "f1"):
-            w[k].shard_(devs, axis=1)
-        for k in ("o", "f2"):
-            w[k].shard_(devs, axis=0)
-        for c in cache:
-            c.shard_(devs, axis=2)
-    Tensor.realize_all(*cache)
-
-    def step(x: Tensor, pos: int) -> Tensor:
-        h = x.layernorm()
-        q, k, v = h @ w["q"], h @ w["k"], h @ w["v"]
-        cache[0][:, pos:pos + 1] = k
-        cache[1][:, pos:pos + 1] = v
-        heads = [t.reshape(1, t.shape[1], H, D // H).permute(0, 2, 1, 3)
-                 for t in (q, cache[0][:, :pos + 1], cache[1][:, :pos + 1])]
-        att = (heads[0] @ heads[1].transpose(-1, -2) / np.sqrt(D // H)).softmax(-1) @ heads[2]
-        x = x + att.permute(0, 2, 1, 3).reshape(1, 1, D) @ w["o"]
-        return x + (x.layernorm() @ w["f1"]).relu() @ w["f2"]
-    return step
-
-
 @pytest.mark.slow
 def test_sharded_two_layer_block_decodes_like_the_unsharded_one():
     """4 decode steps at a changing start position on 2 GPUs, against the same block unsharded on AMD:0."""
-    devs = GPUS[:2]
-    outs = {}
-    for shard in (False, True):
-        layers = [_block(shard, seed, devs) for seed in (1, 2)]
-        res = []
-        for pos in range(4):
-            x = Tensor(np.random.default_rng(100 + pos).standard_normal((1, 1, 8)).astype(np.float32), device="AMD:0")
-            x = x.shard(devs) if shard else x
-            for layer in layers:
-                x = layer(x, pos)
-            res.append(x.numpy())
-        outs[shard] = res
-    for got, want in zip(outs[True], outs[False]):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert_sharded_decode_matches(GPUS[:2], device="AMD:0")
 
 
 # ---- what moves between the GPUs -------------------------------------------------------------------------------
