@@ -8,16 +8,13 @@ from tg_core.device import Device
 from tg_core.engine.realize import stats
 from tg_core.helpers import Context
 from tg_core.plugins.errors import DeviceNotFoundError
+from tg_core.testing.devices import configured_devices
 from tg_core.testing.models import assert_sharded_decode_matches
 
 CPUS = tuple(f"CPU:{i}" for i in range(4))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def four_cpus():
-    Device.configure(devices={"CPU": {"count": 4}})
-    yield
-    Device.reset()
+four_cpus = pytest.fixture(scope="module", autouse=True, name="four_cpus")(configured_devices(CPU={"count": 4}))
 
 
 def _data(*shape, seed=0):

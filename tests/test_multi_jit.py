@@ -9,16 +9,13 @@ from tg_core.helpers import Context
 from tg_core.nn import LayerNorm, Linear
 from tg_core.nn.optim import SGD
 from tg_core.tensor import multi
+from tg_core.testing.devices import ALLREDUCE_ALGOS as ALGOS
+from tg_core.testing.devices import configured_devices
 
 CPUS = [f"CPU:{i}" for i in range(4)]
-ALGOS = {"naive": {"RING": 0, "ALL2ALL": 0}, "ring": {"RING": 2, "ALL2ALL": 0}, "all2all": {"ALL2ALL": 2}}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def four_cpus():
-    Device.configure(devices={"CPU": {"count": 4}})
-    yield
-    Device.reset()
+four_cpus = pytest.fixture(scope="module", autouse=True, name="four_cpus")(configured_devices(CPU={"count": 4}))
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))

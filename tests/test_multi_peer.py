@@ -12,19 +12,16 @@ from tg_core.dtype import dtypes
 from tg_core.engine.realize import build, realize
 from tg_core.helpers import Context
 from tg_core.tensor import multi
+from tg_core.testing.devices import ALLREDUCE_ALGOS as ALGOS
+from tg_core.testing.devices import REDUCE_NP as NP
+from tg_core.testing.devices import configured_devices
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
 CPUS = [f"CPU:{i}" for i in range(4)]
-ALGOS = {"naive": {"RING": 0, "ALL2ALL": 0}, "ring": {"RING": 2, "ALL2ALL": 0}, "all2all": {"ALL2ALL": 2}}
-NP = {"sum": np.sum, "prod": np.prod, "max": np.max}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def four_cpus():
-    Device.configure(devices={"CPU": {"count": 4}})
-    yield
-    Device.reset()
+four_cpus = pytest.fixture(scope="module", autouse=True, name="four_cpus")(configured_devices(CPU={"count": 4}))
 
 
 def _copies(t: Tensor) -> int:

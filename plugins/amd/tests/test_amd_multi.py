@@ -13,6 +13,8 @@ from tg_core import Tensor, TinyJit
 from tg_core.device import Device
 from tg_core.helpers import Context
 from tg_core.tensor import multi
+from tg_core.testing.devices import ALLREDUCE_ALGOS as ALGOS
+from tg_core.testing.devices import REDUCE_NP as NP
 from tg_core.testing.devices import why_unavailable
 from tg_core.testing.models import assert_sharded_decode_matches
 
@@ -20,8 +22,6 @@ _why = why_unavailable("AMD")
 pytestmark = pytest.mark.skipif(_why is not None, reason=f"the AMD device does not open: {_why}")
 
 GPUS = tuple(f"AMD:{i}" for i in range(4))
-ALGOS = {"naive": {"RING": 0, "ALL2ALL": 0}, "ring": {"RING": 2, "ALL2ALL": 0}, "all2all": {"ALL2ALL": 2}}
-NP = {"sum": np.sum, "prod": np.prod, "max": np.max}
 
 
 @pytest.fixture(scope="module", autouse=True)
