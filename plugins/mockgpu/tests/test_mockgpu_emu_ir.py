@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 from mockgpu_helpers import Runner, ir_kernel
 
+from tg_mockgpu.sample_kernels import TREE_SUM
+
 pytest.importorskip("llvmlite")
 
 HEAD = """target triple = "amdgcn-amd-amdhsa"
@@ -139,53 +141,9 @@ def test_half_precision(gpu):
 
 def test_lds_tree_reduction_with_barriers(gpu):
     """Each 256-item workgroup sums its slice through LDS in 8 halving steps separated by barriers."""
-    ir = HEAD + """@lds = internal addrspace(3) global [256 x float] undef, align 4
-define amdgpu_kernel void @k(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %in) #0 {
-entry:
-  %t = call i32 @llvm.amdgcn.workitem.id.x()
-  %g = call i32 @llvm.amdgcn.workgroup.id.x()
-  %base = mul i32 %g, 256
-  %i = add i32 %base, %t
-  %p = getelementptr float, ptr addrspace(1) %in, i32 %i
-  %v = load float, ptr addrspace(1) %p
-  %slot = getelementptr [256 x float], ptr addrspace(3) @lds, i32 0, i32 %t
-  store float %v, ptr addrspace(3) %slot
-  br label %loop
-loop:
-  %s = phi i32 [128, %entry], [%s2, %next]
-  call void @llvm.amdgcn.s.barrier()
-  %act = icmp ult i32 %t, %s
-  br i1 %act, label %add, label %next
-add:
-  %o = add i32 %t, %s
-  %op = getelementptr [256 x float], ptr addrspace(3) @lds, i32 0, i32 %o
-  %a = load float, ptr addrspace(3) %slot
-  %b = load float, ptr addrspace(3) %op
-  %c = fadd float %a, %b
-  store float %c, ptr addrspace(3) %slot
-  br label %next
-next:
-  %s2 = lshr i32 %s, 1
-  %more = icmp ne i32 %s2, 0
-  br i1 %more, label %loop, label %fin
-fin:
-  %first = icmp eq i32 %t, 0
-  br i1 %first, label %w, label %end
-w:
-  call void @llvm.amdgcn.s.barrier()
-  %r = load float, ptr addrspace(3) @lds
-  %po = getelementptr float, ptr addrspace(1) %out, i32 %g
-  store float %r, ptr addrspace(1) %po
-  br label %end
-end:
-  ret void
-}
-""" + ATTRS.format(wg=256)
-    ir = ir.replace("  call void @llvm.amdgcn.s.barrier()\n  %r = load", "  %r = load")
-    ir = ir.replace("fin:\n  %first", "fin:\n  call void @llvm.amdgcn.s.barrier()\n  %first")
     x = np.random.default_rng(5).integers(-100, 100, 256 * 20).astype(np.float32)
     out = gpu.buffer(np.zeros(20, np.float32))
-    gpu.run(ir_kernel(ir), (20, 1, 1), (256, 1, 1), out, gpu.buffer(x))
+    gpu.run(ir_kernel(TREE_SUM), (20, 1, 1), (256, 1, 1), out, gpu.buffer(x), name="tree_sum")
     np.testing.assert_array_equal(gpu.read(out, np.float32, 20), x.reshape(20, 256).sum(1))
 
 
