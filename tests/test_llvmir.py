@@ -16,6 +16,7 @@ from tg_core.renderer import Renderer, UnsupportedDTypeError
 from tg_core.renderer.llvmir import LLVMFunction, LLVMRenderer, render_const
 from tg_core.testing.kernels import (
     INTS,
+    cast_values,
     check_bitcast,
     check_cast,
     check_random_expressions,
@@ -141,25 +142,12 @@ def test_where():
 
 # ---- casts ---------------------------------------------------------------------------------------------
 
-def _cast_values(src: DType, dst: DType) -> list:
-    if dtypes.is_bool(src):
-        return [False, True, True, False]
-    if dtypes.is_float(src):
-        vals = [0.0, 1.75, -2.5, 100.25, -0.0, 3e4, math.nan, math.inf]
-        if dtypes.is_int(dst):  # out-of-range float -> int is undefined: only values that fit
-            lo, hi = dtypes.min(dst), dtypes.max(dst)
-            vals = [v for v in vals if not math.isnan(v) and not math.isinf(v) and lo <= math.trunc(v) <= hi]
-        return vals
-    lo, hi = dtypes.min(src), dtypes.max(src)
-    return [0, 1, hi, lo, 100 % (hi + 1), (-5) % (hi + 1) if lo == 0 else -5]
-
-
 @pytest.mark.parametrize("src", [dtypes.bool, *INTS, *FLOATS], ids=lambda d: d.name)
 def test_casts(src):
     for dst in [dtypes.bool, *INTS, *FLOATS]:
         if dst is src:
             continue
-        vals = _cast_values(src, dst)
+        vals = cast_values(src, dst)
         check_cast(run, src, dst, vals)
 
 

@@ -84,6 +84,23 @@ def check_alu(run: Callable[[UOp, list[np.ndarray]], Any], op: Ops, out_dt: DTyp
         assert same(got, want, out_dt), f"{op} {in_dt!r} {[c[i] for c in ins]}: got {got}, want {want}"
 
 
+def cast_values(src: DType, dst: DType) -> list:
+    """Values of `src` worth casting to `dst`: zero, signs, fractions, the type's ends, NaN and infinities, and
+    floats near 2**63; a float -> int cast keeps only the values that fit `dst` (out of range is undefined)."""
+    if dtypes.is_bool(src):
+        return [False, True, True, False]
+    if dtypes.is_float(src):
+        vals = [0.0, 1.75, -2.5, 100.25, -0.0, 3e4, math.nan, math.inf, 2.0 ** 40, 1.5 * 2.0 ** 63]
+        with np.errstate(over="ignore"):
+            vals = [float(v) for v in np_buf(vals, src)]  # as src holds them (float16 overflows to inf)
+        if dtypes.is_int(dst):
+            lo, hi = dtypes.min(dst), dtypes.max(dst)
+            vals = [v for v in vals if not math.isnan(v) and not math.isinf(v) and lo <= math.trunc(v) <= hi]
+        return vals
+    lo, hi = dtypes.min(src), dtypes.max(src)
+    return [0, 1, hi, lo, 100 % (hi + 1), (-5) % (hi + 1) if lo == 0 else -5, hi // 3 * 2 + 1]
+
+
 def check_cast(run: Callable[[UOp, list[np.ndarray]], Any], src: DType, dst: DType, vals: list) -> None:
     """`vals` as `src` cast to `dst`, run by `run`, equal tg's exact cast semantics (cast_const) value by value."""
     ast = elementwise(lambda a: a.cast(dst), [src], dst, len(vals), f"cast_{src.name}_{dst.name}")

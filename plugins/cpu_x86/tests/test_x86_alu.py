@@ -12,6 +12,7 @@ from tg_core.dtype import DType, dtypes, to_numpy_dtype
 from tg_core.renderer import UnsupportedDTypeError
 from tg_core.testing.kernels import (
     INTS,
+    cast_values,
     check_bitcast,
     check_cast,
     check_random_expressions,
@@ -136,27 +137,12 @@ def test_where_on_float_compare_blends(dt):
     np.testing.assert_array_equal(out, np.where(x < y, x, y * 2))
 
 
-def _cast_values(src: DType, dst: DType) -> list:
-    if dtypes.is_bool(src):
-        return [False, True, True, False]
-    if dtypes.is_float(src):
-        vals = [0.0, 1.75, -2.5, 100.25, -0.0, 3e4, math.nan, math.inf, 2.0 ** 40, 1.5 * 2.0 ** 63]
-        with np.errstate(over="ignore"):
-            vals = [float(v) for v in np_buf(vals, src)]  # as src holds them (float16 overflows to inf)
-        if dtypes.is_int(dst):  # out-of-range float -> int is undefined: only values that fit
-            lo, hi = dtypes.min(dst), dtypes.max(dst)
-            vals = [v for v in vals if not math.isnan(v) and not math.isinf(v) and lo <= math.trunc(v) <= hi]
-        return vals
-    lo, hi = dtypes.min(src), dtypes.max(src)
-    return [0, 1, hi, lo, 100 % (hi + 1), (-5) % (hi + 1) if lo == 0 else -5, hi // 3 * 2 + 1]
-
-
 @pytest.mark.parametrize("src", [dtypes.bool, *INTS, *FLOATS], ids=lambda d: d.name)
 def test_casts(src):
     for dst in [dtypes.bool, *INTS, *FLOATS]:
         if dst is src:
             continue
-        vals = _cast_values(src, dst)
+        vals = cast_values(src, dst)
         check_cast(run_x86, src, dst, vals)
 
 
