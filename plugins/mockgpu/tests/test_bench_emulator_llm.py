@@ -1,6 +1,7 @@
-"""bench/emulator_llm.py's kernels are LLVM IR through tg-amd's compiler: LLVM must emit v_wmma_f32_16x16x16_f16 and
-v_dot4_i32_iu8 for them, and the emulator's results must match numpy (the bench checks; this guards the bench and
-the LLVM -> emulator path). No timing is asserted."""
+"""bench/emulator_llm.py's cases: the instruction loops are LLVM IR through tg-amd's compiler (LLVM must emit
+v_wmma_f32_16x16x16_f16 and v_dot4_i32_iu8 for them), the quant_linear cases tg-amd's kernels on the AMD device; the
+emulator's results must match numpy and the timed dispatch must be the kernel's (its wave count). The bench checks
+all of it; this guards the bench and the paths under it. No timing is asserted."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,9 +19,26 @@ def _load(name: str):
 
 
 def test_wmma_and_dot4_loops_run_llvm_code_correctly():
-    llm, emu = _load("emulator_llm"), _load("emulator")
+    llm = _load("emulator_llm")
     waves = llm.GROUPS * llm.WAVES_PER_GROUP
-    for fn, inst in ((llm.wmma, "v_wmma_f32_16x16x16_f16"), (llm.dot4, "v_dot4_i32_iu8")):
-        r = fn(2, 1, emu.best)
+    prepared = {"wmma": llm.wmma_loop_case(2), "dot4": llm.dot4_loop_case(2)}
+    try:
+        got = llm.measure(prepared, 1)
+    finally:
+        for c in prepared.values():
+            c.close()
+    for name, inst in (("wmma", "v_wmma_f32_16x16x16_f16"), ("dot4", "v_dot4_i32_iu8")):
+        r = got[name]
         assert r["correct"] is True and r["instructions"] == [inst]
         assert r["waves"] == waves and r["lane_instructions"] >= waves * 32 * 8     # 2 iterations of 4 each
+
+
+def test_quant_linear_cases_time_the_linear_kernel():
+    llm = _load("emulator_llm")
+    # small shapes: two WMMA waves of 32 outputs x 32 tokens (IQ4_XS: one wave of two output tiles), 32 sudot4 waves
+    prepared = {f"{t}-{p}": llm.linear_case(t, shape) for t in ("Q6_K", "IQ4_XS")
+                for p, shape in (("wmma", (32, 32, 256)), ("sudot4", (1, 32, 256)))}
+    got = llm.measure(prepared, 1)  # raises if a timed dispatch's wave count is not the kernel's
+    assert all(r["correct"] is True for r in got.values())
+    assert [got[n]["waves"] for n in prepared] == [2, 32, 1, 32]
+    assert got["Q6_K-wmma"]["path"] == "wmma" and got["Q6_K-sudot4"]["path"] == "sudot4"
