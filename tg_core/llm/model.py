@@ -129,6 +129,15 @@ def attention_decode(qg: Tensor, keys: Tensor, values: Tensor, scale: float) -> 
     return None
 
 
+def attention_prefill(qg: Tensor, keys: Tensor, values: Tensor, scale: float) -> Tensor | None:
+    """Causal attention of T > 1 query tokens (the last T of the S keys) by a plugin's `flash_attention_prefill`
+    kernel, or None (none offered, or it does not support these shapes): qg (B, Hk, G, T, d)."""
+    k = kernel_for("flash_attention_prefill", qg.device)
+    if k is not None and k.supports(qg, keys, values, scale):
+        return k.build(qg, keys, values, scale)
+    return None
+
+
 class Block:
     def __init__(self, cfg: LlamaConfig, w: dict[str, Tensor], cache: KVCache):
         self.cfg, self.w, self.cache = cfg, w, cache
@@ -154,8 +163,8 @@ class Block:
         keys, values = self.cache.update(k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), start_pos)  # (B, Hk, S, d)
         G = H // Hk
         qg = q.reshape(B, T, Hk, G, d).permute(0, 2, 3, 1, 4)                    # (B, Hk, G, T, d)
-        # T == 1: a plugin's decode kernel when offered (tg_core/kernels.py), else the Tensor code below
-        att = attention_decode(qg, keys, values, 1 / math.sqrt(d)) if T == 1 else None
+        # a plugin's decode or prefill kernel when offered (tg_core/kernels.py), else the Tensor code below
+        att = (attention_decode if T == 1 else attention_prefill)(qg, keys, values, 1 / math.sqrt(d))
         if att is None:
             att = self._attention(qg, keys, values)                                # (B, Hk, G, T, d)
         # realized: the FFN's norm (its reduction and its elementwise part) and the residual add each read x, and
