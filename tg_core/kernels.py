@@ -16,7 +16,12 @@ dtype):
   32 inputs (tg_core/llm/q8.py, whose Tensor code is the fallback, defines the numbers);
 - `flash_attention_decode(q, keys, values, scale)`: attention of one query token, q (B, Hk, G, 1, d) grouped by
   KV head, over keys and values (B, Hk, S, d) (S may be symbolic): `softmax(q @ k^T * scale) @ v`,
-  (B, Hk, G, 1, d).
+  (B, Hk, G, 1, d);
+- `flash_attention_prefill(q, keys, values, scale)`: causal attention of T > 1 query tokens, q (B, Hk, G, T, d), the
+  last T positions of the S keys (query t sees keys 0..S - T + t; S and T may be symbolic), (B, Hk, G, T, d);
+- `gated_delta_prefill(q, k, v, beta, alpha, state, start_pos=None)`: the gated delta rule over T tokens
+  (tg_core/llm/delta.py, whose Tensor code is the fallback, defines the numbers and shapes), updating `state` in
+  place and returning the outputs.
 """
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ from typing import Any
 from tg_core.device import Device
 from tg_core.plugins.manager import get_registry
 
-KERNEL_NAMES = ("quant_linear", "f16_gemv", "q8_quantize", "flash_attention_decode")
+KERNEL_NAMES = ("quant_linear", "f16_gemv", "q8_quantize", "flash_attention_decode", "flash_attention_prefill",
+                "gated_delta_prefill")
 
 
 def kernel_for(name: str, device: str | None) -> Any | None:

@@ -27,12 +27,13 @@ class Strided:
 
 
 def _contiguous(shape: tuple[Any, ...]) -> tuple[int, ...] | None:
+    """Row-major strides; the first axis may be symbolic (no stride depends on it)."""
     strides, acc = [], 1
-    for n in reversed(shape):
+    for k in range(len(shape) - 1, -1, -1):
         strides.append(acc)
-        if not isinstance(n, int):
+        if k and not isinstance(shape[k], int):
             return None
-        acc *= n
+        acc = acc * shape[k] if k else acc
     return tuple(reversed(strides))
 
 
