@@ -63,17 +63,29 @@ def _bfe_unsigned(x: np.ndarray, off: np.ndarray, w: np.ndarray, bits: int) -> n
     return (np.asarray(x).astype(t) >> off) & ((t(1) << w) - t(1))
 
 
+_ROW_STARTS: dict[int, np.ndarray] = {}  # lane count -> each lane's first entry in a flat (lanes, 16) byte table
+
+
 def _perm(s0: np.ndarray, s1: np.ndarray, sel: np.ndarray) -> np.ndarray:
-    """V_PERM_B32: each result byte picks a byte of {s0, s1} (s1 the low word), a sign fill, 0 or 0xff."""
-    both = (np.asarray(s0, u64) << u64(32)) | np.asarray(s1, u64)
-    out = np.zeros(np.broadcast_shapes(np.shape(both), np.shape(sel)), u64)
-    for k in range(4):
-        s = (np.asarray(sel, u64) >> u64(8 * k)) & u64(0xFF)
-        byte = (both >> (u64(8) * np.minimum(s, u64(7)))) & u64(0xFF)
-        sign = np.where((both >> (u64(16) * (s & u64(3)) + u64(15))) & u64(1), u64(0xFF), u64(0))
-        val = np.where(s < 8, byte, np.where(s < 12, sign, np.where(s == 12, u64(0), u64(0xFF))))
-        out |= val << u64(8 * k)
-    return out.astype(u32)
+    """V_PERM_B32: each result byte picks a byte of {s0, s1} (s1 the low word), a sign fill, 0 or 0xff.
+
+    Per lane a 16-byte table (selector 0..7 the bytes, 8..11 the sign fills of bytes 1, 3, 5, 7, 12 zero, 13 and
+    up 0xff) gathered at the four selector bytes clipped to 13: a handful of numpy passes over bytes instead of four
+    rounds of 64-bit shifts and selects (the IQ4 kernels' kvalue lookups are two perms per four weights)."""
+    shape = np.broadcast_shapes(np.shape(s0), np.shape(s1), np.shape(sel))
+    n = int(np.prod(shape))
+    table = np.empty((n, 16), np.uint8)
+    words = table[:, :8].view(u32)
+    words[:, 0] = np.broadcast_to(np.asarray(s1, u32), shape).reshape(n)
+    words[:, 1] = np.broadcast_to(np.asarray(s0, u32), shape).reshape(n)
+    table[:, 8:12] = table[:, 1:8:2].view(np.int8) >> 7
+    table[:, 12] = 0
+    table[:, 13:] = 0xFF
+    rows = _ROW_STARTS.get(n)
+    if rows is None:
+        rows = _ROW_STARTS[n] = np.arange(0, 16 * n, 16, dtype=np.intp).reshape(n, 1)
+    picks = np.ascontiguousarray(np.broadcast_to(np.asarray(sel, u32), shape)).reshape(n).view(np.uint8).reshape(n, 4)
+    return table.reshape(-1)[np.minimum(picks, np.uint8(13)) + rows].view(u32).reshape(shape)
 
 
 def _bitrev32(x: np.ndarray) -> np.ndarray:
