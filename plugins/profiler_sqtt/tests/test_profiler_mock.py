@@ -5,27 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from profiler_helpers import profile_with
 
-from tg_core.device import Device
 from tg_core.tensor import Tensor
 from tg_profiler_sqtt import results
-from tg_profiler_sqtt.instrumenter import Profiler
 from tg_profiler_sqtt.ring import ProfileWarning
 from tg_profiler_sqtt.settings import Settings
-
-
-@pytest.fixture
-def amd():
-    dev = Device["AMD"]
-    dev.synchronize()
-    results.take(dev.device)
-    return dev
-
-
-def profile_with(monkeypatch, dev, settings: Settings) -> Profiler:
-    prof = Profiler(settings)
-    monkeypatch.setattr(dev, "_instrumenters", [prof])
-    return prof
 
 
 def run_one(dev, n: int) -> results.DispatchProfile:

@@ -10,14 +10,13 @@ import warnings
 
 import numpy as np
 import pytest
+from profiler_helpers import profile_with
 
-from tg_core.device import Device
 from tg_core.tensor import Tensor
 from tg_mockgpu.cp import pm4 as mock_pm4
 from tg_mockgpu.cp.memory import write32
 from tg_profiler_sqtt import counters, results
 from tg_profiler_sqtt import sequences as seq
-from tg_profiler_sqtt.instrumenter import Profiler
 from tg_profiler_sqtt.ring import ProfileWarning
 from tg_profiler_sqtt.settings import Settings
 
@@ -92,20 +91,6 @@ class FakeHardware:
         if reg in HI_TO_SELECT:
             return 7  # a HI word, so that 64-bit counters are seen to combine
         raise AssertionError(f"COPY_DATA of register {reg:#x}, which the profiler does not read")
-
-
-@pytest.fixture
-def amd():
-    dev = Device["AMD"]
-    dev.synchronize()
-    results.take(dev.device)
-    return dev
-
-
-def profile_with(monkeypatch, dev, settings: Settings) -> Profiler:
-    prof = Profiler(settings)
-    monkeypatch.setattr(dev, "_instrumenters", [prof])
-    return prof
 
 
 def two_kernels(dev) -> tuple[float, float]:
