@@ -139,7 +139,7 @@ def rope_rows(n: int, heads: int, prefix: int) -> np.ndarray:
 @TYPES
 @pytest.mark.parametrize("prefix", [None, 0, 4])
 def test_rope_permuted_weight_takes_the_exact_fallback(ggml_type, prefix):
-    N, K, heads, tokens = 48, 256, 3, 32
+    N, K, heads, tokens = 48, 256, 3, 16
     raw = raw_blocks(N * K // 256, ggml_type, 7 * ggml_type + (prefix or 0))
     x = activations(tokens, K, 5)
     W = dequantized(raw, N, K, ggml_type)
