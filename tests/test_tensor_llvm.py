@@ -8,6 +8,7 @@ import pytest
 
 from tg_core import Tensor
 from tg_core.testing.kernels import run_schedule
+from tg_core.testing.programs import tensor_programs
 
 pytest.importorskip("llvmlite.binding")
 from test_llvmir import run  # noqa: E402  (shared JIT helpers)
@@ -24,28 +25,7 @@ def f32(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-CASES = {
-    "gather": lambda: Tensor(f32(50, 3))[Tensor([4, -1, 0, 49, -50])],
-    "gather2d": lambda: Tensor(f32(6, 7))[Tensor([[1, 5], [0, 2]]), Tensor([6, 0])],
-    "gather_dim": lambda: Tensor(f32(4, 5)).gather(1, Tensor([[0, 4], [1, 1], [3, 2], [0, 0]])),
-    "rand": lambda: Tensor.rand(5, 7) + Tensor.randn(7),
-    "randint": lambda: Tensor.randint(20, low=-5, high=5),
-    "floordiv_mod": lambda: Tensor(np.arange(-12, 12, dtype=np.int32)) // 5 + Tensor(np.arange(-12, 12, dtype=np.int32)) % -7,
-    "conv": lambda: Tensor(f32(2, 3, 7, 7)).conv2d(Tensor(f32(4, 3, 3, 3)), Tensor(f32(4)), stride=2, padding=1).relu(),
-    "maxpool": lambda: Tensor(f32(1, 2, 6, 5)).max_pool2d(3, stride=2, padding=1, ceil_mode=True),
-    "softmax": lambda: Tensor(f32(4, 9)).softmax(),
-    "layernorm": lambda: Tensor(f32(3, 8)).layernorm(),
-    "xent": lambda: Tensor(f32(6, 5)).sparse_categorical_crossentropy(Tensor([0, 4, -1, 2, 1, 3])),
-    "cumsum_argmax": lambda: Tensor(f32(5, 6)).cumsum(1).argmax(1),
-    "slices": lambda: Tensor(f32(9, 8))[::-2, 1::3] * 2,
-    "cat_pad": lambda: Tensor(f32(2, 3)).cat(Tensor(f32(2, 2)), dim=1).pad((1, 1), value=-1.0),
-    "tril_eye": lambda: Tensor(f32(4, 4)).tril() + Tensor.eye(4),
-    "matmul_chain": lambda: (Tensor(f32(3, 4)) @ Tensor(f32(4, 5))) @ Tensor(f32(5, 2)),
-    "gelu_sigmoid": lambda: Tensor(f32(16)).gelu() + Tensor(f32(16)).sigmoid(),
-    # one kernel: the hidden layer's matmul is recomputed inside the reductions over logit columns
-    "mlp_loss": lambda: (Tensor(f32(5, 8)) @ Tensor(f32(8, 16))).relu().dot(Tensor(f32(16, 4)))
-    .sparse_categorical_crossentropy(Tensor([0, 1, 2, 3, 0])),
-}
+CASES = tensor_programs(RNG)
 
 
 @pytest.mark.parametrize("name", CASES)

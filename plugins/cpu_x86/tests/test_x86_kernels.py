@@ -11,6 +11,7 @@ from tg_core import Tensor
 from tg_core.codegen.opts import Opt, OptOps
 from tg_core.dtype import dtypes, to_numpy_dtype
 from tg_core.testing.kernels import kernel, run_schedule
+from tg_core.testing.programs import tensor_programs
 from tg_core.uop import AxisType, Ops, UOp
 
 from x86_harness import compile_x86, renderer_for, run_x86
@@ -31,32 +32,7 @@ def f32(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-CASES = {
-    "elementwise": lambda: Tensor(f32(37)) * Tensor(f32(37)) + 1,
-    "sum": lambda: Tensor(f32(7, 9)).sum(1),
-    "max_min": lambda: Tensor(f32(5, 6)).max(0) - Tensor(f32(5, 6)).min(1).reshape(5, 1),
-    "matmul": lambda: Tensor(f32(5, 7)) @ Tensor(f32(7, 3)),
-    "matmul_chain": lambda: (Tensor(f32(3, 4)) @ Tensor(f32(4, 5))) @ Tensor(f32(5, 2)),
-    "gather": lambda: Tensor(f32(50, 3))[Tensor([4, -1, 0, 49, -50])],
-    "gather_dim": lambda: Tensor(f32(4, 5)).gather(1, Tensor([[0, 4], [1, 1], [3, 2], [0, 0]])),
-    "rand": lambda: Tensor.rand(5, 7) + Tensor.randn(7),
-    "randint": lambda: Tensor.randint(20, low=-5, high=5),
-    "floordiv_mod": lambda: (Tensor(np.arange(-12, 12, dtype=np.int32)) // 5
-                             + Tensor(np.arange(-12, 12, dtype=np.int32)) % -7),
-    "conv": lambda: Tensor(f32(2, 3, 7, 7)).conv2d(Tensor(f32(4, 3, 3, 3)), Tensor(f32(4)), stride=2, padding=1).relu(),
-    "maxpool": lambda: Tensor(f32(1, 2, 6, 5)).max_pool2d(3, stride=2, padding=1, ceil_mode=True),
-    "softmax": lambda: Tensor(f32(4, 9)).softmax(),
-    "layernorm": lambda: Tensor(f32(3, 8)).layernorm(),
-    "xent": lambda: Tensor(f32(6, 5)).sparse_categorical_crossentropy(Tensor([0, 4, -1, 2, 1, 3])),
-    "cumsum_argmax": lambda: Tensor(f32(5, 6)).cumsum(1).argmax(1),
-    "slices": lambda: Tensor(f32(9, 8))[::-2, 1::3] * 2,
-    "cat_pad": lambda: Tensor(f32(2, 3)).cat(Tensor(f32(2, 2)), dim=1).pad((1, 1), value=-1.0),
-    "tril_eye": lambda: Tensor(f32(4, 4)).tril() + Tensor.eye(4),
-    "gelu_sigmoid": lambda: Tensor(f32(16)).gelu() + Tensor(f32(16)).sigmoid(),
-    "matmul_tiles": lambda: Tensor(f32(13, 19)) @ Tensor(f32(19, 21)),
-    "int64_math": lambda: (Tensor(np.arange(-6, 6, dtype=np.int64)) * 3_000_000_000) // 7,
-    "where_bool": lambda: (Tensor(f32(3, 4)) > 0).where(Tensor(f32(3, 4)), -1.0).sum(0),
-}
+CASES = tensor_programs(RNG)
 
 
 @pytest.mark.parametrize("tuned", [False, True], ids=["plain", "renderer_opts"])
