@@ -8,7 +8,8 @@ from typing import Any
 def named_kernels() -> list[Any]:
     from tg_amd.kernels.flash_decode import FlashDecode
     from tg_amd.kernels.flash_prefill import FlashPrefill
+    from tg_amd.kernels.gated_delta import GatedDelta
     from tg_amd.kernels.gemv import F16Gemv
     from tg_amd.kernels.q4k import Q4KLinear
     from tg_amd.kernels.q8 import Q8Quantize
-    return [Q8Quantize(), F16Gemv(), Q4KLinear(), FlashDecode(), FlashPrefill()]
+    return [Q8Quantize(), F16Gemv(), Q4KLinear(), FlashDecode(), FlashPrefill(), GatedDelta()]
