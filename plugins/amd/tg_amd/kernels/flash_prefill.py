@@ -31,11 +31,13 @@ def prefill_kernel(BHkG: int, Hk: int, G: int, D: int, T: Any, S: Any, kv: tuple
     """out (ceil(T / 16) * 16, BHkG, D) float32 from q (T, BHkG, D) float16 and the keys and values of kv."""
     f32, f16, DT = dtypes.float32, dtypes.float16, D // TILE
     zero = UOp.const(dtypes.weakint, 0)
-    q_tiles, k_tiles = -(-_bound(T) // TILE), (S + TILE - 1) // TILE
+    q_tiles = -(-_bound(T) // TILE)
 
     def flash_prefill(out: UOp, q: UOp, kbuf: UOp, vbuf: UOp | None = None) -> UOp:
         vbuf = kbuf if vbuf is None else vbuf
         bhg, qt = UOp.range(BHkG, 0, AxisType.GLOBAL), UOp.range(q_tiles, 1, AxisType.GLOBAL)
+        # causal: query tile qt sees keys up to position S - T + 16 qt + 15, so its loop stops there (or at S)
+        k_tiles = ((S - T + qt * TILE + 2 * TILE - 1) // TILE).minimum((S + TILE - 1) // TILE)
         lane, kt = UOp.range(WAVE, 2, AxisType.LOCAL), UOp.range(k_tiles, 3, AxisType.REDUCE)
         b, h = bhg // (Hk * G), (bhg // G) % Hk
         col, hi = lane % TILE, lane // TILE
