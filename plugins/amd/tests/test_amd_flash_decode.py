@@ -125,3 +125,27 @@ def test_waves_halve_until_the_lds_fits():
     k = kernel_for("flash_attention_decode", "AMD")
     q, keys = Tensor.zeros(1, 1, 8, 1, 1024, device="AMD"), Tensor.zeros(1, 1, 64, 1024, device="AMD")
     assert not k.supports(q, keys, keys, 0.1)  # declined: core's attention runs instead
+
+
+def test_decode_replayed_by_tinyjit_at_new_positions():
+    # the generator's decode step: a cache write and the kernel at a bound start_pos, captured once, then replayed
+    from tg_core.engine.jit import TinyJit
+    hk, g, d, cap = 1, 2, 64, 80
+    rng = np.random.default_rng(11)
+    ks, vs = (rng.standard_normal((1, hk, cap, d)).astype(np.float32) for _ in range(2))
+    qs = rng.standard_normal((cap, 1, hk, g, 1, d)).astype(np.float32)
+    cache = KVCache(1, hk, cap, d, device="AMD")
+    cache.update(Tensor(ks[:, :, :40], device="AMD"), Tensor(vs[:, :, :40], device="AMD"), 0)
+
+    def step(q: Tensor, k: Tensor, v: Tensor, pos) -> Tensor:
+        keys, values = cache.update(k, v, pos)
+        out = attention_decode(q, keys, values, 1 / math.sqrt(d))
+        assert out is not None
+        return out.realize()
+    jit = TinyJit(step)
+    for p in range(40, 44):
+        args = [Tensor(x, device="AMD") for x in (qs[p], ks[:, :, p:p + 1], vs[:, :, p:p + 1])]
+        got = jit(*args, Variable("start_pos", 0, cap - 1).bind(p)).numpy()
+        want = reference(qs[p], ks[:, :, :p + 1], vs[:, :, :p + 1], 1 / math.sqrt(d))
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    assert jit.captured is not None

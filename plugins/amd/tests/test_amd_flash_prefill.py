@@ -116,3 +116,26 @@ def test_prefill_head_dims_it_does_not_take_fall_back(d):
     e = np.exp(np.where(np.arange(40)[None, :] <= np.arange(16)[:, None] + 24, e, -np.inf) - e.max(-1, keepdims=True))
     want = np.einsum("bhgts,bhsd->bhgtd", e, kv[1].astype(np.float64)) / e.sum(-1, keepdims=True)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_prefill_replayed_by_tinyjit_at_new_positions():
+    # the generator's prefill piece: a cache write of T tokens and the kernel at a bound start_pos, captured, replayed
+    from tg_core.engine.jit import TinyJit
+    hk, g, d, cap, t = 1, 2, 64, 96, 8
+    rng = np.random.default_rng(12)
+    kv = rng.standard_normal((2, 1, hk, cap, d)).astype(np.float32)
+    qs = rng.standard_normal((cap // t, 1, hk, g, t, d)).astype(np.float32)
+    cache = KVCache(1, hk, cap, d, device="AMD")
+
+    def step(q: Tensor, k: Tensor, v: Tensor, pos) -> Tensor:
+        keys, values = cache.update(k, v, pos)
+        out = attention_prefill(q, keys, values, 1 / math.sqrt(d))
+        assert out is not None
+        return out.realize()
+    jit = TinyJit(step)
+    for i in range(4):
+        p = i * t
+        args = [Tensor(x, device="AMD") for x in (qs[i], kv[0][:, :, p:p + t], kv[1][:, :, p:p + t])]
+        got = jit(*args, Variable("start_pos", 0, cap - t).bind(p)).numpy()
+        np.testing.assert_allclose(got, reference(qs[i], kv[0][:, :, :p + t], kv[1][:, :, :p + t]), rtol=RTOL, atol=ATOL)
+    assert jit.captured is not None
