@@ -1,6 +1,8 @@
 """The CPU opts heuristic: which opts it picks for the kernel shapes that matter, and that the kernels it
 shapes (register tiles, tails, vector-width lanes) compute what numpy computes when compiled through LLVM
 with the CPU's fast-math flags."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -35,10 +37,12 @@ def test_matmul_packs_b_then_tiles_the_panel():
     # PACK leaves axes (jo, i) plus the panel's columns jw (axis 2), which become the tile's 16 lanes
     packed_tile = [Opt(OptOps.PACK, 1, 16), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 0, 4)]
     assert cpu_opts(matmul(64, 64, 32)) == packed_tile
-    # AVX-512: panels of 32 columns; with K = 4096 that is 512 KB of scratch, so one vector (16) wide
+    # AVX-512: panels of 32 columns; with K = 4096 that is 512 KB of scratch: two K blocks of 2048 rows, or (LLVM's
+    # order) one vector (16) wide
     avx512 = CPUTarget(vector_bytes=64)
     assert cpu_opts(matmul(64, 64, 32), avx512)[0] == Opt(OptOps.PACK, 1, 32)
-    assert cpu_opts(matmul(8, 64, 4096), avx512)[0] == Opt(OptOps.PACK, 1, 16)
+    assert cpu_opts(matmul(8, 64, 4096), avx512)[0] == Opt(OptOps.PACK, 1, 32, 2048)
+    assert cpu_opts(matmul(8, 64, 4096), dataclasses.replace(avx512, blocks_first=False))[0] == Opt(OptOps.PACK, 1, 16)
     # columns the panel width does not divide: a padded last panel
     assert cpu_opts(matmul(64, 40, 32)) == packed_tile
 

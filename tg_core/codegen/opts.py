@@ -15,7 +15,8 @@ Unlike a masked tail, the main loop keeps no per-lane gates, which would keep a 
 A size that is an expression (a core's share of rows, a variable) splits into `n//amt` groups and a tail
 loop of `n % amt` iterations.
 
-PACK (`pack_panels`) is the one opt that is not a split: it copies a matmul's B into scratch panels.
+PACK (`pack_panels`) is the one opt that is not a split: it copies a matmul's B into scratch panels, optionally
+in K blocks (the partial sums then accumulate in the output, blocking.py).
 """
 from __future__ import annotations
 
@@ -42,10 +43,12 @@ class OptOps(Enum):
 class Opt:
     """`op` applied to an axis: `axis` counts the kernel's LOOP ranges (UPCAST, PACK) or REDUCE ranges
     (UNROLL), ordered by axis id; `amt` is the number of lanes (0: the whole axis), at most the axis size, a
-    size it does not divide leaving a peeled tail; for PACK, the panel width."""
+    size it does not divide leaving a peeled tail; for PACK, the panel width, and `depth` (0: the whole reduction)
+    the rows of the reduction each panel holds (K blocks, see pack_panels)."""
     op: OptOps
     axis: int
     amt: int = 0
+    depth: int = 0
 
 
 class OptError(ValueError):
@@ -164,7 +167,7 @@ def split_range(ast: UOp, rng: UOp, amt: int, kind: AxisType) -> UOp:
 MAX_PANEL_BYTES = 256 * 1024
 
 
-def pack_panels(ast: UOp, j: UOp, amt: int) -> UOp:
+def pack_panels(ast: UOp, j: UOp, amt: int, depth: int = 0) -> UOp:
     """PACK: the operand of the kernel's reduction that depends on output axis `j` and the reduce axis `k` only
     (B of a matmul) is copied, for each group of `amt` columns, into a scratch panel `P[k][amt]` before the
     loops that use it, and the reduction reads `P[k*amt + jw]` instead. `j` becomes `jo*amt + jw` with `jo`
@@ -174,7 +177,10 @@ def pack_panels(ast: UOp, j: UOp, amt: int) -> UOp:
 
     When `amt` does not divide the axis, the last panel is padded: its copy loads are gated (the padding
     holds zeros) and so is every access of the kernel outside the reduction that uses a column (the store, a
-    bias), so the reduction loop itself stays free of gates."""
+    bias), so the reduction loop itself stays free of gates.
+
+    With `depth` less than the reduction's size the panels hold K blocks of `depth` rows (blocking.py): a deep K's
+    panel then fits the cache and the scratch."""
     size = j.src[0].arg if j.src[0].op is Ops.CONST else 0
     if len(ast.src) != 1 or ast.src[0].op is not Ops.END or j not in ast.src[0].src[1:]:
         raise OptError(f"PACK needs a kernel with one effect ended over axis {j.arg[0]}")
@@ -188,11 +194,15 @@ def pack_panels(ast: UOp, j: UOp, amt: int) -> UOp:
     loads = [u for u in red.src[0].toposort() if u.op is Ops.LOAD and set(u.ranges) == {j, k}]
     if len(loads) != 1:
         raise OptError(f"PACK needs one load in the reduction that uses exactly axes {j.arg[0]} and {k.arg[0]}")
-    load, depth = loads[0], k.src[0].arg
+    load, full = loads[0], k.src[0].arg
+    depth = full if depth <= 0 else depth
     if depth * amt * load.dtype.itemsize > MAX_PANEL_BYTES:
         raise OptError(f"a {depth}x{amt} panel of {load.dtype!r} exceeds {MAX_PANEL_BYTES} bytes of scratch")
     ids = [r.arg[0] for r in kernel_ranges(ast)]
     fresh = itertools.count(max((i for i in ids if isinstance(i, int)), default=-1) + 1)
+    if depth < full:
+        from tg_core.codegen.blocking import pack_blocks
+        return pack_blocks(ast, j, k, red, load, amt, depth, fresh)
     jo = UOp.range(UOp.const(j.dtype, -(-size // amt)), j.arg[0], j.arg[1], j.dtype)
     jw, pk, pw = (UOp.range(UOp.const(r.dtype, n), next(fresh), AxisType.LOOP, r.dtype)
                   for r, n in ((j, amt), (k, depth), (j, amt)))
@@ -225,7 +235,7 @@ def apply_opts(ast: UOp, opts: Sequence[Opt]) -> UOp:
             axes = kernel_ranges(ast, AxisType.LOOP)
             if not 0 <= opt.axis < len(axes) or opt.amt <= 0:
                 raise OptError(f"{opt}: the kernel has {len(axes)} LOOP axes and PACK needs a panel width > 0")
-            ast = pack_panels(ast, axes[opt.axis], opt.amt)
+            ast = pack_panels(ast, axes[opt.axis], opt.amt, opt.depth)
             continue
         if opt.op not in _SPLITS:
             raise OptError(f"unknown opt {opt.op}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tg_core.plugin_api import CPUTarget, LLVMRenderer, Opt, UOp, cpu_opts, decomp, pm_int_pow, tile_rows_for
+from tg_cpu_x86.caches import host_caches
 from tg_cpu_x86.x86 import isa as _isa
 
 # the new pass manager's speed level. -O2 already runs the loop and SLP vectorizers; -O3 took twice as long to
@@ -171,9 +172,11 @@ class CPULLVMRenderer(LLVMRenderer):
                                     f'"target-cpu"="{self.target.cpu}" "target-features"="{self.target.features}"')
 
     def opts_for(self, ast: UOp) -> list[Opt]:
-        """The heuristic's opts at the host's vector width, with the register tile X86 uses at that width."""
-        width = self.target.vector_bytes
-        return cpu_opts(ast, CPUTarget(vector_bytes=width, tile_rows=tile_rows_for(width)))
+        """The heuristic's opts at the host's vector width, with the register tile X86 uses at that width, and K
+        blocks (a deep K) sized from the host's L2."""
+        width, caches = self.target.vector_bytes, host_caches()
+        return cpu_opts(ast, CPUTarget(vector_bytes=width, tile_rows=tile_rows_for(width), l2_bytes=caches.l2,
+                                       blocks_first=False))
 
 
 class LLVMKernel:

@@ -12,7 +12,8 @@ with unit stride. The shapes it handles:
 - **Packed panels** before the tile where PACK applies: B's columns, two vectors at a time, are copied into
   a contiguous scratch panel reused by every row tile (opts.pack_panels; 2.5x on a 1024 matmul, whose B rows
   4 KB apart otherwise thrash the caches), whatever B's layout (`x @ w.T` too). Kernels PACK does not fit
-  keep the unpacked tile, which needs B unit-stride in `j`.
+  keep the unpacked tile, which needs B unit-stride in `j`. A panel deeper than half of L2 (or the scratch) is
+  packed in K blocks (k_depth, codegen/blocking.py).
 - **Column reductions** (`out[j] = sum_i a[i, j]`, a bias gradient): UPCAST `j` by eight vectors, since the
   reduce loop sits inside `j` and no loop vectorizer widens across it.
 - **Vector width** on the contiguous axis of everything else, and UNROLL of contiguous reduce axes into
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tg_core.codegen.opts import Opt, OptError, OptOps, apply_opts, kernel_ranges
+from tg_core.codegen.opts import MAX_PANEL_BYTES, Opt, OptError, OptOps, apply_opts, kernel_ranges
 from tg_core.dtype import dtypes
 from tg_core.uop.linear import decompose
 from tg_core.uop.ops import AxisType, Ops
@@ -59,6 +60,12 @@ class CPUTarget:
     # partial vectors are masked (AVX-512 opmasks): a tile of fewer columns than a vector's lanes, but more than
     # half of them, is one masked vector per row rather than a narrower vector and scalar columns
     masked: bool = False
+    # one core's L2 (bytes), which a packed matmul's K blocks are sized from (k_depth); a device reads its host's
+    # (tg_cpu_x86.caches), this is a common x86 core's
+    l2_bytes: int = 1024 * 1024
+    # a deep K's panels: K blocks of the full width first (X86), or whole panels one vector wide first (LLVM,
+    # whose SLP vectorizer packs the blocked tile's accumulation badly: 0.56x numpy against 0.69x at K=4096)
+    blocks_first: bool = True
 
 
 def _stride(index: UOp, r: UOp) -> int | None:
@@ -138,8 +145,11 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
             # a panel too big for the scratch (a deep K, AVX-512's 32 columns) is tried one vector wide, with
             # twice the rows to keep as many accumulators
             narrow = (min(tile_lanes, width), min(2 * rows, _size(i)))
-            for w, h in dict.fromkeys(((width, rows), narrow)) if target.pack else ():
-                if (packed := _packed_tile(ast, j, i, w, h)) is not None:
+            # K blocks of the full width first (a deep K), or only after whole panels one vector wide
+            tries = [(width, rows, True), (*narrow, True)] if target.blocks_first else \
+                [(width, rows, False), (*narrow, False), (width, rows, True)]
+            for w, h, blocks in dict.fromkeys(tries) if target.pack else ():
+                if (packed := _packed_tile(ast, j, i, w, h, target, blocks)) is not None:
                     return packed
             if unit:
                 return _resolve(ast, [(OptOps.UPCAST, j, width), (OptOps.UPCAST, i, rows)])
@@ -205,18 +215,63 @@ def _block_halves(ast: UOp, reduces: list[UOp], inner: UOp, lanes: int) -> UOp |
     return outer if ok else None
 
 
-def _packed_tile(ast: UOp, j: UOp, i: UOp, width: int, rows: int) -> list[Opt] | None:
-    """PACK B's columns into panels of `width`, then the register tile over the panel's columns (all of
-    them) and `rows` rows; None when PACK does not apply (see opts.pack_panels)."""
-    pack = Opt(OptOps.PACK, kernel_ranges(ast, AxisType.LOOP).index(j), width)
-    try:
-        packed = apply_opts(ast, [pack])
-    except OptError:
+def k_depth(target: CPUTarget, depth: int, width: int, itemsize: int) -> int:
+    """The rows of K a packed panel of `width` columns holds: all `depth` of them (0) while the panel fits half of
+    L2 and the scratch (opts.MAX_PANEL_BYTES), else equal blocks that do (blocking.py). Not smaller blocks: each
+    block adds a load and a store of the output tile, and blocks sized for L1 (the tile's A strip, 8 rows x 256
+    or 512) measured slower where the whole panel fits L2 (a 1024 matmul on one core, X86: 0.78x / 0.87x numpy
+    against 1.02x unblocked; 256x784 @ 784x1024: 1.18x / 1.10x against 1.25x)."""
+    budget = min(MAX_PANEL_BYTES, target.l2_bytes // 2) // (width * itemsize)
+    if depth <= budget:
+        return 0
+    blocks = -(-depth // budget)
+    return -(-depth // blocks)
+
+
+def _packed_tile(ast: UOp, j: UOp, i: UOp, width: int, rows: int, target: CPUTarget,
+                 blocks: bool = True) -> list[Opt] | None:
+    """PACK B's columns into panels of `width` (with `blocks`, in K blocks where the panel would not fit:
+    k_depth), then the register tile over the panel's columns (all of them) and `rows` rows; None when PACK does
+    not apply (see opts.pack_panels)."""
+    loops = kernel_ranges(ast, AxisType.LOOP)
+    reds = [u for u in ast.toposort() if u.op is Ops.REDUCE and j in u.src[0].ranges and len(u.src) == 2]
+    depth = k_depth(target, _size(reds[0].src[1]), width, 4) if len(reds) == 1 and blocks else 0
+    if depth and reds[0] is not _stores_of(ast)[0].src[1] and (i.src[0].op is not Ops.CONST or _size(i) % rows):
+        # blocks with an epilogue (bias, relu) order it after the tile by an AFTER on the tile's effect, which a
+        # peeled tail of the rows would copy: the rows must be whole tiles
+        depth = 0
+    packed: UOp | None = None
+    for pack in dict.fromkeys((Opt(OptOps.PACK, loops.index(j), width, depth), Opt(OptOps.PACK, loops.index(j), width))):
+        try:
+            packed = apply_opts(ast, [pack])
+            break
+        except OptError:
+            continue
+    if packed is None:
         return None
     old = {r.arg[0] for r in kernel_ranges(ast)}
-    jw = next(r for r in kernel_ranges(packed, AxisType.LOOP) if r.arg[0] not in old and _size(r) == width
-              and any(r in st.src[1].ranges for st in _stores(packed)))
-    return [pack, *_resolve(packed, [(OptOps.UPCAST, jw, width), (OptOps.UPCAST, i, rows)])]
+    new = [r for r in kernel_ranges(packed, AxisType.LOOP) if r.arg[0] not in old]
+    stores = _stores_of(packed)
+    tile = next(st for st in stores if any(u.op is Ops.REDUCE for u in st.src[1].toposort()))
+    jw = next(r for r in new if _size(r) == width and r in tile.src[0].src[1].ranges)
+    plan = [(OptOps.UPCAST, jw, width), (OptOps.UPCAST, i, rows)]
+    if pack.depth and not target.auto_vectorize:
+        # K blocks: the zeroing's columns and the epilogue's as vector lanes too (no loop vectorizer here)
+        lanes = max(1, target.vector_bytes // 4)
+        for st in stores:
+            if st is tile:
+                continue
+            col = next((r for r in reversed(kernel_ranges(packed, AxisType.LOOP)) if r not in tile.src[0].ranges
+                        and _stride(st.src[0], r) == 1), None)
+            if col is not None and _size(col) >= lanes:
+                plan.append((OptOps.UPCAST, col, width if _size(col) == width else lanes))
+    return [pack, *_resolve(packed, plan)]
+
+
+def _stores_of(ast: UOp) -> list[UOp]:
+    """The kernel's buffer STOREs."""
+    return [u for u in ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
+            and u.src[0].src[0].op is Ops.PARAM]
 
 
 def _stores(ast: UOp) -> list[UOp]:

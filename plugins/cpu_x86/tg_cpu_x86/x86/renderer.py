@@ -39,6 +39,7 @@ from tg_core.plugin_api import (
     linearize_kernel,
     tile_rows_for,
 )
+from tg_cpu_x86.caches import host_caches
 from tg_cpu_x86.x86 import isa as _isa
 from tg_cpu_x86.x86 import operands as x86
 from tg_cpu_x86.x86.abi import X86Arch
@@ -202,6 +203,9 @@ class X86Renderer(Renderer):
             for lanes, tile, narrow in _TARGETS[self.isa]:
                 tried: list[list[Opt]] = []
                 for target in (tile, dataclasses.replace(tile, quant_rows=0)):
+                    # K blocks (a deep K) sized from the host's L2
+                    l2 = host_caches().l2
+                    target, narrow = (dataclasses.replace(t, l2_bytes=l2) for t in (target, narrow))
                     vector = self._vector_opts(ast, lanes, target, narrow, gated=lanes == 16)
                     if not vector or vector in tried:
                         continue
