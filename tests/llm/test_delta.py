@@ -8,32 +8,8 @@ import pytest
 
 from tg_core import Tensor, Variable
 from tg_core.llm.delta import gated_delta_prefill
-
-
-def np_delta(q, k, v, beta, alpha, state, reset=False):
-    """o (B, H, T, Vd) and the final state, in float64, token by token."""
-    q, k, v, beta, s = (np.asarray(x, np.float64) for x in (q, k, v, beta, state))
-    a = np.asarray(alpha, np.float64)
-    a = a if a.ndim == 4 else a[..., None]
-    s = np.zeros_like(s) if reset else s
-    out = np.zeros(v.shape)
-    for t in range(q.shape[2]):
-        s = s * a[:, :, t][..., None]
-        delta = (v[:, :, t] - np.einsum("bhvk,bhk->bhv", s, k[:, :, t])) * beta[:, :, t][..., None]
-        s = s + delta[..., None] * k[:, :, t][:, :, None, :]
-        out[:, :, t] = np.einsum("bhvk,bhk->bhv", s, q[:, :, t])
-    return out, s
-
-
-def make(B=1, H=2, T=6, Kd=32, Vd=8, alpha_shape="row", seed=0):
-    rng = np.random.default_rng(seed)
-    q, k = ((rng.standard_normal((B, H, T, Kd)) / np.sqrt(Kd)).astype(np.float32) for _ in range(2))
-    v = rng.standard_normal((B, H, T, Vd)).astype(np.float32)
-    beta = rng.uniform(0, 1, (B, H, T)).astype(np.float32)
-    ash = {"head": (B, H, T), "one": (B, H, T, 1), "row": (B, H, T, Vd)}[alpha_shape]
-    alpha = rng.uniform(0.5, 1, ash).astype(np.float32)
-    state = rng.standard_normal((B, H, Vd, Kd)).astype(np.float32)
-    return q, k, v, beta, alpha, state
+from tg_core.testing.delta import delta_args as make
+from tg_core.testing.delta import np_gated_delta as np_delta
 
 
 def run(device, q, k, v, beta, alpha, state, start_pos=None, dtype=None):

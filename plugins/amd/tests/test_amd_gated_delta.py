@@ -5,18 +5,22 @@ offset; what the kernel refuses (a transposed state, half Q/K) is a clear error 
 code through gated_delta_prefill."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from tg_core import Tensor, Variable
 from tg_core.kernels import kernel_for
 from tg_core.llm.delta import gated_delta_prefill
+from tg_core.testing.delta import delta_args as make
+from tg_core.testing.delta import np_gated_delta as np_delta
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "llm"))
-from test_delta import make, np_delta, run  # noqa: E402  (the numpy recurrence core's tests use)
+
+def run(device, q, k, v, beta, alpha, state, start_pos=None, dtype=None):
+    st = Tensor(state, device=device).contiguous().realize()
+    ts = [Tensor(x, device=device) for x in (q, k, v, beta, alpha)]
+    if dtype is not None:  # v, beta, alpha in half precision
+        ts[2:] = [t.cast(dtype) for t in ts[2:]]
+    return gated_delta_prefill(*ts, st, start_pos).numpy(), st.numpy()
 
 
 @pytest.mark.parametrize("alpha_shape, Kd, Vd", [("row", 64, 8), ("head", 32, 4)])
