@@ -54,6 +54,7 @@ from typing import Any, Generic, TypeVar, cast
 from tg_core.device import Buffer
 from tg_core.engine.checks import Check
 from tg_core.engine.checks import ran as ran_checks
+from tg_core.engine.jit_memory import CaptureRecycler
 from tg_core.engine.jit_signature import Signature, SignatureError, mismatch, remake
 from tg_core.engine.jit_signature import read as read_signature
 from tg_core.engine.realize import _buffers, buffer_of, capture, stats
@@ -276,12 +277,15 @@ class TinyJit(Generic[R]):
 
     def _capture(self, args: tuple, kwargs: dict[str, Any], sig: Signature, keys: tuple, nodes: list[UOp]) -> R:
         capture.active, capture.items, capture.var_vals, capture.rng_keys, capture.checks = self.name, [], {}, [], []
+        # intermediates that die during the capture lend their memory to later ones (the record holds them all)
+        capture.recycle = CaptureRecycler(capture.items, capture.rng_keys, capture.checks)
         try:
             ret = self.fxn(*args, **kwargs)
             outs = self._realize_outputs(ret)
             recorded, var_vals, rng_keys, checks = capture.items, capture.var_vals, capture.rng_keys, capture.checks
         finally:
             capture.active, capture.items, capture.var_vals, capture.rng_keys, capture.checks = None, [], {}, [], []
+            capture.recycle = None
         items = _make_items(recorded, [buffer_of(n) for n in nodes])
         written = {id(it.bufs[p]) for it in items for p in _written(it) if it.bufs[p] is not None}
         index = {n: i for i, n in enumerate(nodes)}

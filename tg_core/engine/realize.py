@@ -10,6 +10,7 @@ import threading
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tg_core.device import Buffer, Device
 from tg_core.engine import checks
@@ -20,6 +21,9 @@ from tg_core.schedule.cache import schedule
 from tg_core.uop.ops import Ops
 from tg_core.uop.rewrite import gc_paused
 from tg_core.uop.uop import UOp
+
+if TYPE_CHECKING:
+    from tg_core.engine.jit_memory import CaptureRecycler
 
 # the device memory behind each BUFFER node; it lives as long as the node does
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
@@ -38,6 +42,8 @@ class CaptureState(threading.local):
         self.var_vals: dict[str, int] = {}
         self.rng_keys: list[Buffer] = []
         self.checks: list[tuple[checks.Check, Buffer]] = []  # device-side checks a replay re-arms
+        # gives a buffer about to be allocated the memory of a dead recorded one (engine/jit_memory.py)
+        self.recycle: CaptureRecycler | None = None
 
 
 capture = CaptureState()
@@ -210,7 +216,12 @@ def _run(plan: Plan, out: dict[UOp, UOp],
          var_vals: dict[str, int]) -> dict[UOp, UOp]:
     pending: list[tuple[Callable, list[Buffer], UOp]] = []  # hcq: the batch being collected
     recording = capture.active is not None
+    recycle = capture.recycle if recording else None
+    if recycle is not None:
+        recycle.sweep()
     for ast, nodes, runner, kind in plan:
+        if recycle is not None and kind == _KERNEL:
+            recycle.take(nodes)
         bufs = [buffer_of(n) for n in nodes]
         if kind == _QUEUED:
             pending.append((copy_runner if runner is None else runner, bufs, ast))
