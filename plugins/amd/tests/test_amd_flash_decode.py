@@ -149,3 +149,15 @@ def test_decode_replayed_by_tinyjit_at_new_positions():
         want = reference(qs[p], ks[:, :, :p + 1], vs[:, :, :p + 1], 1 / math.sqrt(d))
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     assert jit.captured is not None
+
+
+def test_decode_batch_of_two_and_groups_beyond_eight():
+    # batch 2 over a (2, B, Hk, capacity, D) cache: each batch row's own keys
+    rng = np.random.default_rng(13)
+    kv = rng.standard_normal((2, 2, 2, 64, 32)).astype(np.float32)
+    q = rng.standard_normal((2, 2, 2, 1, 32)).astype(np.float32)
+    got = attend(Tensor(q, device="AMD"), *cache_views(kv, 50, "AMD"), "AMD")
+    np.testing.assert_allclose(got, reference(q, kv[0][:, :, :50], kv[1][:, :, :50], 1 / math.sqrt(32)), rtol=RTOL, atol=ATOL)
+    k = kernel_for("flash_attention_decode", "AMD")
+    q16, keys = Tensor.zeros(1, 1, 16, 1, 32, device="AMD"), Tensor.zeros(1, 1, 64, 32, device="AMD")
+    assert not k.supports(q16, keys, keys, 0.1)  # a group of 16: core's attention

@@ -139,3 +139,11 @@ def test_prefill_replayed_by_tinyjit_at_new_positions():
         got = jit(*args, Variable("start_pos", 0, cap - t).bind(p)).numpy()
         np.testing.assert_allclose(got, reference(qs[i], kv[0][:, :, :p + t], kv[1][:, :, :p + t]), rtol=RTOL, atol=ATOL)
     assert jit.captured is not None
+
+
+def test_prefill_batch_of_two():
+    rng = np.random.default_rng(14)
+    kv = rng.standard_normal((2, 2, 2, 64, 64)).astype(np.float32)
+    q = rng.standard_normal((2, 2, 2, 18, 64)).astype(np.float32)
+    got = attend(Tensor(q, device="AMD"), *views(kv, 50, "AMD"), "AMD")
+    np.testing.assert_allclose(got, reference(q, kv[0][:, :, :50], kv[1][:, :, :50]), rtol=RTOL, atol=ATOL)
