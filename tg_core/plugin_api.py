@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from tg_core.codegen import Opt, OptOps, Program, apply_opts, linearize_kernel
 from tg_core.codegen.lib.decomp import decomp
 from tg_core.codegen.lib.gpudims import LaunchDims, add_gpudims
-from tg_core.codegen.lib.heuristic import CPUTarget, cpu_opts, tile_rows_for
+from tg_core.codegen.lib.heuristic import CPUTarget, core_axis, cpu_opts, tile_rows_for
 from tg_core.codegen.lib.intpow import pm_int_pow
 from tg_core.codegen.lib.regalloc import Allocation, RegallocError, allocate
 from tg_core.codegen.lib.threads import CORE_ID, MIN_WORK, core_count, partial_reduction, split_cores
@@ -160,7 +160,7 @@ __all__ = [
     "substitute", "to_numpy_dtype", "trampoline", "DEBUG", "Context",
     # codegen and its libraries
     "Allocation", "BufferParam", "CORE_ID", "CPUTarget", "LaunchDims", "MIN_WORK", "Opt", "OptOps", "ParamLayout",
-    "Program", "RegallocError", "VarParam", "add_gpudims", "ast_program", "param_index", "allocate", "apply_opts", "core_count", "cpu_opts", "decomp", "kernel_ranges", "linearize_kernel",
+    "Program", "RegallocError", "VarParam", "add_gpudims", "ast_program", "param_index", "allocate", "apply_opts", "core_axis", "core_count", "cpu_opts", "decomp", "kernel_ranges", "linearize_kernel",
     "partial_reduction", "pm_int_pow", "split_cores", "tile_rows_for",
     # renderers
     "ArchContext", "CJUMP", "Frame", "FrameRef", "Imm", "JUMP", "LABEL", "LLVMFunction", "LLVMRenderer", "Label",

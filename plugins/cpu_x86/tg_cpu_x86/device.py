@@ -298,7 +298,10 @@ class CPUDevice(Compiled):
 
     def prepare(self, ast: UOp) -> Prepared:
         """The kernel split across the device's cores when it has the work for it (threads.split_cores)."""
-        split = split_cores(ast, self.threads, self.thread_min_work)
+        # the renderer may name the axis (a matmul's columns: each core then packs only its own panels of B)
+        choose = getattr(self.render_with, "core_axis", None)
+        axis = choose(ast, self.threads) if choose is not None and self.threads > 1 else None
+        split = split_cores(ast, self.threads, self.thread_min_work, axis)
         partial = partial_reduction(split)
         if partial is not None and partial[2] not in _COMBINABLE:
             split = ast  # the runner combines partials with numpy: this dtype stays on one core

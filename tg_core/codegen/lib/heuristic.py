@@ -183,6 +183,29 @@ def cpu_opts(ast: UOp, target: CPUTarget = CPUTarget()) -> list[Opt]:
     return _resolve(ast, plan)
 
 
+def core_axis(ast: UOp, target: CPUTarget, cores: int) -> UOp | None:
+    """The parallel axis to split a kernel across `cores` cores by (threads.split_cores' `axis`): a packed matmul's
+    columns when every core gets whole panels (two vectors wide) of them, else None (the outermost, its rows).
+    Split by rows, each core packs all of B for its share of A; by columns, only its own panels, and A, read by
+    every core, is the smaller operand's reuse. Measured (2 cores, X86, the kernels' CPU time): the MLP
+    784-1024-1024-10 at batch 256 7.9 -> 6.8 ms, a 1024 matmul 15.9 -> 15.4 ms."""
+    if cores < 2 or not target.pack:
+        return None
+    stores = _stores(ast)
+    loads = _loads(ast)
+    if len(stores) != 1 or any(ld.src[0].dtype.base is not dtypes.float32 for ld in loads):
+        return None
+    loops = [r for r in kernel_ranges(ast, AxisType.LOOP) if _size(r) > 1]
+    j = next((r for r in reversed(loops) if _stride(stores[0], r) == 1), None)
+    if j is None or j.src[0].op is not Ops.CONST:
+        return None
+    reduces = [u for u in ast.toposort() if u.op is Ops.REDUCE]
+    width = 2 * max(1, target.vector_bytes // 4)
+    if len(reduces) != 1 or _matmul_rows(reduces[0], j, loops, unit=False) is None or _size(j) % (cores * width):
+        return None
+    return j
+
+
 def _narrow_ints(ast: UOp) -> bool:
     """Whether the kernel loads ints narrower than 32 bits (a quantized weight's bytes)."""
     return any(u.op is Ops.LOAD and u.dtype.itemsize < 4 and not dtypes.is_float(u.dtype) for u in ast.toposort())

@@ -2,7 +2,7 @@
 
 `split_cores(ast, cores)` rewrites a kernel AST so that core `c` (the int DEFINE_VAR named `core_id`, in
 [0, cores)) runs rows [c*n//cores, (c+1)*n//cores) of a LOOP range of n rows, the outermost one with at
-least two rows per core: the range becomes one of (c+1)*n//cores - c*n//cores iterations (a constant when
+least two rows per core (or the one the caller names: a matmul's columns): the range becomes one of (c+1)*n//cores - c*n//cores iterations (a constant when
 cores divides n) offset by c*n//cores. The core count is baked in as a constant; a device runs the same
 compiled function once per core with its `core_id`, and renderers see it as an ordinary variable. Only a
 range that every effect of the kernel is inside may be split (otherwise some store would run on every
@@ -56,9 +56,10 @@ def work_estimate(ast: UOp) -> int:
     return max(work, 1)
 
 
-def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK) -> UOp:
+def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK, axis: UOp | None = None) -> UOp:
     """`ast` with a parallel range (or a full reduction's range) split across `cores` cores, or `ast` itself
-    when the kernel has no such range of two rows per core or less work than `min_work` (see the module doc)."""
+    when the kernel has no such range of two rows per core or less work than `min_work` (see the module doc).
+    `axis`: the parallel range to split when it is one (a matmul's columns, so each core packs only its panels)."""
     if not isinstance(cores, int) or cores < 1:
         raise ValueError(f"the core count must be a positive int, got {cores!r}")
     if cores == 1 or ast.op is not Ops.SINK:
@@ -69,7 +70,8 @@ def split_cores(ast: UOp, cores: int, min_work: int = MIN_WORK) -> UOp:
         return ast
     # the outermost with two rows per core at least (a range of one iteration is folded away by codegen's
     # simplification): a batch of 2 splits its columns instead
-    rng = next((r for r in parallel_ranges(ast) if r.src[0].vmax >= 2 * cores), None)
+    rng = next((r for r in ([axis] if axis in parallel_ranges(ast) else []) + parallel_ranges(ast)
+                if r.src[0].vmax >= 2 * cores), None)
     if rng is None:
         return _split_reduction(ast, cores)
     local, index = _core_rows(rng, cores)

@@ -33,6 +33,7 @@ from tg_core.plugin_api import (
     View,
     allocate,
     apply_opts,
+    core_axis,
     cpu_opts,
     dtypes,
     kernel_ranges,
@@ -238,6 +239,11 @@ class X86Renderer(Renderer):
                 opts = cpu_opts(ast, narrow)
             return opts + _copy_lanes(ast, opts) if opts and opts[0].op is OptOps.PACK else opts
         return opts
+
+    def core_axis(self, ast: UOp, cores: int) -> UOp | None:
+        """The axis the device splits `ast` across cores by (None: its outermost): a packed matmul's columns,
+        when every core gets whole panels (heuristic.core_axis)."""
+        return core_axis(ast, _TARGETS[self.isa][0][1], cores)
 
     def opts_for(self, ast: UOp) -> list[Opt]:
         """Register tiles for matmul-like kernels; otherwise scalar lanes only where they split a short chain
