@@ -37,14 +37,20 @@ def _ends_by_range(order: Iterable[UOp]) -> dict[UOp, list[UOp]]:
 def merge_ends(root: UOp, single: bool = False) -> UOp:
     """`root` with the ENDs of each range merged into one (innermost ranges first: merging them can make
     the ENDs around them identical). `single`: the caller knows no range has two ENDs (nothing to merge)."""
+    return merge_ends_order(root, single)[0]
+
+
+def merge_ends_order(root: UOp, single: bool = False) -> tuple[UOp, dict[UOp, None] | None]:
+    """merge_ends, and the toposort of the result when it walked it (to find nothing left to merge): the
+    linearizer's first step, which it need not repeat."""
     if single:
-        return root
+        return root, None
     merged_ranges: set[UOp] = set()
     while True:
         order = root.toposort()
         many = [(r, ends) for r, ends in _ends_by_range(order).items() if len(ends) > 1]
         if not many:
-            return root
+            return root, order
         r, ends = many[0]  # toposort order: an END comes before the ENDs that contain it
         body = UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends))
         # a range is merged once, unless one of its ENDs was inside another (the merged END still contains
@@ -92,11 +98,16 @@ def normalize_ends(ast: UOp, also: PatternMatcher | None = None) -> UOp:
     """`ast` with single-range ENDs, one per range. `also` (a renderer's extra rules) is applied first; when
     no node has an op it rewrites (a matmul has no transcendentals to decompose) the rewrite is skipped and
     the ENDs split in a plain walk; else, when it has no END rules, it runs in the splitting pass."""
+    return normalize_ends_order(ast, also)[0]
+
+
+def normalize_ends_order(ast: UOp, also: PatternMatcher | None = None) -> tuple[UOp, dict[UOp, None] | None]:
+    """normalize_ends, and the toposort of the result if merge_ends_order walked it."""
     order = ast.toposort()
     if also is None or not any(u.op in also.rules_by_op for u in order):
-        return merge_ends(*_split_ends(ast, order))
+        return merge_ends_order(*_split_ends(ast, order))
     if Ops.END in also.rules_by_op:
-        return merge_ends(graph_rewrite(graph_rewrite(ast, also), pm_split_ends))  # its rules see unsplit ENDs
+        return merge_ends_order(graph_rewrite(graph_rewrite(ast, also), pm_split_ends))  # rules see unsplit ENDs
     if id(also) not in _with_split:
         _with_split[id(also)] = (also, also + pm_split_ends)
-    return merge_ends(graph_rewrite(ast, _with_split[id(also)][1]))
+    return merge_ends_order(graph_rewrite(ast, _with_split[id(also)][1]))

@@ -9,6 +9,8 @@ renderer's own instruction selection does.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tg_core.codegen.reduce import reduce_combine
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import AxisType, Ops
@@ -69,10 +71,17 @@ pm_expand = PatternMatcher([
 ])
 
 
-def expand_lanes(ast: UOp) -> UOp:
-    """`ast` without UPCAST/UNROLL ranges: their bodies repeated once per lane."""
+def expand_lanes(ast: UOp, check: bool = True) -> UOp:
+    """`ast` without UPCAST/UNROLL ranges: their bodies repeated once per lane. `check=False` leaves the check
+    that none is left to the caller (`check_expanded` on a walk of the graph it makes anyway)."""
     out = graph_rewrite(ast, pm_expand)
-    left = [r for r in out.toposort() if _is_lane(r)]
+    if check:
+        check_expanded(out.toposort())
+    return out
+
+
+def check_expanded(nodes: Iterable[UOp]) -> None:
+    """A ValueError naming the first UPCAST/UNROLL range among `nodes` (one left after expansion)."""
+    left = [r for r in nodes if r.op is Ops.RANGE and r.arg[1] in LANE_AXES]
     if left:
         raise ValueError(f"axis {left[0].arg[0]} ({left[0].arg[1].name}) is used outside every END and REDUCE over it")
-    return out

@@ -168,40 +168,57 @@ def _block_items(nodes: list[UOp], where: _Blocks) -> tuple[dict[UOp | None, lis
     return items, deps
 
 
-def linearize(sink: UOp) -> list[UOp]:
-    """The nodes under `sink` (not the SINK itself) in execution order."""
-    topo = sink.toposort()
+def linearize(sink: UOp, topo: dict[UOp, None] | None = None) -> list[UOp]:
+    """The nodes under `sink` (not the SINK itself) in execution order (`topo`: sink.toposort(), if known)."""
+    if topo is None:
+        topo = sink.toposort()
     fill_ranges(topo)
     nodes = [u for u in topo if u is not sink]
-    order = {u: i for i, u in enumerate(nodes)}
+    # each node's place in the tie-break order (_rank, then graph order) as one int, so that the ready heap
+    # compares ints: the arguments and storage, sorted once, below zero, everything else its graph position
+    key = {u: i for i, u in enumerate(nodes)}
+    first = sorted((u for u in nodes if u.op in _FIRST), key=lambda u: (_rank(u), key[u]))
+    for i, u in enumerate(first):
+        key[u] = i - len(first)
+    node_at = {k: u for u, k in key.items()}
     scope = _scopes(nodes + [sink])
     parent, ends = _loop_tree(nodes, scope)
     items, deps = _block_items(nodes, _Blocks(nodes, scope, parent))
     out: list[UOp] = []
+    heappush, heappop = heapq.heappush, heapq.heappop
 
     def emit(block: UOp | None) -> None:
         todo = items.get(block, [])
-        waiting = {u: len(deps[u]) for u in todo}
+        waiting: dict[UOp, int] = {}
         users: dict[UOp, list[UOp]] = {}
+        ready = []
         for u in todo:
-            for d in deps[u]:
-                users.setdefault(d, []).append(u)
-        ready = [(_rank(u), order[u], u) for u in todo if waiting[u] == 0]
+            du = deps[u]
+            if du:
+                waiting[u] = len(du)
+                for d in du:
+                    if d in users:
+                        users[d].append(u)
+                    else:
+                        users[d] = [u]
+            else:
+                ready.append(key[u])
         heapq.heapify(ready)
         placed = 0
         while ready:
-            u = heapq.heappop(ready)[2]
+            u = node_at[heappop(ready)]
             placed += 1
             out.append(u)
             if u.op is Ops.RANGE:  # a loop item: its body, then its END
                 emit(u)
                 out.append(ends[u])
             for v in users.get(u, ()):
-                waiting[v] -= 1
-                if waiting[v] == 0:
-                    heapq.heappush(ready, (_rank(v), order[v], v))
+                n = waiting[v] - 1
+                waiting[v] = n
+                if n == 0:
+                    heappush(ready, key[v])
         if placed != len(todo):
-            stuck = [u for u in todo if waiting[u] > 0]
+            stuck = [u for u in todo if waiting.get(u, 0) > 0]
             raise LinearizeError(f"a dependency cycle in {_name(block)} between "
                                  + ", ".join(f"{u.op.name} {u.render()[:60]}" for u in stuck[:4]))
 

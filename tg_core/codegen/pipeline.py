@@ -6,12 +6,14 @@ ends.py (END splitting and merging) -> linearize.py (execution order) -> program
 backends use are in codegen/lib/; the device runs them in its own stage (`Compiled.prepare`, or its renderer)."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
-from tg_core.codegen.ends import normalize_ends
+from tg_core.codegen.ends import merge_ends_order, normalize_ends, normalize_ends_order
 from tg_core.codegen.expander import expand_lanes
 from tg_core.codegen.linearize import linearize
 from tg_core.codegen.lower_index import lower_index_dtype
+from tg_core.codegen.lower_walk import lower_walk
 from tg_core.codegen.opts import Opt, apply_opts
 from tg_core.codegen.program import Program, param_index
 from tg_core.codegen.reduce import lower_reduce as lower_reduce_pass
@@ -34,10 +36,37 @@ def lower_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = (),
     width (shifts.py), the renderer's rules applied, ENDs split and merged."""
     if ast.op is not Ops.SINK:
         raise TypeError(f"a kernel AST is a SINK, got {ast.op}")
-    ast = expand_lanes(apply_opts(ast, opts))
+    _toposorted.last = None
+    # with lower_reduce, lower_walk checks that no lane is left, on the walk of the graph it makes anyway
+    ast = expand_lanes(apply_opts(ast, opts), check=not lower_reduce)
     ast = graph_rewrite(ast, symbolic, bottom_up=True)
     if lower_reduce:
+        # the three passes after simplification that rebuild the graph, in one walk (see lower_walk.py)
+        walked = lower_walk(ast, extra_matcher)
+        if walked is not None:
+            ast, single, shifts = walked
+            if single is not None:
+                return _remember(*merge_ends_order(ast, single))
+            if shifts:
+                ast = define_shifts(ast)
+            return _remember(*normalize_ends_order(ast, extra_matcher))
         ast = lower_reduce_pass(ast)
+    return _lower_stepwise(ast, lower_reduce, extra_matcher)
+
+
+# the toposort merge_ends made of lower_kernel's last result (merging stops on a walk that finds nothing left
+# to merge): linearize's first step, handed over here so that lower_kernel keeps its signature (bench/codegen.py
+# wraps it) and each thread sees its own
+_toposorted = threading.local()
+
+
+def _remember(sink: UOp, order: dict[UOp, None] | None) -> UOp:
+    _toposorted.last = (sink, order) if order is not None else None
+    return sink
+
+
+def _lower_stepwise(ast: UOp, lower_reduce: bool, extra_matcher: PatternMatcher | None) -> UOp:
+    """lower_kernel's stages after REDUCE lowering, one pass after another (lower_walk.py fuses them)."""
     order = ast.toposort()
     # weakint lowering keeps every node's op, so the graph has shifts after it iff it had them before: one
     # walk of the kernel tells both passes what they need (define_shifts would walk the lowered graph again)
@@ -57,7 +86,10 @@ def linearize_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = 
     after its sources, ENDs and REDUCEs unsplit): for devices that interpret the AST themselves."""
     with gc_paused():
         sink = lower_kernel(ast, lower_reduce, opts, extra_matcher)
-        uops = linearize(sink) if lower_reduce else [u for u in sink.toposort() if u is not sink]
+        known = getattr(_toposorted, "last", None)
+        topo = known[1] if known is not None and known[0] is sink else None
+        _toposorted.last = None
+        uops = linearize(sink, topo) if lower_reduce else [u for u in sink.toposort() if u is not sink]
     return Program(kernel_name(ast), tuple(uops), *_arguments(ast))
 
 

@@ -14,6 +14,7 @@ two identical LOADs of acc[0]) and tells the linearizer where each belongs.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 from tg_core.dtype import AddrSpace, ConstType, DType, dtypes
 from tg_core.uop.ops import Ops
@@ -41,17 +42,23 @@ def reduce_combine(op: Ops, a: UOp, b: UOp) -> UOp:
     return UOp(op, a.dtype, (a, b))
 
 
-def _lower(ctx: itertools.count, red: UOp) -> UOp:
+def _lower(ctx: itertools.count, red: UOp, zero: UOp | None = None,
+           end: Callable[[UOp], UOp] | None = None) -> UOp:
+    """`red` as its accumulator; `zero` is the index of its one element (default the weakint 0) and `end`, if
+    given, is applied to the END of its update (lower_walk.py passes its concrete 0 and its END splitting)."""
     value, *rngs = red.src
     if not rngs:
         return value
     dt = red.dtype
-    zero = UOp.const(dtypes.weakint, 0)
+    if zero is None:
+        zero = UOp.const(dtypes.weakint, 0)
     reg = UOp(Ops.DEFINE_REG, dt.ptr(1, AddrSpace.REG), (), next(ctx))
     outer = tuple(red.ranges)  # the init runs once per iteration of the loops the REDUCE is inside
     init = (reg.after(*outer) if outer else reg).index(zero).store(UOp.const(dt, reduce_identity(red.arg, dt)))
     acc = reg.after(init, *rngs).index(zero)
     update = acc.store(reduce_combine(red.arg, acc.load(), value)).end(*rngs)
+    if end is not None:
+        update = end(update)
     return reg.after(update).index(zero).load()
 
 
