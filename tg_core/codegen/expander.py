@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from tg_core.codegen.reduce import reduce_combine
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import AxisType, Ops
+from tg_core.uop.linear import MAX_TERMS, rebuild
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
@@ -34,10 +35,31 @@ def _lanes(x: UOp, r: UOp) -> list[UOp]:
     copies: dict[UOp, list[UOp]] = {r: [UOp.const(r.dtype, i) for i in range(end.arg)]}
     for u in x.toposort():
         if u not in copies and any(s in copies for s in u.src):
+            lanes = _sum_lanes(u, r, end.arg, copies) if u.op is Ops.ADD else None
+            if lanes is not None:
+                copies[u] = lanes
+                continue
             src_lanes = [copies.get(s) for s in u.src]
             copies[u] = [UOp(u.op, u.dtype, tuple(s if c is None else c[i] for s, c in zip(u.src, src_lanes)),
                              u.arg, u.tag) for i in range(end.arg)]
     return copies.get(x) or [x] * end.arg
+
+
+def _sum_lanes(u: UOp, r: UOp, n: int, copies: dict[UOp, list[UOp]]) -> list[UOp] | None:
+    """The lanes of a canonical index sum (simplified before expansion) with lane range `r` as one of its terms
+    and no other term depending on it, built in their canonical form: the sum without r's term, its constant
+    moved by the lane's share. This is what simplification makes of the plain copy (the sum read as a linear
+    form, the lane's product folded into the constant, rebuilt in the same term order), so the pass after
+    expansion finds the index math already simplified and its users unchanged (None: copy it plainly)."""
+    lin = u._lin
+    if u.dtype is not dtypes.weakint or lin is None or lin[0] is None or r not in lin[0] or len(lin[0]) > MAX_TERMS:
+        return None
+    terms, const = lin
+    if any(b in copies for b in terms if b is not r):
+        return None
+    k = terms[r]
+    rest = {b: c for b, c in terms.items() if b is not r}
+    return [rebuild(u.dtype, rest, const + k * i) for i in range(n)]
 
 
 def _expand_end(x: UOp) -> UOp | None:

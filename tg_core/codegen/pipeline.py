@@ -1,8 +1,9 @@
 """The codegen pipeline: a kernel AST -> a `Program`, every stage in order.
 
-opts.py (apply_opts) -> expander.py (expand_lanes) -> uop/symbolic.py (index simplification) -> reduce.py (REDUCE
-lowering) -> lower_index.py (weakint lowering) -> shifts.py (defined shifts) -> the renderer's extra_matcher ->
-ends.py (END splitting and merging) -> linearize.py (execution order) -> program.py (`Program`). Passes only some
+opts.py (apply_opts) -> uop/symbolic.py -> expander.py (expand_lanes) -> uop/symbolic.py (index simplification) ->
+reduce.py (REDUCE lowering) -> lower_index.py (weakint lowering) -> shifts.py (defined shifts) -> the renderer's
+extra_matcher -> ends.py (END splitting and merging) -> linearize.py (execution order) -> program.py (`Program`).
+lower_walk.py runs REDUCE and weakint lowering and END splitting in one walk where that is exact. Passes only some
 backends use are in codegen/lib/; the device runs them in its own stage (`Compiled.prepare`, or its renderer)."""
 from __future__ import annotations
 
@@ -38,7 +39,10 @@ def lower_kernel(ast: UOp, lower_reduce: bool = True, opts: Sequence[Opt] = (),
         raise TypeError(f"a kernel AST is a SINK, got {ast.op}")
     _toposorted.last = None
     # with lower_reduce, lower_walk checks that no lane is left, on the walk of the graph it makes anyway
-    ast = expand_lanes(apply_opts(ast, opts), check=not lower_reduce)
+    # simplified before expansion too: each lane then copies simplified code, and the lanes of an index sum
+    # are built simplified (expander._sum_lanes), so the pass after expansion has little left to rewrite
+    ast = graph_rewrite(apply_opts(ast, opts), symbolic, bottom_up=True)
+    ast = expand_lanes(ast, check=not lower_reduce)
     ast = graph_rewrite(ast, symbolic, bottom_up=True)
     if lower_reduce:
         # the three passes after simplification that rebuild the graph, in one walk (see lower_walk.py)
