@@ -140,20 +140,27 @@ class LRUAllocator(Allocator):
 
     def __init__(self, cache_limit: int | None = None):
         self.cache_limit = cache_limit
-        self._entries: OrderedDict[int, tuple[tuple[int, BufferSpec], Any]] = OrderedDict()
-        self._by_key: dict[tuple[int, BufferSpec], list[int]] = {}
+        # ticket -> (key, size, options, opaque); key -> the tickets cached under it, oldest first. The key is the
+        # size alone for the default options (an int hashes in C; a (size, BufferSpec) tuple calls BufferSpec's
+        # Python __hash__, on every allocation and free of an eager loop), else (size, options): never equal
+        self._entries: OrderedDict[int, tuple[Any, int, BufferSpec, Any]] = OrderedDict()
+        self._by_key: dict[Any, list[int]] = {}
         self._tickets = itertools.count()
         self.cached_bytes = 0
         # the cache's bookkeeping is shared by every thread using the device: one change at a time
         self._cache_lock = threading.RLock()
 
     def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
-        options = options or _DEFAULT_SPEC
+        if options is None or options is _DEFAULT_SPEC or options == _DEFAULT_SPEC:
+            key: Any = size
+            options = _DEFAULT_SPEC
+        else:
+            key = (size, options)
         with self._cache_lock:
-            tickets = self._by_key.get((size, options))
+            tickets = self._by_key.get(key)
             if tickets:
                 # the most recently freed one: its memory is the likeliest to be warm
-                _, opaque = self._entries.pop(tickets.pop())
+                opaque = self._entries.pop(tickets.pop())[3]
                 self.cached_bytes -= size
                 return opaque
         self.check_size(size)  # emptying the cache cannot help an allocation bigger than the device
@@ -164,21 +171,29 @@ class LRUAllocator(Allocator):
             return super().alloc(size, options)
 
     def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
-        options = options or _DEFAULT_SPEC
+        if options is None or options is _DEFAULT_SPEC or options == _DEFAULT_SPEC:
+            key: Any = size
+            options = _DEFAULT_SPEC
+        else:
+            key = (size, options)
         if not LRU.value or options.nolru or (self.cache_limit is not None and size > self.cache_limit):
             super().free(opaque, size, options)
             return
         with self._cache_lock:
             ticket = next(self._tickets)
-            self._entries[ticket] = ((size, options), opaque)
-            self._by_key.setdefault((size, options), []).append(ticket)
+            self._entries[ticket] = (key, size, options, opaque)
+            tickets = self._by_key.get(key)
+            if tickets is None:
+                self._by_key[key] = [ticket]
+            else:
+                tickets.append(ticket)
             self.cached_bytes += size
             while self.cache_limit is not None and self.cached_bytes > self.cache_limit:
                 self._evict_oldest()
 
     def _evict_oldest(self) -> None:
-        ticket, ((size, options), opaque) = self._entries.popitem(last=False)
-        self._by_key[(size, options)].remove(ticket)
+        ticket, (key, size, options, opaque) = self._entries.popitem(last=False)
+        self._by_key[key].remove(ticket)
         self.cached_bytes -= size
         super().free(opaque, size, options)
 
@@ -219,6 +234,16 @@ class Buffer:
             if base._views is None:
                 base._views = weakref.WeakSet()
             base._views.add(self)
+
+    @classmethod
+    def unchecked(cls, device: str, size: int, dtype: DType) -> Buffer:
+        """`Buffer(device, size, dtype)` for arguments already valid (a canonical device name, an int size >= 0, a
+        DType), made without checking them again: the engine makes one for every BUFFER node a schedule writes,
+        and on a tiny eager realize the checks were a tenth of the engine's time."""
+        b = cls.__new__(cls)
+        b._base = b._opaque = b._allocator = b._views = b.options = None
+        b.device, b.size, b.dtype, b.offset = device, size, dtype, 0
+        return b
 
     @property
     def nbytes(self) -> int:

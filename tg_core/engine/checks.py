@@ -34,6 +34,7 @@ class Check:
 
 # guarded node -> the checks that run when a realize computes it (weak: a dropped node never runs)
 _waiting: weakref.WeakKeyDictionary[UOp, list[Check]] = weakref.WeakKeyDictionary()
+_waiting_refs: dict = _waiting.data  # type: ignore[attr-defined]  # its underlying dict (never replaced)
 # checks whose facts a kernel has written and no host read has looked at yet
 _ran: list[tuple[Check, Buffer]] = []
 
@@ -43,6 +44,12 @@ def guard(node: UOp, check: Check) -> None:
     checks = _waiting.setdefault(node, [])
     if not any(c.facts is check.facts for c in checks):  # hash-consing: the same op built twice, checked once
         checks.append(check)
+
+
+def waiting() -> bool:
+    """Whether any check waits (when none does, a realize need not look for guarded nodes in its graphs)."""
+    # (its data: WeakKeyDictionary's __len__ is Python code; a dead node's entry left there costs one needless walk)
+    return bool(_waiting_refs)
 
 
 def take(targets: list[UOp]) -> list[tuple[UOp, Check]]:

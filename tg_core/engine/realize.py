@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 # the device memory behind each BUFFER node; it lives as long as the node does
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# its underlying dict (weak references -> Buffers; never replaced): the engine looks nodes up here directly
+_buffer_refs: dict[weakref.ref[UOp], Buffer] = _buffers.data  # type: ignore[attr-defined]
 stats = {"kernels": 0, "copies": 0}
 
 
@@ -60,7 +62,10 @@ def buffer_of(node: UOp) -> Buffer:
         raise TypeError(f"only a BUFFER node has device memory, not {node.op}")
     buf = _buffers.get(node)
     if buf is None:
-        buf = _buffers[node] = Buffer(node.src[1].arg, node.arg, node.dtype)
+        size = node.arg
+        buf = Buffer.unchecked(Device.canonicalize(node.src[1].arg), size, node.dtype) \
+            if type(size) is int and size >= 0 else Buffer(node.src[1].arg, size, node.dtype)  # (its error)
+        _buffers[node] = buf
     return buf
 
 
@@ -96,7 +101,14 @@ def realize(targets: list[UOp], devices: Sequence[str | None] | None = None) -> 
     """Compute `targets` (a target with no buffer in its graph goes on its entry of `devices`); returns
     each target's BUFFER node. The cyclic collector is paused throughout: scheduling and codegen allocate
     many acyclic nodes, and its collections walking them were ~30 ms of a first MLP forward."""
-    return prepare(targets, devices)()
+    if (devices is not None and _sharded(devices)) or checks.waiting():
+        return prepare(targets, devices)()
+    # the common case, `prepare(...)()` without its two closures and second pause (a tiny eager realize's
+    # whole engine time is a few tens of microseconds)
+    with gc_paused():
+        items, out, var_vals, plan = _build(targets, devices)
+        _settle(items, out, var_vals)
+        return _run(plan, out, var_vals)
 
 
 def _sharded(devices: Sequence[str | None]) -> bool:
@@ -181,6 +193,16 @@ def _build(targets: list[UOp], devices: Sequence[str | None] | None
 
 def _prepare(targets: list[UOp], devices: Sequence[str | None] | None) -> Callable[[], dict[UOp, UOp]]:
     items, out, var_vals, plan = _build(targets, devices)
+    _settle(items, out, var_vals)
+
+    def run() -> dict[UOp, UOp]:
+        with gc_paused():
+            return _run(plan, out, var_vals)
+    return run
+
+
+def _settle(items: list[tuple[UOp, list[UOp]]], out: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
+    """What follows building, before running: memory planning, and a capture's check of the bound variables."""
     if len(items) > 1:  # one item's buffers have nothing to share with
         _plan_memory(items, set(out.values()))
     if capture.active is not None:
@@ -189,11 +211,6 @@ def _prepare(targets: list[UOp], devices: Sequence[str | None] | None) -> Callab
                 from tg_core.engine.jit import JitError
                 raise JitError(f"TinyJit({capture.active}): variable {name} is bound to {capture.var_vals[name]} "
                                f"and to {val} in one call; a replay gives each variable one value")
-
-    def run() -> dict[UOp, UOp]:
-        with gc_paused():
-            return _run(plan, out, var_vals)
-    return run
 
 
 def _flush(pending: list[tuple[Callable, list[Buffer], UOp]], var_vals: dict[str, int]) -> None:
@@ -216,13 +233,17 @@ def _run(plan: Plan, out: dict[UOp, UOp],
          var_vals: dict[str, int]) -> dict[UOp, UOp]:
     pending: list[tuple[Callable, list[Buffer], UOp]] = []  # hcq: the batch being collected
     recording = capture.active is not None
+    lookup, ref = _buffer_refs.get, weakref.ref
     recycle = capture.recycle if recording else None
     if recycle is not None:
         recycle.sweep()
     for ast, nodes, runner, kind in plan:
         if recycle is not None and kind == _KERNEL:
             recycle.take(nodes)
-        bufs = [buffer_of(n) for n in nodes]
+        bufs = []
+        for n in nodes:  # buffer_of, its lookup inlined (it is a WeakKeyDictionary's; ref(n) is n's shared weakref)
+            b = lookup(ref(n))
+            bufs.append(b if b is not None else buffer_of(n))
         if kind == _QUEUED:
             pending.append((copy_runner if runner is None else runner, bufs, ast))
             continue
@@ -238,7 +259,7 @@ def _run(plan: Plan, out: dict[UOp, UOp],
                 capture.items.append((copy_runner, bufs, ast))
             continue
         for b in bufs:
-            if not b.is_allocated():
+            if b._opaque is None:  # not allocated yet (is_allocated(), inlined)
                 b.allocate()
         if DEBUG.value >= 1:
             print(f"tg: {bufs[0].device} kernel {ast.arg.name}: {', '.join(f'{b.size}x{b.dtype.name}' for b in bufs)}",

@@ -127,14 +127,19 @@ class _Known:
     def bind(self, targets: list[UOp]) -> tuple[Items, dict[UOp, UOp]]:
         """What `_bind(..., fresh=True)` gives, from the precomputed plan."""
         # what `b.fresh_buffer()` makes, built here: its function-level import was a tenth of a tiny realize's hit
-        slots = self.inputs + [UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)),
-                                                        b.src[1]), b.arg) for b in self.fresh]
+        # (plain loops: in Python 3.11 every comprehension is a call of its own)
+        slots = list(self.inputs)
+        for b in self.fresh:
+            slots.append(UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)), b.src[1]),
+                             b.arg))
         bound: Items = []
         for ast, idx in self.plan:
-            bufs = [slots[i] for i in idx]
+            bufs = list(map(slots.__getitem__, idx))
             bound.append((UOp(Ops.COPY, dtypes.void, tuple(bufs)) if ast.op is Ops.COPY else ast, bufs))
-        outs = self.hit[1]
-        return bound, {t: slots[i] if i is not None else o for t, i, o in zip(targets, self.outs, outs)}
+        out: dict[UOp, UOp] = {}
+        for t, i, o in zip(targets, self.outs, self.hit[1]):
+            out[t] = slots[i] if i is not None else o
+        return bound, out
 
 
 # targets' ids (and devices) -> their entry; an entry is dropped when one of its targets dies
@@ -168,7 +173,7 @@ def schedule(targets: list[UOp], devices: Sequence[str | None] | None = None) ->
                                                                                     dict[str, int]]:
     """Like create_schedule, through the cache; also returns the bound variables' values."""
     devs = tuple(devices) if devices else None
-    if SCACHE:
+    if SCACHE.value:
         ident = (*map(id, targets), devs)
         known = _known.get(ident)
         if known is not None and known.alive(targets) and _cache.get(known.key) is known.hit:

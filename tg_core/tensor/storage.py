@@ -45,6 +45,7 @@ _live: dict[int, weakref.ref[Tensor]] = {}
 _origins: weakref.WeakKeyDictionary[UOp, tuple[UOp, dict[UOp, int]]] = weakref.WeakKeyDictionary()
 # BUFFER -> how many times it has been written since it was made
 _versions: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+_version_refs: dict[weakref.ref[UOp], int] = _versions.data  # type: ignore[attr-defined]  # (never replaced)
 
 
 # ---- the registry of live tensors --------------------------------------------------------------------------
@@ -209,7 +210,12 @@ def note_origin(buf: UOp, graph: UOp) -> None:
         # its buffer holds the value of one binding of its variables only, so gradients stop there
         _origins.pop(buf, None)
         return
-    reads = {n: _versions.get(n, 0) for n in _walk(graph)[0]}
+    # (_versions.get inlined: this runs after every realize, and the WeakKeyDictionary's get is Python code;
+    # ref(n) is the node's shared weak reference)
+    versions, ref = _version_refs.get, weakref.ref
+    reads = {}
+    for n in _walk(graph)[0]:
+        reads[n] = versions(ref(n), 0)
     if buf not in reads:  # a graph that reads buf's old contents cannot stand for its new ones
         _origins[buf] = (graph, reads)
 

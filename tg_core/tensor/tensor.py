@@ -215,20 +215,28 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
+        # (plain loops, not comprehensions: each of those is a call, and a tiny eager realize runs this whole path)
         tensors = distinct_values(tensors)  # equal graphs must not end up sharing storage
-        # a view of storage is never replaced by a copy: it must keep showing the storage's contents
-        todo = [t for t in tensors if not t._is_realized() and storage_of(t.uop) is None]
+        todo: list[Tensor] = []
+        for t in tensors:
+            # a view of storage is never replaced by a copy: it must keep showing the storage's contents
+            if not t._is_realized() and storage_of(t.uop) is None:
+                if dtypes.is_weak(t.uop.dtype):
+                    raise TypeError(f"cannot realize a tensor of the weak dtype {t.dtype!r} (shape {t.shape}); "
+                                    f"cast it to a concrete dtype")
+                todo.append(t)
         if not todo:
             return
-        for t in todo:
-            if dtypes.is_weak(t.dtype):
-                raise TypeError(f"cannot realize a tensor of the weak dtype {t.dtype!r} (shape {t.shape}); "
-                                f"cast it to a concrete dtype")
         todo += kept_intermediates(todo)
-        before = [(t, t.uop) for t in todo]
-        results = realize([t.uop for t in todo], devices=[t.device for t in todo])
+        before, targets, devices = [], [], []
         for t in todo:
-            buf, shape = results[t.uop], t.shape
+            u = t.uop
+            before.append((t, u))
+            targets.append(u)
+            devices.append(t._device)
+        results = realize(targets, devices=devices)
+        for t, u in before:
+            buf, shape = results[u], u.tensor_shape
             if shape != (buf.arg,):  # a flat buffer is its own 1-d view
                 # (a symbolic shape's buffer holds its largest size: the view is its first numel elements)
                 t.uop = buffer_view(buf, shape) if t.numel() != 0 else t.uop
@@ -239,8 +247,17 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     def _is_realized(self) -> bool:
         u = self.uop
-        return u.op is Ops.BUFFER or u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER or self.numel() == 0 or \
-            u.op is Ops.MULTI and is_stored(u)
+        op = u.op
+        if op is Ops.BUFFER or op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
+            return True
+        shape = u.shape
+        if shape is not None:
+            for d in shape:  # int dims (the common case): no elements iff a dim is 0, without numel()'s product
+                if type(d) is not int:
+                    break
+            else:
+                return 0 in shape or op is Ops.MULTI and is_stored(u)
+        return self.numel() == 0 or op is Ops.MULTI and is_stored(u)
 
     def data(self) -> memoryview:
         """The value as a read-only memoryview of the tensor's shape (numpy's format for its dtype).

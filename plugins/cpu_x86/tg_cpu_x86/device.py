@@ -12,6 +12,7 @@ of a split kernel run it at once from a persistent thread pool.
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import platform
 import sys
@@ -162,7 +163,10 @@ class CPURunner:
         self.core_pos = variables.index(CORE_ID) if CORE_ID in variables else None
 
     def __call__(self, bufs: list[Buffer], var_vals: Mapping[str, int]) -> None:
-        args = [_addr(b) for b in bufs]
+        try:  # the addresses through one C-level getter (an eager realize calls this once per kernel)
+            args = list(map(_ADDRESS, bufs))
+        except AttributeError:  # a buffer without memory yet (_opaque None): allocated here
+            args = [_addr(b) for b in bufs]
         if self.var_names:
             args += [var_vals[n] for n in self.var_names]
         if self.core_pos is None:
@@ -186,6 +190,9 @@ class CPURunner:
 
     def __repr__(self) -> str:
         return f"<CPURunner {self.name} on {self.cores} core(s)>"
+
+
+_ADDRESS = operator.attrgetter("_opaque.addr")  # an allocated buffer's address (HostMemory.addr)
 
 
 def _addr(b: Buffer) -> int:
