@@ -13,8 +13,8 @@ from collections.abc import Iterable
 
 from tg_core.codegen.reduce import reduce_combine
 from tg_core.dtype import dtypes
-from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.linear import MAX_TERMS, rebuild
+from tg_core.uop.ops import AxisType, Ops
 from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
