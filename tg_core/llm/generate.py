@@ -51,12 +51,18 @@ class Generator:
         """start_pos bound to value, its range the positions a run of `length` tokens may start at."""
         return UOp.variable("start_pos", 0, self.model.cfg.max_context - length).bind(value)
 
+    # the steps run under no_grad (Tensor.test()): a realized tensor then keeps no graph for gradients, which would
+    # keep every buffer that graph read alive (a layer's output holds the layers before it), so the intermediates
+    # of a capture die as it runs and their memory is reused (engine/jit_memory.py)
+    @Tensor.test()
     def _greedy_step(self, tok: Tensor, pos: UOp) -> Tensor:
         return greedy(self.model(tok, pos)).realize()
 
+    @Tensor.test()
     def _sampled_step(self, tok: Tensor, pos: UOp, temp: Tensor, k: Tensor, p: Tensor) -> Tensor:
         return sample(self.model(tok, pos), temp, k, p).realize()
 
+    @Tensor.test()
     def _prefill_step(self, tok: Tensor, pos: UOp) -> Tensor:
         return self.model(tok, pos).realize()
 
@@ -98,13 +104,15 @@ class Generator:
         logits = self.prefill(ids)
         dev = self.model.device
         if params.temperature == 0:
-            tok = greedy(logits)
+            with Tensor.test():
+                tok = greedy(logits)
         else:
             vocab = self.model.cfg.vocab
             knobs = (Tensor(float(params.temperature), device=dev).realize(),
                      Tensor(params.top_k if params.top_k else vocab, dtype="int32", device=dev).realize(),
                      Tensor(float(params.top_p), device=dev).realize())
-            tok = sample(logits, *knobs)
+            with Tensor.test():
+                tok = sample(logits, *knobs)
         for _ in range(max_new_tokens):
             t = int(tok.numpy().reshape(-1)[0])
             if t in stops:
