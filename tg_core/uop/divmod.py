@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 
 from tg_core.dtype import dtypes
-from tg_core.uop.linear import decompose, rebuild
+from tg_core.uop.linear import MAX_TERMS, ExactTerms, decompose, rebuild
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
+
+_WEAKINT = dtypes.weakint
+_ADD, _MUL, _CONST = Ops.ADD, Ops.MUL, Ops.CONST  # module constants: Ops.X is slow on Python 3.11
 
 
 def _nonneg(u: UOp) -> bool:
@@ -22,8 +25,10 @@ def no_overflow(u: UOp) -> bool:
     """True when `u` is computed without wrapping. Range analysis saturates to the dtype's full range
     wherever a strong int may overflow, so a range strictly inside the dtype proves there was none.
     Only then do identities of exact integer arithmetic hold for it."""
+    if u.dtype is _WEAKINT:
+        return True
     dt = u.dtype.scalar()
-    return dt is dtypes.weakint or dtypes.min(dt) < u.vmin and u.vmax < dtypes.max(dt)
+    return dt is _WEAKINT or dtypes.min(dt) < u.vmin and u.vmax < dtypes.max(dt)
 
 
 def fold_divmod(x: UOp) -> UOp | None:
@@ -50,6 +55,8 @@ def fold_divmod(x: UOp) -> UOp | None:
     nested = _fold_nested(x, num, c)
     if nested is not None:
         return nested
+    if lo >= 0 and x.tag is None and x.arg is None and num.dtype is x.dtype and _declines(num, c):
+        return None
     terms, const = decompose(num)
     # divide everything by a common factor: (g*a) // (g*b) == a // b and (g*a) % (g*b) == g * (a % b)
     g = math.gcd(c, const, *terms.values())
@@ -61,6 +68,30 @@ def fold_divmod(x: UOp) -> UOp | None:
     if lo < 0:
         return None
     return _split_by_divisor(x, terms, const, c)
+
+
+def _declines(num: UOp, c: int) -> bool:
+    """True when the rest of fold_divmod is known to give back x (for c > 0, a non-negative numerator that
+    does not overflow and is not in one period), read off the numerator's cached linear form without
+    decomposing or rebuilding anything: no common factor with c, no coefficient or constant to move out of
+    the remainder, every base non-negative. Then _split_by_divisor's remainder is the numerator itself and
+    its quotient 0, so it builds x again. Only numerators whose rebuild is known to be themselves qualify: a
+    single opaque term, or a sum whose terms are ExactTerms."""
+    lin = num._lin
+    if lin is not None and type(lin[0]) is ExactTerms:
+        terms, const = lin
+        if len(terms) > MAX_TERMS or not 0 <= const < c:
+            return False
+        g = math.gcd(c, const)
+        for b, k in terms.items():
+            if not 0 <= k < c or b.vmin < 0:
+                return False
+            g = math.gcd(g, k)
+        return g == 1
+    op = num.op
+    if op is _ADD or op is _CONST or op is _MUL and num.src[1].op is _CONST:
+        return False
+    return 1 < c  # {num: 1}: 1 is a remainder and shares no factor with c
 
 
 def _fold_nested(x: UOp, num: UOp, c: int) -> UOp | None:

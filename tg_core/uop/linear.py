@@ -15,20 +15,31 @@ from tg_core.uop.uop import UOp
 
 MAX_TERMS = 64
 
+# the ops the hot loops test, as module constants: on Python 3.11 `Ops.ADD` goes through EnumType's
+# __getattr__ hook (several times a global lookup), and these loops run once per node of a sum
+_ADD, _MUL, _CONST, _IDIV, _MOD = Ops.ADD, Ops.MUL, Ops.CONST, Ops.IDIV, Ops.MOD
+
 
 def _int_const(dtype, v: int) -> UOp:
     # index math is weakint, whose constants need no wrapping: skip UOp.const's checks on the hot path
-    return UOp(Ops.CONST, dtype, (), v) if dtype is dtypes.weakint else UOp.const(dtype, v)
+    return UOp(_CONST, dtype, (), v) if dtype is dtypes.weakint else UOp.const(dtype, v)
 
 
 def split_term(u: UOp) -> tuple[UOp, int]:
     """`u` as (base, coefficient): x*3 -> (x, 3); x -> (x, 1)."""
-    if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
+    if u.op is _MUL and u.src[1].op is _CONST:
         return u.src[0], u.src[1].arg
     return u, 1
 
 
 _CANONICAL = (None, None)  # marks an inner node of a canonical chain whose terms were not cached
+
+
+class ExactTerms(dict):
+    """The terms of a sum that rebuild gives back as that very node (rebuild made it, or a walk found every node
+    of the chain to be the one rebuild writes). fold_divmod may then decline without rebuilding anything; a sum
+    only recognized as canonical keeps a plain dict (its nodes may differ in tags)."""
+    __slots__ = ()
 
 
 def decompose(u: UOp) -> tuple[dict[UOp, int], int]:
@@ -37,28 +48,35 @@ def decompose(u: UOp) -> tuple[dict[UOp, int], int]:
     terms: dict[UOp, int] = {}
     const = 0
     stack: list[tuple[UOp, int]] = [(u, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        n, m = stack.pop()
-        lin = n._lin
-        if lin is not None and lin[0] is not None and len(lin[0]) <= MAX_TERMS:
-            # a canonical sum built earlier: merge its remembered terms instead of walking it
-            if not terms and m == 1:
-                terms = dict(lin[0])
+        n, m = pop()
+        # follow the left operand in place (it is the entry the stack would pop next): a left-leaning sum
+        # then costs one push and pop per term instead of one per node
+        while True:
+            lin = n._lin
+            if lin is not None and lin[0] is not None and len(lin[0]) <= MAX_TERMS:
+                # a canonical sum built earlier: merge its remembered terms instead of walking it
+                if not terms and m == 1:
+                    terms = dict(lin[0])
+                else:
+                    for b, k in lin[0].items():
+                        terms[b] = terms.get(b, 0) + k * m
+                const += lin[1] * m
+                break
+            op = n.op
+            if op is _ADD and (lin is None or len(terms) < MAX_TERMS):
+                push((n.src[1], m))
+                n = n.src[0]
+            elif op is _MUL and n.src[1].op is _CONST:
+                m *= n.src[1].arg
+                n = n.src[0]
+            elif op is _CONST:
+                const += n.arg * m
+                break
             else:
-                for b, k in lin[0].items():
-                    terms[b] = terms.get(b, 0) + k * m
-            const += lin[1] * m
-            continue
-        op = n.op
-        if op is Ops.ADD and (lin is None or len(terms) < MAX_TERMS):
-            stack.append((n.src[1], m))
-            stack.append((n.src[0], m))
-        elif op is Ops.MUL and n.src[1].op is Ops.CONST:
-            stack.append((n.src[0], m * n.src[1].arg))
-        elif op is Ops.CONST:
-            const += n.arg * m
-        else:
-            terms[n] = terms.get(n, 0) + m
+                terms[n] = terms.get(n, 0) + m
+                break
     return terms, const
 
 
@@ -68,7 +86,7 @@ def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
     In a strong dtype the coefficients and constant wrap, as the constants holding them do, so that the
     remembered terms are the node's own (int8: 300*x is x*44; read back as 300 it would divide wrongly)."""
     out: UOp | None = None
-    kept: dict[UOp, int] = {}
+    kept: dict[UOp, int] = ExactTerms()  # what rebuild makes gives back the same node
     wrap = dtype.scalar() is not dtypes.weakint
     if wrap:  # an integer dtype: its constants are ints
         const = int(as_const(const, dtype))
@@ -78,18 +96,18 @@ def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
         if coeff == 0:
             continue
         kept[base] = coeff
-        t = base if coeff == 1 else UOp(Ops.MUL, dtype, (base, _int_const(dtype, coeff)))
+        t = base if coeff == 1 else UOp(_MUL, dtype, (base, _int_const(dtype, coeff)))
         if out is None:
             out = t
         else:
-            out = UOp(Ops.ADD, dtype, (out, t))
+            out = UOp(_ADD, dtype, (out, t))
             if out._lin is None:
                 out._lin = _CANONICAL
     if out is None:
         return _int_const(dtype, const)
     if const != 0:
-        out = UOp(Ops.ADD, dtype, (out, _int_const(dtype, const)))
-    if out.op is Ops.ADD:
+        out = UOp(_ADD, dtype, (out, _int_const(dtype, const)))
+    if out.op is _ADD:
         out._lin = (kept, const)
     return out
 
@@ -98,10 +116,10 @@ def _merge_divmod_pairs(terms: dict[UOp, int]) -> int | None:
     """(x//c)*(k*c) + (x%c)*k -> x*k: the identity of truncating division, true for every x and c != 0
     (x%0 and x//0 are both 0). x is read as a linear form, so that a sum x combines with the other terms
     instead of becoming an opaque base. Returns the constant this adds, or None when no pair merged."""
-    mods = [b for b in terms if b.op is Ops.MOD and b.src[1].op is Ops.CONST and b.src[1].arg != 0]
+    mods = [b for b in terms if b.op is _MOD and b.src[1].op is _CONST and b.src[1].arg != 0]
     if not mods:
         return None
-    divs = {(b.src[0], b.src[1].arg): b for b in terms if b.op is Ops.IDIV and b.src[1].op is Ops.CONST}
+    divs = {(b.src[0], b.src[1].arg): b for b in terms if b.op is _IDIV and b.src[1].op is _CONST}
     const = None
     for m in mods:
         x, c = m.src
@@ -116,32 +134,55 @@ def _merge_divmod_pairs(terms: dict[UOp, int]) -> int | None:
     return const
 
 
+def _rebuilt_const(c: UOp, dt) -> bool:
+    """`c` is the constant node rebuild writes for its value in `dt`."""
+    v = c.arg
+    return c.tag is None and c.dtype is dt and type(v) is int and (dt is dtypes.weakint or as_const(v, dt) == v)
+
+
 def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
     """The terms of `x` if it already is a canonical sum (checked by walking it, without building any
-    node), else None."""
+    node), else None. When every node of the chain is the one rebuild writes (no tag or arg, the sum's
+    dtype, constants as rebuild makes them), the terms are ExactTerms."""
     n: UOp | None = x
     const = 0
-    if x.src[1].op is Ops.CONST:
+    dt = x.dtype
+    exact = dt.count == 1
+    if x.src[1].op is _CONST:
         const = x.src[1].arg
         if const == 0:
             return None
+        exact = exact and _rebuilt_const(x.src[1], dt)
         n = x.src[0]
     found: list[tuple[UOp, int]] = []
+    seen: set[UOp] = set()
     while n is not None:
-        if n.op is Ops.ADD:
+        if n.op is _ADD:
+            if exact and (n.tag is not None or n.arg is not None or n.dtype is not dt):
+                exact = False
             t, n = n.src[1], n.src[0]
         else:
             t, n = n, None
-        if t.op is Ops.ADD or t.op is Ops.CONST:
+        top = t.op
+        if top is _ADD or top is _CONST:
             return None
-        base, coeff = split_term(t)
-        if coeff == 0 or coeff == 1 and base is not t or base.op is Ops.MUL and base.src[1].op is Ops.CONST:
-            return None  # x*0, x*1 and (x*a)*b all have shorter forms
+        if top is _MUL and t.src[1].op is _CONST:
+            base, coeff = t.src[0], t.src[1].arg
+            if coeff == 0 or coeff == 1 or base.op is _MUL and base.src[1].op is _CONST:
+                return None  # x*0, x*1 and (x*a)*b all have shorter forms
+            if exact and (t.tag is not None or t.arg is not None or t.dtype is not dt or
+                          not _rebuilt_const(t.src[1], dt)):
+                exact = False
+        else:
+            base, coeff = t, 1
+        if base in seen:
+            return None  # a repeated base combines: decided at the first repeat, not after walking the whole sum
+        seen.add(base)
         found.append((base, coeff))
     terms = dict(reversed(found))  # first-seen order, as rebuild writes it
-    if len(terms) != len(found) or _merge_divmod_pairs(dict(terms)) is not None:
+    if _merge_divmod_pairs(dict(terms)) is not None:
         return None
-    return terms, const
+    return (ExactTerms(terms) if exact else terms), const
 
 
 def fold_linear_sum(x: UOp) -> UOp | None:

@@ -19,6 +19,7 @@ from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat, _UPatAny
 
 RuleFn = Callable[..., UOp | None]
+_CONST = Ops.CONST  # a module constant: Ops.X goes through EnumType.__getattr__'s hook on Python 3.11
 
 
 def _describe(fn: Callable, pat: UPat | None = None) -> str:
@@ -110,7 +111,7 @@ class PatternMatcher:
                                 break
                         if not reject and rule.early_consts:
                             if consts is None:
-                                consts = {s.arg for s in u.src if s.op is Ops.CONST}
+                                consts = {s.arg for s in u.src if s.op is _CONST}
                             for c in rule.early_consts:
                                 if c not in consts:
                                     reject = True

@@ -17,6 +17,7 @@ from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
 
+_CONST = Ops.CONST  # a module constant: Ops.X goes through EnumType.__getattr__'s hook on Python 3.11
 _INTS = tuple({dtypes.weakint, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
                dtypes.uint32, dtypes.uint64})
 
@@ -32,8 +33,9 @@ def _fold_by_range(x: UOp) -> UOp | None:
     """An integer or bool value whose range is a single point is that constant."""
     if x.dtype.count != 1:
         return None
-    lo = x.vmin
-    return UOp.const(x.dtype, lo) if lo == x.vmax else None
+    mm = x._minmax  # the cached bounds read directly (vmin and vmax are two property calls on every int node)
+    lo, hi = mm if mm is not None else x._compute_minmax()
+    return UOp.const(x.dtype, lo) if lo == hi else None
 
 
 def _fold_cast(x: UOp, c: UOp) -> UOp | None:
@@ -74,7 +76,7 @@ def _double_cast(x: UOp, mid: UOp, inner: UOp) -> UOp | None:
 def _commute_const(x: UOp) -> UOp | None:
     """Constants go on the right of commutative ops, so one rule form catches both orders."""
     a, b = x.src
-    if a.op is Ops.CONST and b.op is not Ops.CONST:
+    if a.op is _CONST and b.op is not _CONST:
         return UOp(x.op, x.dtype, (b, a), x.arg)
     return None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tg_core.dtype import ConstType, DType, PtrDType, as_const, dtypes
 from tg_core.helpers import cdiv, cmod
@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 
 Bounds = tuple[ConstType, ConstType]
 IntBounds = tuple[int, int]  # the bounds of an int node (as_const gives its constants as ints)
+
+# minmax runs once per new node: the ops and dtype it tests as module constants (on Python 3.11 `Ops.ADD`
+# goes through EnumType's __getattr__ hook, several times the cost of a global)
+_WEAKINT = dtypes.weakint
+_ADD, _MUL, _IDIV, _MOD, _CONST, _VCONST = Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.CONST, Ops.VCONST
+_DEFINE_VAR, _RANGE, _SPECIAL, _BIND, _AFTER, _REDUCE = (Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL, Ops.BIND, Ops.AFTER,
+                                                         Ops.REDUCE)
+_VECTORIZE, _GEP, _CAST, _BITCAST = Ops.VECTORIZE, Ops.GEP, Ops.CAST, Ops.BITCAST
 
 
 def dtype_bounds(dt: DType) -> Bounds:
@@ -145,41 +153,49 @@ def _bitwise(op: Ops, a: Bounds, b: Bounds, dt: DType) -> Bounds:
 def minmax(u: UOp) -> Bounds:
     """Bounds of `u`, given that its sources' bounds are already known."""
     op, dt = u.op, u.dtype
-    src = cast("tuple[_Bounded, ...]", u.src)
-    if dt is dtypes.weakint:
+    src: tuple[_Bounded, ...] = u.src  # type: ignore[assignment]  # (no typing.cast: a call per node)
+    if dt is _WEAKINT:
         # index math: exact Python ints, no overflow; the hot path of every symbolic rewrite
-        if op is Ops.ADD:
+        if op is _ADD:
             (a0, a1), (b0, b1) = src[0]._minmax, src[1]._minmax
             return a0 + b0, a1 + b1
-        if op is Ops.MUL and src[1].op is Ops.CONST:
+        if op is _MUL and src[1].op is _CONST:
             (a0, a1), c = src[0]._minmax, src[1].arg
             return (a0 * c, a1 * c) if c >= 0 else (a1 * c, a0 * c)
-        if op is Ops.CONST:
+        if op is _CONST:
             return u.arg, u.arg
-    if op is Ops.CONST:
+        if (op is _IDIV or op is _MOD) and src[1].op is _CONST:
+            (a0, a1), c = src[0]._minmax, src[1].arg
+            if type(a0) is int and type(a1) is int and type(c) is int and c != 0:
+                # what _RULES and _fit give for these, without the generic dispatch: truncating division by
+                # a positive constant is monotonic (by a negative one, antitonic); _mod is the remainder's rule
+                if op is _MOD:
+                    return _mod((a0, a1), (c, c))
+                return (cdiv(a0, c), cdiv(a1, c)) if c > 0 else (cdiv(a1, c), cdiv(a0, c))
+    if op is _CONST:
         v = u.arg
         return (dtype_bounds(dt) if _isnan(v) else (v, v))
-    if op is Ops.VCONST:
+    if op is _VCONST:
         if any(_isnan(v) for v in u.arg):
             return dtype_bounds(dt)
         return min(u.arg), max(u.arg)
-    if op is Ops.DEFINE_VAR:
+    if op is _DEFINE_VAR:
         return u.arg[1], u.arg[2]
-    if op in (Ops.RANGE, Ops.SPECIAL):
+    if op in (_RANGE, _SPECIAL):
         end = src[0]._minmax[1]
         return 0, max(0, end - 1)
-    if op is Ops.BIND:
+    if op is _BIND:
         return src[0]._minmax
-    if op is Ops.AFTER or op is Ops.REDUCE and u.arg is Ops.MAX:
+    if op is _AFTER or op is _REDUCE and u.arg is Ops.MAX:
         return src[0]._minmax
-    if op is Ops.VECTORIZE and src:
+    if op is _VECTORIZE and src:
         return min(s._minmax[0] for s in src), max(s._minmax[1] for s in src)
-    if op is Ops.GEP:
+    if op is _GEP:
         return src[0]._minmax
-    if op is Ops.CAST:
+    if op is _CAST:
         s = src[0]
         return _cast(dt, s.dtype.scalar(), *s._minmax)
-    if op is Ops.BITCAST:
+    if op is _BITCAST:
         s = src[0]
         if dtypes.is_int(dt) and dtypes.is_int(s.dtype):
             lo, hi = s._minmax
