@@ -146,25 +146,37 @@ def _block_items(nodes: list[UOp], where: _Blocks) -> tuple[dict[UOp | None, lis
         if u.op is not Ops.END:
             items.setdefault(home[u][0], []).append(u)
     deps: dict[UOp, set[UOp]] = {u: set() for u in nodes}
+    # (s's block, u's block) -> the first (block, item) of chain(s's block) that is u's block or encloses it:
+    # it depends on the two blocks only, and a kernel has few of them
+    meet: dict[tuple[UOp | None, UOp | None], tuple[UOp | None, UOp]] = {}
     for u in nodes:
         ublock, uitem = home[u]
-        chain(ublock)
-        above = outer[ublock]
+        above = outer.get(ublock)
+        if above is None:
+            chain(ublock)
+            above = outer[ublock]
         for s in u.src:
-            if s not in home:
+            hs = home.get(s)
+            if hs is None:
                 continue
-            block, item = home[s]
+            block, item = hs
             if block is ublock:
                 if uitem is not item:
                     deps[uitem].add(item)
                 continue
             # s's block, then the blocks enclosing it: the first one also enclosing u orders the two
-            for outer_block, outer_item in (home[s], *chain(block)):
-                if outer_block is ublock or outer_block in above:
-                    mine = uitem if outer_block is ublock else above[outer_block]
-                    if mine is not outer_item:
-                        deps[mine].add(outer_item)
-                    break
+            if block in above:
+                mine = above[block]
+                if mine is not item:
+                    deps[mine].add(item)
+                continue
+            m = meet.get((block, ublock))
+            if m is None:
+                m = meet[(block, ublock)] = next((ob, oi) for ob, oi in chain(block) if ob is ublock or ob in above)
+            outer_block, outer_item = m
+            mine = uitem if outer_block is ublock else above[outer_block]
+            if mine is not outer_item:
+                deps[mine].add(outer_item)
     return items, deps
 
 
