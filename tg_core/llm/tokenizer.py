@@ -105,9 +105,11 @@ class Tokenizer:
         self.types = list(types) if types is not None else [NORMAL] * len(self.tokens)
         self.ids = {t: i for i, t in enumerate(self.tokens)}
         # without merges the vocabulary is taken as rank-ordered: the merged token's id is its rank
-        self.ranks: dict[tuple[str, str], int] | None = None
+        # keyed by the merge strings themselves ("left right", shared with the file's metadata): a (left, right)
+        # tuple key costs a tuple and two new strings per merge, ~10 MB of SmolLM2's 49k merges
+        self.ranks: dict[str, int] | None = None
         if merges:
-            self.ranks = {(a, b): r for r, (a, _, b) in enumerate(m.partition(" ") for m in merges)}
+            self.ranks = {m: r for r, m in enumerate(merges)}
         self.special = {t: i for i, t in enumerate(self.tokens) if self.types[i] in (CONTROL, USER_DEFINED)}
         self._special_re = re.compile("|".join(re.escape(s) for s in sorted(self.special, key=len, reverse=True))) \
             if self.special else None
@@ -163,7 +165,8 @@ class Tokenizer:
 
     def _rank(self, a: str, b: str) -> int | None:
         if self.ranks is not None:
-            return self.ranks.get((a, b))
+            # a merge names its left part up to its first space, so a left part with a space never merges
+            return None if " " in a else self.ranks.get(f"{a} {b}")
         return self.ids.get(a + b)
 
     def _bpe(self, word: str) -> list[int]:
