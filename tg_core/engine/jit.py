@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ from tg_core.engine.checks import ran as ran_checks
 from tg_core.engine.jit_memory import CaptureRecycler
 from tg_core.engine.jit_signature import Signature, SignatureError, mismatch, remake
 from tg_core.engine.jit_signature import read as read_signature
-from tg_core.engine.realize import _buffers, buffer_of, capture, stats
+from tg_core.engine.realize import _buffer_refs, _buffers, buffer_of, capture, stats
 from tg_core.profile import events as profile_events
 from tg_core.profile import state as profiling
 from tg_core.tensor import Tensor
@@ -217,8 +218,10 @@ class TinyJit(Generic[R]):
             keys, nodes = self._prepare_inputs(sig)
             if self.captured is not None:
                 cap = self.captured
-                why = mismatch(cap.signature, sig) or (_input_mismatch(cap, sig, keys) if keys != cap.input_keys
-                                                       else None)
+                # (the trees compared here first: an equal one, every replay's case, needs no call to locate a difference)
+                why = mismatch(cap.signature, sig) if cap.signature.tree != sig.tree else None
+                if why is None and keys != cap.input_keys:
+                    why = _input_mismatch(cap, sig, keys)
                 if why is not None:
                     raise JitError(f"TinyJit({self.name}) cannot replay this call: {why}; a TinyJit replays the "
                                    "kernels captured for one signature (call reset() to capture again)")
@@ -316,7 +319,11 @@ class TinyJit(Generic[R]):
         if cap.rng_keys:
             for buf in cap.rng_keys:
                 buf.copyin(Tensor._next_rng_key())
-        in_bufs = self._unaliased([buffer_of(n) for n in nodes], cap, sig)
+        in_bufs: list[Buffer] = []
+        for n in nodes:  # buffer_of, its lookup inlined (ref(n) is the node's shared weak reference)
+            found = _buffer_refs.get(weakref.ref(n))
+            in_bufs.append(found if found is not None else buffer_of(n))
+        in_bufs = self._unaliased(in_bufs, cap, sig)
         if cap.hcq is not None:  # hcq: linked batches replay with new input addresses and variables only
             from tg_core.hcq.jit import replay
             replay(cap.hcq, in_bufs, var_vals)
@@ -327,7 +334,7 @@ class TinyJit(Generic[R]):
                     bufs[pos] = in_bufs[i]
                 profile_events.timed_item(it.runner, cast("list[Buffer]", bufs), var_vals, it.ast)
         else:
-            for call in cap.calls:
+            for call in cap._calls if cap._calls is not None else cap.calls:  # (prepared once, on the first replay)
                 call(in_bufs, var_vals)
         if cap.checks:  # the check kernels wrote their facts again: the next host read looks at them
             ran_checks(*map(list, zip(*cap.checks)))
@@ -344,7 +351,7 @@ class TinyJit(Generic[R]):
             return in_bufs
         out = list(in_bufs)
         for i, b in enumerate(in_bufs):
-            if id(b.base) not in cap.written:
+            if id(b._base if b._base is not None else b) not in cap.written:  # (b.base, inlined)
                 continue
             if i in cap.written_inputs:
                 raise JitError(f"TinyJit({self.name}): input {sig.tensor_labels[i]} is held in memory this TinyJit "

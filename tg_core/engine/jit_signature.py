@@ -132,7 +132,7 @@ def read(args: tuple, kwargs: dict[str, Any]) -> Signature:
     sig = Signature((), [], [], [], {})
     nodes = []
     for i, a in enumerate(args):  # a plain loop: this runs on every replay
-        sig.labels.append(label := f"argument {i}")
+        sig.labels.append(label := _ARG_LABELS[i] if i < len(_ARG_LABELS) else f"argument {i}")
         nodes.append(_walk(a, label, sig))
     for k in names:
         sig.labels.append(label := f"keyword argument {k!r}")
@@ -141,11 +141,14 @@ def read(args: tuple, kwargs: dict[str, Any]) -> Signature:
     return sig
 
 
+_ARG_LABELS = [f"argument {i}" for i in range(16)]  # made once: read() labels every argument of every replay
+
+
 def _walk(a: Any, label: str, sig: Signature) -> Any:
     if isinstance(a, Tensor):
-        if 0 in a.shape:
+        if 0 in a.uop.tensor_shape:
             return _Empty(a.dtype, a.shape, a.device)
-        if not isinstance(a.device, str):  # sharded: one input per shard (tensor/multi.py)
+        if type(a._device) is not str:  # sharded: one input per shard (tensor/multi.py)
             from tg_core.tensor.multi import shard_tensors
             shards = shard_tensors(a)
             sig.tensors.extend(shards)

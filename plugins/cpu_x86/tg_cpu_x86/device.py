@@ -239,7 +239,8 @@ class BoundCall:
     def __call__(self, in_bufs: Sequence[Buffer], var_vals: Mapping[str, int]) -> None:
         lists = self.lists
         for p, i in self.inputs:
-            a = _addr(in_bufs[i])
+            b = in_bufs[i]
+            a = (o if (o := b._opaque) is not None else b.opaque).addr  # _addr, inlined
             for lst in lists:
                 lst[p] = a
         for p, name in self.vars:
