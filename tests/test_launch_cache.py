@@ -235,3 +235,102 @@ def test_remembered_scalar_constants_keep_value_dtype_and_shape_apart():
         np.testing.assert_array_equal((2 * xi).numpy(), 2 * xi.numpy())
         with pytest.raises(OverflowError):
             Tensor(np.array([1], np.uint8)) + 300
+
+
+# ---- the engine's fast path (issue 16): what it skips must not change what a realize means ----------------------
+
+def test_lru_reuses_memory_only_for_equal_options():
+    from tg_core.device import _DEFAULT_SPEC as default
+    from tg_core.device import BufferSpec, LRUAllocator
+
+    class Counting(LRUAllocator):
+        def __init__(self) -> None:
+            super().__init__()
+            self.made = 0
+
+        def _alloc(self, size, options):
+            self.made += 1
+            return bytearray(size)
+
+        def _free(self, opaque, size, options):
+            pass
+
+    lru = Counting()
+    a = lru.alloc(64)
+    lru.free(a, 64)
+    assert lru.alloc(64, BufferSpec()) is a  # an equal spec made anew is the default's key
+    lru.free(a, 64, BufferSpec())
+    assert lru.alloc(64, default) is a and lru.made == 1
+    host = lru.alloc(64, BufferSpec(host=True))  # other options: other memory, and not handed to a default alloc
+    lru.free(host, 64, BufferSpec(host=True))
+    assert lru.alloc(64) is not host and lru.made == 3
+    assert lru.alloc(32, BufferSpec(host=True)) is not host  # another size: another key
+    assert lru.alloc(64, BufferSpec(host=True)) is host
+    lru.free(host, 64, BufferSpec(nolru=True))  # never cached
+    assert lru.cached_count == 0 and lru.cached_bytes == 0
+
+
+def test_lru_cache_limit_evicts_the_oldest_of_either_key():
+    from tg_core.device import BufferSpec, LRUAllocator
+
+    class Plain(LRUAllocator):
+        freed: list = []
+
+        def _alloc(self, size, options):
+            return bytearray(size)
+
+        def _free(self, opaque, size, options):
+            self.freed.append((size, options))
+
+    lru = Plain(cache_limit=100)
+    a, b = lru.alloc(60), lru.alloc(60, BufferSpec(host=True))
+    lru.free(a, 60)
+    lru.free(b, 60, BufferSpec(host=True))  # 120 bytes cached > 100: the older (the default's) goes
+    assert lru.freed == [(60, BufferSpec())] and lru.cached_count == 1 and lru.cached_bytes == 60
+    assert lru.alloc(60, BufferSpec(host=True)) is b
+
+
+def test_unchecked_buffer_matches_a_checked_one():
+    from tg_core.device import Buffer
+    from tg_core.dtype import dtypes
+    a, b = Buffer("CPU", 16, dtypes.float32), Buffer.unchecked("CPU", 16, dtypes.float32)
+    for name in ("device", "size", "dtype", "offset", "options", "nbytes", "is_view"):
+        assert getattr(a, name) == getattr(b, name), name
+    data = randn(16)
+    b.copyin(data)
+    np.testing.assert_array_equal(b.numpy(), data)
+    view = b.view(4, dtypes.float32, 8)
+    np.testing.assert_array_equal(view.numpy(), data[2:6])
+
+
+def test_scheduled_buffer_of_a_non_canonical_device_name_is_canonical():
+    from tg_core.dtype import dtypes
+    node = Tensor(randn(4)).uop  # its device node is canonical; a hand-made lower-case one is named canonically
+    u = node.new_buffer("cpu", 4, dtypes.float32)
+    assert buffer_of(u).device == "CPU"
+
+
+def test_a_device_side_check_still_runs_through_the_realize_path():
+    x = Tensor(randn(8)).realize()
+    idx = Tensor(np.array([0, 3, 9], np.int32)).realize()  # 9 is out of range
+    loop = [(x * 2).realize() for _ in range(2)]  # identity hits around it take the fast path
+    got = x[idx + 0]  # an index only the device knows: a check waits, so realize takes prepare's path
+    got.realize()
+    with pytest.raises(IndexError):
+        got.numpy()
+    for r in loop + [(x * 2).realize()]:
+        np.testing.assert_allclose(r.numpy(), x.numpy() * 2, rtol=1e-6)
+
+
+def test_jit_replay_reads_each_calls_input_and_keeps_no_dead_input_alive():
+    step = TinyJit(lambda t: t * 2 + 1)
+    refs = []
+    for i in range(6):
+        a = randn(16) + i
+        x = Tensor(a).realize()
+        np.testing.assert_allclose(step(x).numpy(), a * 2 + 1, rtol=1e-6)
+        refs.append(weakref.ref(buffer_of(x.uop.src[0] if x.uop.op is Ops.RESHAPE else x.uop)))
+        del x
+    gc.collect()
+    assert len(step.jit_cache) == 1
+    assert sum(r() is not None for r in refs) <= 1  # the capture's own input is the only one it may hold
