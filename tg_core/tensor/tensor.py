@@ -107,6 +107,7 @@ def _dense_prefix(u: UOp) -> UOp | None:
 # (dtype, Python type, value, shape) -> a scalar broadcast to that shape: `t + 1` in a loop builds the same
 # constant chain each time, and these nodes hold no buffers (a symbolic dim holds only its variables)
 _scalar_nodes: dict[tuple, UOp] = {}
+_WEAK = (dtypes.weakint, dtypes.weakfloat)
 
 
 class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixin, AutogradMixin, StorageMixin):
@@ -358,14 +359,15 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         as one node chain (the same nodes the general path of `_broadcasted` builds through three intermediate
         tensors). Only for a Python scalar and outside no_grad."""
         tx = type(x)
-        dt = self.dtype
+        u = self.uop
+        dt = u.dtype
         if tx is float and not dtypes.is_float(dt):  # least_upper_dtype's rules for a weak scalar, inlined
             dt = dtypes.default_float
-        elif tx is bool or dtypes.is_weak(dt):
+        elif tx is bool or dt in _WEAK:  # (dtypes.is_weak for a tensor's dtype, which is never a vector)
             dt = _concrete(least_upper_dtype(dt, dtypes.from_py(x)))
         elif dt is dtypes.bool:
             dt = dtypes.default_int
-        shape = self.shape
+        shape = u.tensor_shape
         # a float by its bits: 0.0 and -0.0 are different constants, and NaN equals no NaN as a dict key
         key = (dt, tx, x.hex() if tx is float else x, shape)  # type: ignore[union-attr]
         c = _scalar_nodes.get(key)
@@ -378,7 +380,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             if len(_scalar_nodes) >= 512:
                 _scalar_nodes.clear()
             _scalar_nodes[key] = c
-        return self._cast_to(dt), c
+        return (self if u.dtype is dt else self._cast_to(dt)), c
 
     def _broadcasted(self, x: Operand, reverse: bool = False) -> tuple[Tensor, Tensor]:
         tx = type(x)
