@@ -17,6 +17,7 @@ takes three steps:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp, fill_ranges
@@ -199,7 +200,9 @@ def linearize(sink: UOp, topo: dict[UOp, None] | None = None) -> list[UOp]:
     out: list[UOp] = []
     heappush, heappop = heapq.heappush, heapq.heappop
 
-    def emit(block: UOp | None) -> None:
+    # emit gets itself as an argument: a closure naming itself would be a reference cycle, which kept the whole
+    # walk's state (44k objects for a first MLP forward) alive until a collection found it
+    def emit(block: UOp | None, recurse: Callable[[UOp | None, Callable], None]) -> None:
         todo = items.get(block, [])
         waiting: dict[UOp, int] = {}
         users: dict[UOp, list[UOp]] = {}
@@ -222,7 +225,7 @@ def linearize(sink: UOp, topo: dict[UOp, None] | None = None) -> list[UOp]:
             placed += 1
             out.append(u)
             if u.op is Ops.RANGE:  # a loop item: its body, then its END
-                emit(u)
+                recurse(u, recurse)
                 out.append(ends[u])
             for v in users.get(u, ()):
                 n = waiting[v] - 1
@@ -234,5 +237,5 @@ def linearize(sink: UOp, topo: dict[UOp, None] | None = None) -> list[UOp]:
             raise LinearizeError(f"a dependency cycle in {_name(block)} between "
                                  + ", ".join(f"{u.op.name} {u.render()[:60]}" for u in stuck[:4]))
 
-    emit(None)
+    emit(None, emit)
     return out
