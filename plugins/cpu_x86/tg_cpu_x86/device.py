@@ -363,7 +363,7 @@ class CPUDevice(Compiled):
                     if self._llvm is None:
                         from tg_cpu_x86.llvm import LLVMCompiler
                         self._llvm = LLVMCompiler()
-                    loaded = self._llvm.load(src, fn_name)
+                    loaded = self._llvm.load(src, fn_name, cache=True)
                 else:
                     loaded = ExecMemory(src)
                 self._loaded[src] = loaded

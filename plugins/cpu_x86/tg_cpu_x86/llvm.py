@@ -9,12 +9,15 @@ no C compiler or linker is involved.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tg_core.plugin_api import CPUTarget, LLVMRenderer, Opt, UOp, cpu_opts, decomp, pm_int_pow, tile_rows_for
+from tg_cpu_x86 import objcache
 from tg_cpu_x86.caches import host_caches
 from tg_cpu_x86.x86 import isa as _isa
 
@@ -194,6 +197,7 @@ class LLVMCompiler:
         _init_llvm()
         self.target, self.opt_level = target or host(), opt_level
         self._lock = threading.Lock()  # LLVM contexts are not safe to use from two threads at once
+        self._config: str | None = None
 
     def optimize(self, src: str) -> Any:
         """The verified module of `src`, optimized at `opt_level`."""
@@ -209,16 +213,45 @@ class LLVMCompiler:
         pb.getModulePassManager().run(mod, pb)
         return mod
 
-    def load(self, src: str, function: str) -> LLVMKernel:
-        """Compile `src` and return the kernel named `function` in it."""
+    def load(self, src: str, function: str, cache: bool = False) -> LLVMKernel:
+        """Compile `src` and return the kernel named `function` in it. With `cache` and `TG_LLVM_CACHE` set, the
+        object code comes from that directory when an earlier process stored it (objcache.py), and is stored
+        there otherwise."""
+        directory = objcache.cache_dir() if cache else None
+        key = objcache.entry_key(src, self._cache_config()) if directory is not None else ""
         with self._lock:
-            mod = self.optimize(src)
+            obj = objcache.read(directory, key) if directory is not None else None
+            if obj is not None:
+                # MCJIT asks the object cache for each module it compiles: an empty module's request gets the
+                # stored object, whose symbols the engine then resolves (nothing is optimized or compiled)
+                mod = llvm.parse_assembly(f'target triple = "{self.target.triple}"\n')
+            else:
+                mod = self.optimize(src)
             engine = llvm.create_mcjit_compiler(mod, self.target.target_machine())
+            if directory is not None:
+                def stored(_module: Any) -> bytes | None:
+                    return obj
+
+                def compiled(_module: Any, data: bytes) -> None:
+                    if obj is None:
+                        objcache.write(directory, key, data)
+                engine.set_object_cache(compiled, stored)
             engine.finalize_object()
             address = engine.get_function_address(function)
         if not address:
             raise RuntimeError(f"the compiled module has no function {function!r}")
         return LLVMKernel(address, engine, function)
+
+    def _cache_config(self) -> str:
+        """What the object code depends on besides the IR (objcache.entry_key): versions, target, pipeline."""
+        if self._config is None:
+            import llvmlite
+            # this file's own text stands for how it compiles (the pass pipeline, the target machine's options):
+            # editing it makes every key new
+            code = hashlib.sha256(Path(__file__).read_bytes() + Path(objcache.__file__).read_bytes()).hexdigest()
+            self._config = (f"llvmlite {llvmlite.__version__} llvm {'.'.join(map(str, llvm.llvm_version_info))} "
+                            f"{self.target.triple} {self.target.cpu} {self.target.features} O{self.opt_level} {code}")
+        return self._config
 
     def assembly(self, src: str) -> str:
         """The host assembly LLVM generates for `src` (for reading and benchmarks)."""
