@@ -17,13 +17,14 @@ takes three steps:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from tg_core.uop.ops import Ops
-from tg_core.uop.uop import UOp, fill_ranges
+from tg_core.uop.uop import UOp
 
 _EFFECTS = (Ops.STORE, Ops.END, Ops.GROUP)
 _FIRST = (Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_REG, Ops.DEFINE_LOCAL)  # the kernel's arguments and storage
+_FIRST_OPS = frozenset(_FIRST)  # (membership in a tuple of enum members compares each by ==: 10x slower)
 
 
 class LinearizeError(RuntimeError):
@@ -42,30 +43,73 @@ def _name(r: UOp | None) -> str:
     return "the kernel" if r is None else f"range r{r.arg[0]}"
 
 
-def _scopes(nodes: list[UOp]) -> dict[UOp, frozenset[UOp]]:
-    """Each node's scope; effects inherit the loops of the ENDs and GROUPs around them (consumers first)."""
+def _range_sets(topo: Iterable[UOp]) -> dict[UOp, frozenset[UOp]]:
+    """Each node's `.ranges` (see uop.py) as a frozenset, in one walk sources first. Equal sets are mostly one
+    object: a one-source node has its source's, and the union of two sets is made once per pair, so the scopes
+    built from them hash and compare by identity (filling `.ranges` dicts and freezing each cost a fifth of
+    linearizing a large kernel)."""
+    out: dict[UOp, frozenset[UOp]] = {}
+    empty: frozenset[UOp] = frozenset()
+    unions: dict[tuple[int, int], frozenset[UOp]] = {}  # (id(a), id(b)) -> a | b; every set stays alive here
+    RANGE, END, REDUCE, CALL = Ops.RANGE, Ops.END, Ops.REDUCE, Ops.CALL
+    for u in topo:
+        op, src = u.op, u.src
+        if op is RANGE:
+            r = out[src[0]] | {u}
+        elif op is END or op is REDUCE:
+            # the ranges it ends are not around it, nor what their bounds depend on
+            ended = {s for s in src[1:] if s.op is RANGE}
+            acc: set[UOp] = set()
+            for s in src:
+                if s not in ended:
+                    acc.update(out[s])
+            r = frozenset(acc - ended)
+        else:
+            if op is CALL:
+                src = src[1:]  # the callee's own loops are internal to it
+            if not src:
+                r = empty
+            else:
+                r = out[src[0]]
+                for s in src[1:]:
+                    b = out[s]
+                    if b is r or not b:
+                        continue
+                    if not r:
+                        r = b
+                        continue
+                    k = (id(r), id(b))
+                    c = unions.get(k)
+                    if c is None:
+                        c = unions[k] = r if b <= r else b if r <= b else r | b
+                    r = c
+        out[u] = r
+    return out
+
+
+def _scopes(nodes: list[UOp], rngs: dict[UOp, frozenset[UOp]]) -> dict[UOp, frozenset[UOp]]:
+    """Each node's scope (`rngs`: its ranges); effects inherit the loops of the ENDs and GROUPs around them
+    (consumers first)."""
     forced: dict[UOp, set[UOp]] = {}
     scope: dict[UOp, frozenset[UOp]] = {}
-    # nodes share their `.ranges` dicts (a one-source node has its source's): one frozenset per dict
-    frozen: dict[int, frozenset[UOp]] = {}
+    END, GROUP = Ops.END, Ops.GROUP
     for u in reversed(nodes):
-        rngs = u.ranges
-        s = frozen.get(id(rngs))
-        if s is None:
-            s = frozen[id(rngs)] = frozenset(rngs)
+        s = rngs[u]
         if u in forced:
             s = s | forced[u]
         scope[u] = s
-        if u.op is Ops.END:
+        op = u.op
+        if op is END:
             forced.setdefault(u.src[0], set()).update(s | {u.src[1]})
-        elif u.op is Ops.GROUP:
+        elif op is GROUP:
             for e in u.src:
                 forced.setdefault(e, set()).update(s)
     return scope
 
 
-def _loop_tree(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]]) -> tuple[dict[UOp, UOp | None], dict[UOp, UOp]]:
-    """(parent of each range, END of each range)."""
+def _loop_tree(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]],
+               sets: dict[UOp, frozenset[UOp]]) -> tuple[dict[UOp, UOp | None], dict[UOp, UOp]]:
+    """(parent of each range, END of each range); `sets`: each node's ranges."""
     ends: dict[UOp, UOp] = {}
     for u in nodes:
         if u.op is Ops.END:
@@ -76,7 +120,7 @@ def _loop_tree(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]]) -> tuple[dict
     for r in rngs:
         if r not in ends:
             raise LinearizeError(f"{_name(r)} is never closed: no END (or REDUCE) lists it")
-    encl = {r: (scope[ends[r]] | frozenset(r.ranges)) - {r} for r in rngs}
+    encl = {r: (scope[ends[r]] | sets[r]) - {r} for r in rngs}
     # a loop inside r is inside every loop r is inside: a value shared by two reductions (a matmul row used
     # inside a reduction that runs per output column) names only the ranges it uses, not those around them
     changed = True
@@ -100,33 +144,15 @@ def _loop_tree(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]]) -> tuple[dict
 Lineage = list[tuple[UOp | None, UOp]]  # (block, item) pairs, innermost block first
 
 
-class _Blocks:
-    """Where each node sits: `home[u]` is (block, item), a plain node being its own item in the block of the
-    innermost range of its scope, and RANGE and END of r the loop item r in r's parent block. Above that,
-    `chain(b)` lists (block, item) from block b up to the kernel's top block (None): one list per block,
-    shared by the nodes in it."""
+class _Chains:
+    """`chain(b)` lists (block, item) from block b up to the kernel's top block (None), the loop item of each
+    block in the block around it: one list per block, shared by the nodes in it; `outer[b]` is the same as a
+    dict block -> item."""
 
-    def __init__(self, nodes: list[UOp], scope: dict[UOp, frozenset[UOp]], parent: dict[UOp, UOp | None]):
+    def __init__(self, parent: dict[UOp, UOp | None]):
         self.parent = parent
         self.chains: dict[UOp | None, Lineage] = {None: []}
-        self.outer: dict[UOp | None, dict[UOp | None, UOp]] = {None: {}}  # chain(b) as block -> item
-        depth = {r: len(self.chain(r)) for r in parent}
-        self.home: dict[UOp, tuple[UOp | None, UOp]] = {}
-        blocks: dict[frozenset[UOp], UOp | None] = {}  # scope -> its innermost range, checked once per scope
-        for u in nodes:
-            if u.op is Ops.RANGE or u.op is Ops.END:
-                r = u if u.op is Ops.RANGE else u.src[1]
-                self.home[u] = (parent[r], r)
-                continue
-            sc = scope[u]
-            if sc in blocks:
-                block = blocks[sc]
-            else:
-                block = blocks[sc] = max(sc, key=depth.__getitem__) if sc else None
-                if not sc <= {b for _, b in self.chain(block)} | {block}:
-                    raise LinearizeError(f"{u.op.name} ({u.render()[:80]}) depends on "
-                                         f"{', '.join(_name(r) for r in sc)}, which are not nested inside each other")
-            self.home[u] = (block, u)
+        self.outer: dict[UOp | None, dict[UOp | None, UOp]] = {None: {}}
 
     def chain(self, b: UOp | None) -> Lineage:
         out = self.chains.get(b)
@@ -138,46 +164,68 @@ class _Blocks:
         return out
 
 
-def _block_items(nodes: list[UOp], where: _Blocks) -> tuple[dict[UOp | None, list[UOp]], dict[UOp, set[UOp]]]:
-    """(each block's items, each item's dependencies among the items of its block). An edge from a source to
-    a user is an edge between their items in the deepest block both are inside of."""
+def _block_items(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]], parent: dict[UOp, UOp | None]) \
+        -> tuple[dict[UOp | None, list[UOp]], dict[UOp, set[UOp]]]:
+    """(each block's items, each item's dependencies among the items of its block, for items that have any).
+
+    A plain node is its own item in the block of the innermost range of its scope; RANGE and END of r are the
+    loop item r in r's parent block. An edge from a source to a user is an edge between their items in the
+    deepest block both are inside of. One walk, sources first: a node's place is known before its users'."""
+    where = _Chains(parent)
+    chain, outer = where.chain, where.outer
+    depth = {r: len(chain(r)) for r in parent}
+    home: dict[UOp, tuple[UOp | None, UOp]] = {}
+    blocks: dict[frozenset[UOp], UOp | None] = {}  # scope -> its innermost range, checked once per scope
     items: dict[UOp | None, list[UOp]] = {}
-    home, chain, outer = where.home, where.chain, where.outer
-    for u in nodes:
-        if u.op is not Ops.END:
-            items.setdefault(home[u][0], []).append(u)
-    deps: dict[UOp, set[UOp]] = {u: set() for u in nodes}
+    deps: dict[UOp, set[UOp]] = {}
     # (s's block, u's block) -> the first (block, item) of chain(s's block) that is u's block or encloses it:
     # it depends on the two blocks only, and a kernel has few of them
     meet: dict[tuple[UOp | None, UOp | None], tuple[UOp | None, UOp]] = {}
+    RANGE, END = Ops.RANGE, Ops.END
     for u in nodes:
-        ublock, uitem = home[u]
+        op = u.op
+        if op is RANGE or op is END:
+            uitem = u if op is RANGE else u.src[1]
+            ublock = parent[uitem]
+        else:
+            sc = scope[u]
+            if sc in blocks:
+                ublock = blocks[sc]
+            else:
+                ublock = blocks[sc] = max(sc, key=depth.__getitem__) if sc else None
+                if not sc <= {b for _, b in chain(ublock)} | {ublock}:
+                    raise LinearizeError(f"{u.op.name} ({u.render()[:80]}) depends on "
+                                         f"{', '.join(_name(r) for r in sc)}, which are not nested inside each other")
+            uitem = u
+        home[u] = (ublock, uitem)
+        if op is not END:
+            if ublock in items:
+                items[ublock].append(u)
+            else:
+                items[ublock] = [u]
         above = outer.get(ublock)
         if above is None:
             chain(ublock)
             above = outer[ublock]
         for s in u.src:
-            hs = home.get(s)
-            if hs is None:
-                continue
-            block, item = hs
+            block, item = home[s]
             if block is ublock:
-                if uitem is not item:
-                    deps[uitem].add(item)
-                continue
-            # s's block, then the blocks enclosing it: the first one also enclosing u orders the two
-            if block in above:
+                mine = uitem
+            elif block in above:
+                # s's block encloses u's: the item of u's chain in it
                 mine = above[block]
-                if mine is not item:
+            else:
+                # s's block, then the blocks enclosing it: the first one also enclosing u orders the two
+                m = meet.get((block, ublock))
+                if m is None:
+                    m = meet[(block, ublock)] = next((ob, oi) for ob, oi in chain(block) if ob is ublock or ob in above)
+                block, item = m
+                mine = uitem if block is ublock else above[block]
+            if mine is not item:
+                if mine in deps:
                     deps[mine].add(item)
-                continue
-            m = meet.get((block, ublock))
-            if m is None:
-                m = meet[(block, ublock)] = next((ob, oi) for ob, oi in chain(block) if ob is ublock or ob in above)
-            outer_block, outer_item = m
-            mine = uitem if outer_block is ublock else above[outer_block]
-            if mine is not outer_item:
-                deps[mine].add(outer_item)
+                else:
+                    deps[mine] = {item}
     return items, deps
 
 
@@ -185,18 +233,22 @@ def linearize(sink: UOp, topo: dict[UOp, None] | None = None) -> list[UOp]:
     """The nodes under `sink` (not the SINK itself) in execution order (`topo`: sink.toposort(), if known)."""
     if topo is None:
         topo = sink.toposort()
-    fill_ranges(topo)
     nodes = [u for u in topo if u is not sink]
     # each node's place in the tie-break order (_rank, then graph order) as one int, so that the ready heap
-    # compares ints: the arguments and storage, sorted once, below zero, everything else its graph position
-    key = {u: i for i, u in enumerate(nodes)}
-    first = sorted((u for u in nodes if u.op in _FIRST), key=lambda u: (_rank(u), key[u]))
-    for i, u in enumerate(first):
-        key[u] = i - len(first)
-    node_at = {k: u for u, k in key.items()}
-    scope = _scopes(nodes + [sink])
-    parent, ends = _loop_tree(nodes, scope)
-    items, deps = _block_items(nodes, _Blocks(nodes, scope, parent))
+    # compares ints: the arguments and storage first, sorted once, then everything else in graph order
+    first_ops = _FIRST_OPS
+    first = [u for u in nodes if u.op in first_ops]
+    if first:
+        pos = {u: i for i, u in enumerate(nodes)}
+        first.sort(key=lambda u: (_rank(u), pos[u]))
+        node_at = first + [u for u in nodes if u.op not in first_ops]
+    else:
+        node_at = nodes
+    key = {u: i for i, u in enumerate(node_at)}
+    sets = _range_sets(topo)
+    scope = _scopes([*nodes, sink], sets)
+    parent, ends = _loop_tree(nodes, scope, sets)
+    items, deps = _block_items(nodes, scope, parent)
     out: list[UOp] = []
     heappush, heappop = heapq.heappush, heapq.heappop
 
@@ -208,7 +260,7 @@ def linearize(sink: UOp, topo: dict[UOp, None] | None = None) -> list[UOp]:
         users: dict[UOp, list[UOp]] = {}
         ready = []
         for u in todo:
-            du = deps[u]
+            du = deps.get(u)
             if du:
                 waiting[u] = len(du)
                 for d in du:
