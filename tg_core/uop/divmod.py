@@ -14,7 +14,7 @@ from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
 _WEAKINT = dtypes.weakint
-_ADD, _MUL, _CONST = Ops.ADD, Ops.MUL, Ops.CONST  # module constants: Ops.X is slow on Python 3.11
+_ADD, _MUL, _CONST, _IDIV, _MOD = Ops.ADD, Ops.MUL, Ops.CONST, Ops.IDIV, Ops.MOD  # Ops.X is slow on Python 3.11
 
 
 def _nonneg(u: UOp) -> bool:
@@ -43,18 +43,21 @@ def fold_divmod(x: UOp) -> UOp | None:
         if x.op is Ops.MOD:
             return UOp(Ops.MOD, x.dtype, (num, d.const_like(-c)))
         return UOp(Ops.MUL, x.dtype, (UOp(Ops.IDIV, x.dtype, (num, d.const_like(-c))), d.const_like(-1)))
-    lo, hi = num.vmin, num.vmax
+    mm = num._minmax  # read once: vmin and vmax are a property call each
+    lo, hi = mm if mm is not None else num._compute_minmax()
     # the numerator stays in one period: the quotient is fixed and the remainder is a shift
     if lo >= 0 and lo // c == hi // c:
         q = lo // c
         return num.const_like(q) if x.op is Ops.IDIV else (num if q == 0 else num + num.const_like(-q * c))
-    if x.op is Ops.MOD and hi <= 0 and lo > -c:
+    if x.op is _MOD and hi <= 0 and lo > -c:
         return num
-    if not no_overflow(num):
+    if num.dtype is not _WEAKINT and not no_overflow(num):
         return None
-    nested = _fold_nested(x, num, c)
-    if nested is not None:
-        return nested
+    nop = num.op
+    if nop is _IDIV or nop is _MOD:
+        nested = _fold_nested(x, num, c)
+        if nested is not None:
+            return nested
     if lo >= 0 and x.tag is None and x.arg is None and num.dtype is x.dtype and _declines(num, c):
         return None
     terms, const = decompose(num)
@@ -84,7 +87,10 @@ def _declines(num: UOp, c: int) -> bool:
             return False
         g = math.gcd(c, const)
         for b, k in terms.items():
-            if not 0 <= k < c or b.vmin < 0:
+            if not 0 <= k < c:
+                return False
+            mm = b._minmax
+            if (mm if mm is not None else b._compute_minmax())[0] < 0:
                 return False
             g = math.gcd(g, k)
         return g == 1
@@ -110,15 +116,15 @@ def _fold_nested(x: UOp, num: UOp, c: int) -> UOp | None:
 def _split_by_divisor(x: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp | None:
     """For a non-negative numerator: split each coefficient into a multiple of c and a remainder.
     With non-negative bases, num = c*q + r where q, r >= 0, so num // c == q + r // c and num % c == r % c."""
-    if not all(_nonneg(b) for b in terms):
-        return _split_exact(x, terms, const, c)
+    for b, k in terms.items():
+        mm = b._minmax
+        if k < 0 or (mm if mm is not None else b._compute_minmax())[0] < 0:
+            return _split_exact(x, terms, const, c)
     q_terms = {b: k // c for b, k in terms.items()}
     r_terms = {b: k % c for b, k in terms.items()}
-    if any(k < 0 for k in terms.values()):
-        return _split_exact(x, terms, const, c)
     q_const, r_const = const // c, const % c
     r = rebuild(x.dtype, r_terms, r_const)
-    if not no_overflow(r):
+    if r.dtype is not _WEAKINT and not no_overflow(r):
         return None  # r >= 0 in exact arithmetic, but in a strong dtype it may wrap (a negative constant moved into it)
     small = r.vmax < c  # the remainder part never reaches c
     # only the node the result needs is built: a declining call (r is the numerator) then builds nothing new

@@ -18,6 +18,7 @@ MAX_TERMS = 64
 # the ops the hot loops test, as module constants: on Python 3.11 `Ops.ADD` goes through EnumType's
 # __getattr__ hook (several times a global lookup), and these loops run once per node of a sum
 _ADD, _MUL, _CONST, _IDIV, _MOD = Ops.ADD, Ops.MUL, Ops.CONST, Ops.IDIV, Ops.MOD
+_WEAKINT = dtypes.weakint
 
 
 def _int_const(dtype, v: int) -> UOp:
@@ -137,27 +138,46 @@ def _merge_divmod_pairs(terms: dict[UOp, int]) -> int | None:
 def _rebuilt_const(c: UOp, dt) -> bool:
     """`c` is the constant node rebuild writes for its value in `dt`."""
     v = c.arg
-    return c.tag is None and c.dtype is dt and type(v) is int and (dt is dtypes.weakint or as_const(v, dt) == v)
+    return c.tag is None and c.dtype is dt and type(v) is int and (dt is _WEAKINT or as_const(v, dt) == v)
+
+
+def _plain_terms(terms: dict[UOp, int]) -> bool:
+    """No base is a sum: what the walk below accepts (rebuild also writes the opaque sums of long ones as bases)."""
+    for b in terms:
+        if b.op is _ADD:
+            return False
+    return True
 
 
 def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
     """The terms of `x` if it already is a canonical sum (checked by walking it, without building any
     node), else None. When every node of the chain is the one rebuild writes (no tag or arg, the sum's
-    dtype, constants as rebuild makes them), the terms are ExactTerms."""
+    dtype, constants as rebuild makes them), the terms are ExactTerms. The walk stops at an inner sum
+    whose terms are remembered (a rebuilt chain's sources are checked before it): its terms come first."""
     n: UOp | None = x
     const = 0
     dt = x.dtype
     exact = dt.count == 1
     if x.src[1].op is _CONST:
-        const = x.src[1].arg
+        c = x.src[1]
+        const = c.arg
         if const == 0:
             return None
-        exact = exact and _rebuilt_const(x.src[1], dt)
+        exact = exact and _rebuilt_const(c, dt)
         n = x.src[0]
     found: list[tuple[UOp, int]] = []
     seen: set[UOp] = set()
+    below: dict[UOp, int] | None = None  # the remembered terms of the inner sum the walk stopped at
     while n is not None:
         if n.op is _ADD:
+            lin = n._lin
+            if lin is not None and lin[0] is not None and _plain_terms(lin[0]):
+                if lin[1] != 0:
+                    return None  # a constant inside the chain: not canonical
+                below = lin[0]
+                if exact and (type(below) is not ExactTerms or n.dtype is not dt):
+                    exact = False
+                break
             if exact and (n.tag is not None or n.arg is not None or n.dtype is not dt):
                 exact = False
             t, n = n.src[1], n.src[0]
@@ -167,11 +187,11 @@ def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
         if top is _ADD or top is _CONST:
             return None
         if top is _MUL and t.src[1].op is _CONST:
-            base, coeff = t.src[0], t.src[1].arg
+            c = t.src[1]
+            base, coeff = t.src[0], c.arg
             if coeff == 0 or coeff == 1 or base.op is _MUL and base.src[1].op is _CONST:
                 return None  # x*0, x*1 and (x*a)*b all have shorter forms
-            if exact and (t.tag is not None or t.arg is not None or t.dtype is not dt or
-                          not _rebuilt_const(t.src[1], dt)):
+            if exact and (t.tag is not None or t.arg is not None or t.dtype is not dt or not _rebuilt_const(c, dt)):
                 exact = False
         else:
             base, coeff = t, 1
@@ -179,8 +199,14 @@ def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
             return None  # a repeated base combines: decided at the first repeat, not after walking the whole sum
         seen.add(base)
         found.append((base, coeff))
-    terms = dict(reversed(found))  # first-seen order, as rebuild writes it
-    if _merge_divmod_pairs(dict(terms)) is not None:
+    if below is None:
+        terms = dict(reversed(found))  # first-seen order, as rebuild writes it
+    else:
+        if not seen.isdisjoint(below):
+            return None
+        terms = dict(below)
+        terms.update(reversed(found))
+    if _merge_divmod_pairs(terms) is not None:  # it changes terms only when it merges, and then they are dropped
         return None
     return (ExactTerms(terms) if exact else terms), const
 

@@ -446,10 +446,7 @@ class UOp(TensorOps):
         return (mm if mm is not None else self._compute_minmax())[1]
 
     def _compute_minmax(self) -> tuple[ConstType, ConstType]:
-        try:
-            return _minmax_recursive(self, 0)
-        except _TooDeep:
-            return _bottom_up(self, "_minmax", _compute_minmax)
+        return _fill_minmax(self)
 
     def const_factor(self) -> int:
         """The largest integer known to divide this index expression."""
@@ -563,32 +560,10 @@ def fill_ranges(order: Iterable[UOp]) -> None:
             u._ranges = _compute_ranges(u)
 
 
-class _TooDeep(Exception):
-    pass
-
-
-def _minmax_recursive(u: UOp, depth: int) -> tuple[ConstType, ConstType]:
-    """Plain recursion is the fastest way to fill the few uncached nodes under a new one; graphs deeper
-    than the limit fall back to the explicit stack."""
-    if depth > 200:
-        raise _TooDeep
-    # a float comparison's bounds ignore its operands' (vrange._cmplt: NaN makes any outcome possible), so the
-    # float expression under a relu's `0 < x` is not analyzed for nothing
-    if not (u.op in GroupOp.Comparison and u.src and dtypes.is_float(u.src[0].dtype)):
-        for s in u.src:
-            if s._minmax is None:
-                _minmax_recursive(s, depth + 1)
-    mm = u._minmax = _compute_minmax(u)
-    return mm
-
-
-def _compute_minmax(u: UOp) -> tuple[ConstType, ConstType]:
-    return _vrange_minmax(u)
-
-
-def _vrange_minmax(u: UOp) -> tuple[ConstType, ConstType]:
-    # vrange imports this module, so the real function is bound on first use
-    global _vrange_minmax
-    from tg_core.uop.vrange import minmax
-    _vrange_minmax = minmax
-    return minmax(u)
+def _fill_minmax(u: UOp) -> tuple[ConstType, ConstType]:
+    # vrange imports this module, so the real function (vrange.fill: bounds of u and of every node below it
+    # that has none yet) is bound on first use
+    global _fill_minmax
+    from tg_core.uop.vrange import fill
+    _fill_minmax = fill
+    return fill(u)

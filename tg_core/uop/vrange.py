@@ -150,6 +150,51 @@ def _bitwise(op: Ops, a: Bounds, b: Bounds, dt: DType) -> Bounds:
     return dtype_bounds(dt)
 
 
+class _TooDeep(Exception):
+    pass
+
+
+def fill(u: UOp) -> Bounds:
+    """Bounds of `u`, computing (and caching in `_minmax`) those of every node below it that has none yet.
+    Plain recursion is the fastest way to fill the few uncached nodes under a new one; graphs deeper than
+    the limit fall back to an explicit stack."""
+    try:
+        return _fill_recursive(u, 0)
+    except _TooDeep:
+        pass
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    while stack:
+        node, ready = stack.pop()
+        if node._minmax is not None:
+            continue
+        if ready:
+            node._minmax = minmax(node)
+            continue
+        stack.append((node, True))
+        if not _blind(node):
+            stack.extend((s, False) for s in node.src if s._minmax is None)
+    mm = u._minmax
+    assert mm is not None  # filled by the loop above
+    return mm
+
+
+def _blind(u: UOp) -> bool:
+    """A float comparison's bounds ignore its operands' (_cmplt: NaN makes any outcome possible), so the float
+    expression under a relu's `0 < x` is not analyzed for nothing."""
+    return u.op in _FLOAT_BLIND and bool(u.src) and dtypes.is_float(u.src[0].dtype)
+
+
+def _fill_recursive(u: UOp, depth: int) -> Bounds:
+    if depth > 200:
+        raise _TooDeep
+    if u.op not in _FLOAT_BLIND or not u.src or not dtypes.is_float(u.src[0].dtype):
+        for s in u.src:
+            if s._minmax is None:
+                _fill_recursive(s, depth + 1)
+    mm = u._minmax = minmax(u)
+    return mm
+
+
 def minmax(u: UOp) -> Bounds:
     """Bounds of `u`, given that its sources' bounds are already known."""
     op, dt = u.op, u.dtype
@@ -159,19 +204,30 @@ def minmax(u: UOp) -> Bounds:
         if op is _ADD:
             (a0, a1), (b0, b1) = src[0]._minmax, src[1]._minmax
             return a0 + b0, a1 + b1
-        if op is _MUL and src[1].op is _CONST:
-            (a0, a1), c = src[0]._minmax, src[1].arg
-            return (a0 * c, a1 * c) if c >= 0 else (a1 * c, a0 * c)
-        if op is _CONST:
+        if op is _MUL:
+            b = src[1]
+            if b.op is _CONST:
+                (a0, a1), c = src[0]._minmax, b.arg
+                return (a0 * c, a1 * c) if c >= 0 else (a1 * c, a0 * c)
+        elif op is _CONST:
             return u.arg, u.arg
-        if (op is _IDIV or op is _MOD) and src[1].op is _CONST:
-            (a0, a1), c = src[0]._minmax, src[1].arg
-            if type(a0) is int and type(a1) is int and type(c) is int and c != 0:
-                # what _RULES and _fit give for these, without the generic dispatch: truncating division by
-                # a positive constant is monotonic (by a negative one, antitonic); _mod is the remainder's rule
-                if op is _MOD:
-                    return _mod((a0, a1), (c, c))
-                return (cdiv(a0, c), cdiv(a1, c)) if c > 0 else (cdiv(a1, c), cdiv(a0, c))
+        elif op is _IDIV or op is _MOD:
+            b = src[1]
+            if b.op is _CONST:
+                (a0, a1), c = src[0]._minmax, b.arg
+                if type(a0) is int and type(a1) is int and type(c) is int and c != 0:
+                    # what _RULES and _fit give for these, without the generic dispatch: truncating division by
+                    # a positive constant is monotonic (by a negative one, antitonic); _mod is the remainder's
+                    # rule, its common case (a non-negative dividend, a positive divisor) written out
+                    if op is _MOD:
+                        if a0 >= 0 and c > 0:
+                            if a1 - a0 < c and a0 % c <= a1 % c:  # within one period: exact
+                                return a0 % c, a1 % c
+                            return 0, min(a1, c - 1)
+                        return _mod((a0, a1), (c, c))
+                    if c > 0 and a0 >= 0:
+                        return a0 // c, a1 // c
+                    return (cdiv(a0, c), cdiv(a1, c)) if c > 0 else (cdiv(a1, c), cdiv(a0, c))
     if op is _CONST:
         v = u.arg
         return (dtype_bounds(dt) if _isnan(v) else (v, v))
