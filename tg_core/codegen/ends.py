@@ -42,25 +42,64 @@ def merge_ends(root: UOp, single: bool = False) -> UOp:
 
 def merge_ends_order(root: UOp, single: bool = False) -> tuple[UOp, dict[UOp, None] | None]:
     """merge_ends, and the toposort of the result when it walked it (to find nothing left to merge): the
-    linearizer's first step, which it need not repeat."""
+    linearizer's first step, which it need not repeat.
+
+    Merging is defined one range at a time: the range of the first END (in toposort order) among ranges with
+    several, its ENDs grouped in toposort order, then the graph walked again. A walk merges more than one range
+    when that is the same: see _wave."""
     if single:
         return root, None
     merged_ranges: set[UOp] = set()
     while True:
         order = root.toposort()
-        many = [(r, ends) for r, ends in _ends_by_range(order).items() if len(ends) > 1]
+        many = {r: ends for r, ends in _ends_by_range(order).items() if len(ends) > 1}
         if not many:
             return root, order
-        r, ends = many[0]  # toposort order: an END comes before the ENDs that contain it
-        body = UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends))
-        # a range is merged once, unless one of its ENDs was inside another (the merged END still contains
-        # that one): only then is the nesting checked, with one walk under all of them
-        if r in merged_ranges and not body.toposort().keys().isdisjoint(ends):
-            raise LinearizeError(f"range r{r.arg[0]} is ended twice, one END depending on the other: "
-                                 "its loops are not properly nested (or one reduction over it needs another)")
-        merged_ranges.add(r)
-        merged = UOp(Ops.END, dtypes.void, (body, r))
-        root = substitute(root, {e: merged for e in ends})
+        mapping: dict[UOp, UOp] = {}
+        for r in _wave(order, many):
+            ends = many[r]
+            body = UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends))
+            # a range is merged once, unless one of its ENDs was inside another (the merged END still contains
+            # that one): only then is the nesting checked, with one walk under all of them
+            if r in merged_ranges and not body.toposort().keys().isdisjoint(ends):
+                raise LinearizeError(f"range r{r.arg[0]} is ended twice, one END depending on the other: "
+                                     "its loops are not properly nested (or one reduction over it needs another)")
+            merged_ranges.add(r)
+            merged = UOp(Ops.END, dtypes.void, (body, r))
+            mapping.update((e, merged) for e in ends)
+        root = substitute(root, mapping)
+
+
+def _wave(order: Iterable[UOp], many: dict[UOp, list[UOp]]) -> list[UOp]:
+    """The ranges of `many` (each range with several ENDs, in toposort order of their first END) that one
+    substitution merges exactly as merging them one after another would: the first, and after it, as long as
+    each is, the ranges no END of which has an END of a range in `many` under it ("flat"), the first too.
+
+    Merging range a changes only the nodes above its ENDs and the order of the nodes under them (the merged
+    END walks all their bodies at once). A flat range's ENDs are neither, so a later flat range keeps its ENDs,
+    their order and its place as the next range to merge; and no END of one flat range is under another's."""
+    ranges = list(many)
+    if len(ranges) == 1:
+        return ranges
+    # the ranges in `many` that have an END under each node (empty: the one shared empty set)
+    empty: frozenset[UOp] = frozenset()
+    under: dict[UOp, frozenset[UOp]] = {}
+    END = Ops.END
+    for u in order:
+        acc = empty
+        for s in u.src:
+            b = under[s]
+            if s.op is END and s.src[1] in many and s.src[1] not in b:
+                b = b | {s.src[1]}
+            if b and b is not acc:
+                acc = b if not acc or acc <= b else acc if b <= acc else acc | b
+        under[u] = acc
+    wave: list[UOp] = []
+    for r in ranges:
+        if any(under[e] for e in many[r]):
+            return wave or [r]  # merged alone when first (as defined), else the wave stops before it
+        wave.append(r)
+    return wave
 
 
 def split_ends(ast: UOp, order: Iterable[UOp] | None = None) -> UOp:
