@@ -50,8 +50,8 @@ def merge_ends_order(root: UOp, single: bool = False) -> tuple[UOp, dict[UOp, No
     if single:
         return root, None
     merged_ranges: set[UOp] = set()
+    order = root.toposort()
     while True:
-        order = root.toposort()
         many = {r: ends for r, ends in _ends_by_range(order).items() if len(ends) > 1}
         if not many:
             return root, order
@@ -67,7 +67,65 @@ def merge_ends_order(root: UOp, single: bool = False) -> tuple[UOp, dict[UOp, No
             merged_ranges.add(r)
             merged = UOp(Ops.END, dtypes.void, (body, r))
             mapping.update((e, merged) for e in ends)
-        root = substitute(root, mapping)
+        walked = _substitute_order(root, mapping)
+        if walked is None:
+            root = substitute(root, mapping)
+            order = root.toposort()
+        else:
+            root, order = walked
+
+
+def _substitute_order(root: UOp, mapping: dict[UOp, UOp]) -> tuple[UOp, dict[UOp, None]] | None:
+    """`substitute(root, mapping)` and its toposort, in one walk (the merge loop needs both, each time). None
+    when a value of `mapping` contains a key (a range ended twice, one END inside the other: the caller then
+    substitutes plainly, and the loop finds the error).
+
+    The walk is toposort's (depth first, sources in order) over the old graph, each node rebuilt after its
+    sources, and a key's value walked as it is where the key is met: the new graph's own walk meets its
+    nodes in that order. A node it meets again (two old nodes that became one) adds nothing new, since all
+    under it was met with it."""
+    new: dict[UOp, UOp] = {}
+    order: dict[UOp, None] = {}
+    if root in mapping:
+        return None
+    stack = [(root, iter(root.src))]
+    push, pop = stack.append, stack.pop
+    while stack:
+        n, it = stack[-1]
+        for s in it:
+            if s in new:
+                continue
+            v = mapping.get(s)
+            if v is None:
+                push((s, iter(s.src)))
+                break
+            new[s] = v
+            if v in order:
+                continue
+            # the value as it is: its nodes are their own new versions (they hold no key)
+            walk = [(v, iter(v.src))]
+            while walk:
+                x, xit = walk[-1]
+                for c in xit:
+                    if c not in order:
+                        if c in mapping:
+                            return None
+                        walk.append((c, iter(c.src)))
+                        break
+                else:
+                    walk.pop()
+                    order[x] = None
+                    if x not in new:
+                        new[x] = x
+        else:
+            pop()
+            src = n.src
+            ns = tuple([new[s] for s in src])
+            nn = n if ns == src else UOp(n.op, n.dtype, ns, n.arg, n.tag)
+            new[n] = nn
+            if nn not in order:
+                order[nn] = None
+    return new[root], order
 
 
 def _wave(order: Iterable[UOp], many: dict[UOp, list[UOp]]) -> list[UOp]:
