@@ -116,12 +116,13 @@ def _fold_nested(x: UOp, num: UOp, c: int) -> UOp | None:
 def _split_by_divisor(x: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp | None:
     """For a non-negative numerator: split each coefficient into a multiple of c and a remainder.
     With non-negative bases, num = c*q + r where q, r >= 0, so num // c == q + r // c and num % c == r % c."""
+    q_terms: dict[UOp, int] = {}
+    r_terms: dict[UOp, int] = {}
     for b, k in terms.items():
         mm = b._minmax
         if k < 0 or (mm if mm is not None else b._compute_minmax())[0] < 0:
             return _split_exact(x, terms, const, c)
-    q_terms = {b: k // c for b, k in terms.items()}
-    r_terms = {b: k % c for b, k in terms.items()}
+        q_terms[b], r_terms[b] = divmod(k, c)
     q_const, r_const = const // c, const % c
     r = rebuild(x.dtype, r_terms, r_const)
     if r.dtype is not _WEAKINT and not no_overflow(r):

@@ -9,7 +9,7 @@ would make long sums of distinct terms quadratic).
 """
 from __future__ import annotations
 
-from tg_core.dtype import as_const, dtypes
+from tg_core.dtype import ConstType, as_const, dtypes
 from tg_core.uop.ops import Ops
 from tg_core.uop.uop import UOp
 
@@ -86,6 +86,8 @@ def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
     is marked canonical, and the top one remembers its terms, so later rules on it cost O(1).
     In a strong dtype the coefficients and constant wrap, as the constants holding them do, so that the
     remembered terms are the node's own (int8: 300*x is x*44; read back as 300 it would divide wrongly)."""
+    if dtype is _WEAKINT:
+        return _rebuild_index(terms, const)
     out: UOp | None = None
     kept: dict[UOp, int] = ExactTerms()  # what rebuild makes gives back the same node
     wrap = dtype.scalar() is not dtypes.weakint
@@ -113,14 +115,89 @@ def rebuild(dtype, terms: dict[UOp, int], const: int) -> UOp:
     return out
 
 
+def _rebuild_index(terms: dict[UOp, int], const: int) -> UOp:
+    """rebuild for index math (weakint: nothing wraps), which also gives each node it makes the bounds range
+    analysis would (vrange.minmax's weakint ADD and MUL by a constant) when its sources' are known: the rule
+    that made the sum is followed by range rules on it, and filling them here skips a walk and calls per node."""
+    out: UOp | None = None
+    lo: ConstType = 0  # the bounds of out, when known
+    hi: ConstType = 0
+    tlo: ConstType = 0
+    thi: ConstType = 0
+    known = True
+    kept: dict[UOp, int] = ExactTerms()  # what rebuild makes gives back the same node
+    for base, coeff in terms.items():
+        if coeff == 0:
+            continue
+        kept[base] = coeff
+        bm = base._minmax
+        if coeff == 1:
+            t = base
+            if bm is None:
+                known = False
+            else:
+                tlo, thi = bm
+        else:
+            t = UOp(_MUL, _WEAKINT, (base, _weak_const(coeff)))
+            if bm is None:
+                known = False
+            else:
+                tlo, thi = (bm[0] * coeff, bm[1] * coeff) if coeff >= 0 else (bm[1] * coeff, bm[0] * coeff)
+                if t._minmax is None:
+                    t._minmax = (tlo, thi)
+        if out is None:
+            out = t
+            lo, hi = (tlo, thi) if known else (0, 0)
+        else:
+            out = UOp(_ADD, _WEAKINT, (out, t))
+            if out._lin is None:
+                out._lin = _CANONICAL
+            if known:
+                lo, hi = lo + tlo, hi + thi
+                if out._minmax is None:
+                    out._minmax = (lo, hi)
+    if out is None:
+        return _weak_const(const)
+    if const != 0:
+        out = UOp(_ADD, _WEAKINT, (out, _weak_const(const)))
+        if known and out._minmax is None:
+            out._minmax = (lo + const, hi + const)
+    if out.op is _ADD:
+        out._lin = (kept, const)
+    return out
+
+
+_weak_consts: dict[int, UOp] = {}  # small index constants, kept alive: rebuild writes the same few again and again
+
+
+def _weak_const(v: int) -> UOp:
+    c = _weak_consts.get(v)
+    if c is None:
+        c = UOp(_CONST, _WEAKINT, (), v)
+        if -1024 <= v <= 1024:
+            _weak_consts[v] = c
+    return c
+
+
 def _merge_divmod_pairs(terms: dict[UOp, int]) -> int | None:
     """(x//c)*(k*c) + (x%c)*k -> x*k: the identity of truncating division, true for every x and c != 0
     (x%0 and x//0 are both 0). x is read as a linear form, so that a sum x combines with the other terms
     instead of becoming an opaque base. Returns the constant this adds, or None when no pair merged."""
-    mods = [b for b in terms if b.op is _MOD and b.src[1].op is _CONST and b.src[1].arg != 0]
+    # plain loops, not comprehensions: this runs on every sum checked for canonical form, most with no MOD term
+    mods: list[UOp] = []
+    for b in terms:
+        if b.op is _MOD:
+            c = b.src[1]
+            if c.op is _CONST and c.arg != 0:
+                mods.append(b)
     if not mods:
         return None
-    divs = {(b.src[0], b.src[1].arg): b for b in terms if b.op is _IDIV and b.src[1].op is _CONST}
+    divs: dict[tuple[UOp, int], UOp] = {}
+    for b in terms:
+        if b.op is _IDIV and b.src[1].op is _CONST:
+            divs[(b.src[0], b.src[1].arg)] = b
+    if not divs:
+        return None
     const = None
     for m in mods:
         x, c = m.src

@@ -16,6 +16,7 @@ from tg_core.uop.ops import GroupOp, Ops
 from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
+from tg_core.uop.vrange import fill as fill_bounds
 
 _CONST = Ops.CONST  # a module constant: Ops.X goes through EnumType.__getattr__'s hook on Python 3.11
 _INTS = tuple({dtypes.weakint, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
@@ -31,11 +32,9 @@ def _fold_alu(x: UOp) -> UOp | None:
 
 def _fold_by_range(x: UOp) -> UOp | None:
     """An integer or bool value whose range is a single point is that constant."""
-    if x.dtype.count != 1:
-        return None
     mm = x._minmax  # the cached bounds read directly (vmin and vmax are two property calls on every int node)
-    lo, hi = mm if mm is not None else x._compute_minmax()
-    return UOp.const(x.dtype, lo) if lo == hi else None
+    lo, hi = mm if mm is not None else fill_bounds(x)
+    return UOp.const(x.dtype, lo) if lo == hi and x.dtype.count == 1 else None
 
 
 def _fold_cast(x: UOp, c: UOp) -> UOp | None:

@@ -158,6 +158,12 @@ def fill(u: UOp) -> Bounds:
     """Bounds of `u`, computing (and caching in `_minmax`) those of every node below it that has none yet.
     Plain recursion is the fastest way to fill the few uncached nodes under a new one; graphs deeper than
     the limit fall back to an explicit stack."""
+    for s in u.src:
+        if s._minmax is None:
+            break
+    else:  # the common case in a rewrite: a new node over analyzed sources
+        mm = u._minmax = minmax(u)
+        return mm
     try:
         return _fill_recursive(u, 0)
     except _TooDeep:
@@ -173,9 +179,9 @@ def fill(u: UOp) -> Bounds:
         stack.append((node, True))
         if not _blind(node):
             stack.extend((s, False) for s in node.src if s._minmax is None)
-    mm = u._minmax
-    assert mm is not None  # filled by the loop above
-    return mm
+    filled = u._minmax
+    assert filled is not None  # filled by the loop above
+    return filled
 
 
 def _blind(u: UOp) -> bool:
