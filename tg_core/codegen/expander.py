@@ -32,17 +32,45 @@ def _lanes(x: UOp, r: UOp) -> list[UOp]:
         raise ValueError(f"an {r.arg[1].name} axis needs a constant size, got {end.render()}")
     # one walk builds every lane: only the nodes that depend on r are copied, lane by lane (n substitutions
     # would walk the whole graph n times, and nested lanes multiply that)
-    copies: dict[UOp, list[UOp]] = {r: [UOp.const(r.dtype, i) for i in range(end.arg)]}
+    n = end.arg
+    copies: dict[UOp, list[UOp]] = {r: [UOp.const(r.dtype, i) for i in range(n)]}
+    get, ADD = copies.get, Ops.ADD
     for u in x.toposort():
-        if u not in copies and any(s in copies for s in u.src):
-            lanes = _sum_lanes(u, r, end.arg, copies) if u.op is Ops.ADD else None
-            if lanes is not None:
-                copies[u] = lanes
+        src = u.src
+        if not src or u in copies:
+            continue
+        # one and two sources (nearly every node) spelled out: a generator per lane cost as much as the node
+        if len(src) == 1:
+            ca = get(src[0])
+            if ca is not None:
+                op, dt, arg, tag = u.op, u.dtype, u.arg, u.tag
+                copies[u] = [UOp(op, dt, (a,), arg, tag) for a in ca]
+            continue
+        if len(src) == 2:
+            a, b = src
+            ca, cb = get(a), get(b)
+            if ca is None and cb is None:
                 continue
-            src_lanes = [copies.get(s) for s in u.src]
-            copies[u] = [UOp(u.op, u.dtype, tuple(s if c is None else c[i] for s, c in zip(u.src, src_lanes)),
-                             u.arg, u.tag) for i in range(end.arg)]
-    return copies.get(x) or [x] * end.arg
+            if u.op is ADD:
+                lanes = _sum_lanes(u, r, n, copies)
+                if lanes is not None:
+                    copies[u] = lanes
+                    continue
+            op, dt, arg, tag = u.op, u.dtype, u.arg, u.tag
+            copies[u] = [UOp(op, dt, (a, y), arg, tag) for y in cb] if ca is None else \
+                [UOp(op, dt, (y, b), arg, tag) for y in ca] if cb is None else \
+                [UOp(op, dt, (y, z), arg, tag) for y, z in zip(ca, cb)]
+            continue
+        src_lanes = [get(s) for s in src]
+        if all(c is None for c in src_lanes):
+            continue
+        lanes = _sum_lanes(u, r, n, copies) if u.op is ADD else None
+        if lanes is not None:
+            copies[u] = lanes
+            continue
+        copies[u] = [UOp(u.op, u.dtype, tuple([s if c is None else c[i] for s, c in zip(src, src_lanes)]),
+                         u.arg, u.tag) for i in range(n)]
+    return copies.get(x) or [x] * n
 
 
 def _sum_lanes(u: UOp, r: UOp, n: int, copies: dict[UOp, list[UOp]]) -> list[UOp] | None:
