@@ -70,6 +70,20 @@ def test_masked_targets_tile_more_than_half_a_vector_with_one_vector():
                                                                                                pack=False))[:1]
 
 
+def test_tile_rows_that_alias_in_l1_are_halved():
+    """A's rows K floats apart: at K = 1024 (4 KB, L1's way size) every row of a tile maps to one L1 set, so the
+    masked one-vector tile keeps 8 rows (an 8-way L1) instead of 16; where rows spread over sets (K = 1000, or
+    784) or fit the ways (K = 512: two sets of 8 rows) the rows stay; a 12-way L1 of 64 sets (48 KB) keeps 8 too,
+    the halving of 16, and a 16 KB 4-way one (64 sets) 4. The two-vector tile's 8 rows fit 8 ways and stay."""
+    masked = CPUTarget(vector_bytes=64, tile_rows=8, masked=True)
+    def rows(k: int, target: CPUTarget = masked, m: int = 10) -> int:
+        return next(o.amt for o in cpu_opts(matmul(64, m, k), target) if o.op is OptOps.UPCAST and o.axis == 0)
+    assert [rows(k) for k in (1024, 3072, 1000, 784, 512)] == [8, 8, 16, 16, 16]
+    assert rows(1024, dataclasses.replace(masked, l1_bytes=48 * 1024, l1_ways=12)) == 8
+    assert rows(1024, dataclasses.replace(masked, l1_bytes=16 * 1024, l1_ways=4)) == 4
+    assert rows(1024, m=64) == 8 == rows(1000, m=64)
+
+
 @pytest.mark.parametrize("n,m,k", [(9, 10, 33), (8, 5, 16)])
 def test_narrow_tile_values_on_a_wide_target(n, m, k):
     x, y, out = randn(n, k), randn(k, m), np.zeros((n, m), np.float32)

@@ -39,7 +39,9 @@ def test_sysfs_sizes(tmp_path):
         (d / "level").write_text(f"{level}\n")
         (d / "type").write_text(f"{kind}\n")
         (d / "size").write_text(f"{size}\n")
-    assert read_sysfs(tmp_path) == Caches(48 * 1024, 2 * 1024 * 1024, "sysfs")
+    assert read_sysfs(tmp_path) == Caches(48 * 1024, 2 * 1024 * 1024, "sysfs")  # no ways listed: 8 assumed
+    (tmp_path / "index0" / "ways_of_associativity").write_text("12\n")
+    assert read_sysfs(tmp_path) == Caches(48 * 1024, 2 * 1024 * 1024, "sysfs", l1_ways=12)
     assert read_sysfs(tmp_path / "missing") is None
     assert parse_size("4M") == 4 << 20 and parse_size("512") == 512
     with pytest.raises(ValueError, match="K, M or G"):
@@ -48,7 +50,7 @@ def test_sysfs_sizes(tmp_path):
 
 def test_this_host_has_sizes():
     c = caches.host_caches()
-    assert 4 * 1024 <= c.l1 <= c.l2
+    assert 4 * 1024 <= c.l1 <= c.l2 and c.l1_ways >= 1
 
 
 def test_block_depth_from_l2():

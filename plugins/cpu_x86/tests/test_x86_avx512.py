@@ -137,6 +137,18 @@ def test_narrow_tiles_are_one_masked_zmm(cols):
 
 
 @needs_avx512
+@pytest.mark.parametrize("rows", [37, 8, 3])
+def test_narrow_tile_rows_aliasing_in_l1(rows):
+    """K = 1024 puts A's rows 4 KB apart, in one L1 set: the masked 10-column tile has 8 rows (not 16), a peeled
+    tail of the rest (37 = 4 x 8 + 5), values as numpy's."""
+    a, b = f32(rows, 1024), f32(1024, 10)
+    got, kernels = run_tensor(Tensor(a) @ Tensor(b), own_opts=True, isa="avx512")
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+    loop = kernels[-1].asm_str()
+    assert len(re.findall(r"vfmadd231ps zmm\d+, zmm\d+, dword ptr \[.*\]\{1to16\}", loop)) <= 8 + 7
+
+
+@needs_avx512
 def test_half_vector_tiles_stay_ymm():
     """8 columns or fewer fill a ymm: that tile stays the 8-lane one (no half-empty masked zmm)."""
     a, b = f32(16, 64), f32(64, 8)

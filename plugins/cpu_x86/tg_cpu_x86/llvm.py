@@ -175,10 +175,11 @@ class CPULLVMRenderer(LLVMRenderer):
                                     f'"target-cpu"="{self.target.cpu}" "target-features"="{self.target.features}"')
 
     def opts_for(self, ast: UOp) -> list[Opt]:
-        """The heuristic's opts at the host's vector width, with the register tile X86 uses at that width, and K
-        blocks (a deep K) sized from the host's L2."""
+        """The heuristic's opts at the host's vector width, with the register tile X86 uses at that width, K
+        blocks (a deep K) sized from the host's L2 and tile rows limited by its L1's sets."""
         width, caches = self.target.vector_bytes, host_caches()
         return cpu_opts(ast, CPUTarget(vector_bytes=width, tile_rows=tile_rows_for(width), l2_bytes=caches.l2,
+                                       l1_bytes=caches.l1, l1_ways=caches.l1_ways,
                                        blocks_first=False))
 
 

@@ -204,9 +204,10 @@ class X86Renderer(Renderer):
             for lanes, tile, narrow in _TARGETS[self.isa]:
                 tried: list[list[Opt]] = []
                 for target in (tile, dataclasses.replace(tile, quant_rows=0)):
-                    # K blocks (a deep K) sized from the host's L2
-                    l2 = host_caches().l2
-                    target, narrow = (dataclasses.replace(t, l2_bytes=l2) for t in (target, narrow))
+                    # K blocks (a deep K) sized from the host's L2, tile rows limited by its L1's sets
+                    c = host_caches()
+                    target, narrow = (dataclasses.replace(t, l2_bytes=c.l2, l1_bytes=c.l1, l1_ways=c.l1_ways)
+                                      for t in (target, narrow))
                     vector = self._vector_opts(ast, lanes, target, narrow, gated=lanes == 16)
                     if not vector or vector in tried:
                         continue
