@@ -99,27 +99,41 @@ def lower_walk(ast: UOp, extra_matcher: PatternMatcher | None) -> tuple[UOp, boo
             single = False
         return x
 
+    comparison, REDUCE, END = GroupOp.Comparison, Ops.REDUCE, Ops.END
     for u in order:
         src = u.src
-        if tainted and any(s in tainted for s in src):
-            tainted.add(u)
+        if tainted:
+            for s in src:
+                if s in tainted:
+                    tainted.add(u)
+                    break
         if u.dtype is weak:
             if u in tainted:
                 return None
-            wide = not (_I32_MIN <= u.vmin and u.vmax <= _I32_MAX) or any(ctx.get(s) is int64 for s in src)
+            mm = u._minmax
+            lo, hi = mm if mm is not None else (u.vmin, u.vmax)
+            wide = not (_I32_MIN <= lo and hi <= _I32_MAX)
+            if not wide:
+                for s in src:
+                    if ctx.get(s) is int64:
+                        wide = True
+                        break
             dt = ctx[u] = int64 if wide else int32
-            new[u] = UOp(u.op, dt, tuple([source(s, dt) for s in src]), u.arg, u.tag)
+            # as source(s, dt), inline: a lowered source of the same dtype as is
+            new[u] = UOp(u.op, dt, tuple([new[s] if s.dtype is not weak or ctx[s] is dt else source(s, dt)
+                                          for s in src]), u.arg, u.tag)
             continue
-        if u.op in GroupOp.Comparison and any(s.dtype is weak for s in src):
+        op = u.op
+        if op in comparison and any(s.dtype is weak for s in src):
             dt = int64 if any(ctx.get(s, s.dtype) is int64 for s in src) else int32
             lowered = tuple([source(s, dt) for s in src])
         else:
             lowered = tuple([new[s] for s in src])
-        x = u if lowered == src else UOp(u.op, u.dtype, lowered, u.arg, u.tag)
-        if x.op is Ops.REDUCE:
+        x = u if lowered == src else UOp(op, u.dtype, lowered, u.arg, u.tag)
+        if op is REDUCE:
             tainted.add(u)
             x = _lower(count, x, zero, split_end if split else None)
-        elif split and x.op is Ops.END:
+        elif split and op is END:
             x = split_end(x)
         new[u] = x
     return new[ast], single if split else None, shifts
