@@ -43,8 +43,11 @@ from tg_core.plugin_api import (
     split_cores,
     to_numpy_dtype,
 )
+from tg_cpu_x86 import native_pool
 from tg_cpu_x86.execmem import ExecMemory
 from tg_cpu_x86.memory import CPUAllocator
+from tg_cpu_x86.native_pool import NativeCorePool
+from tg_cpu_x86.plugin import SPIN_US
 
 # how a split full reduction's per-core partial results combine (threads.partial_reduction)
 _COMBINE = {Ops.ADD: np.add, Ops.MAX: np.maximum, Ops.MUL: np.multiply}
@@ -142,6 +145,12 @@ class CorePool:
                     t.join()
 
 
+def make_pool(cores: int, spin_us: int = SPIN_US) -> CorePool | NativeCorePool:
+    """The workers of `cores`-way split kernels: native ones that spin before sleeping (Linux x86-64), else
+    threads waiting on locks."""
+    return NativeCorePool(cores, spin_us) if native_pool.available() else CorePool(cores)
+
+
 class CPUKernel(NamedTuple):
     """A loaded program: the ctypes function, and the loaded code it runs (kept alive with the runner)."""
     fn: Any
@@ -153,7 +162,7 @@ class CPURunner:
     kernel once per core with its `core_id`. Everything per kernel is prepared here, not per call."""
     __slots__ = ("fn", "name", "var_names", "core_pos", "cores", "pool", "keep", "partial")
 
-    def __init__(self, fn: Any, name: str, variables: list[str], cores: int, pool: CorePool, keep: Any,
+    def __init__(self, fn: Any, name: str, variables: list[str], cores: int, pool: CorePool | NativeCorePool, keep: Any,
                  partial: tuple[int, Ops, DType] | None = None):
         self.fn, self.name, self.cores, self.pool, self.keep = fn, name, cores, pool, keep
         # a split full reduction: (output buffer, operation, dtype) whose per-core partials the runner combines
@@ -259,8 +268,9 @@ class BoundCall:
 
 
 class CPUDevice(Compiled):
-    """The host CPU. Options: `threads` (0: every core this process may use) and `thread_min_work` (the
-    work estimate below which a kernel runs on one core).
+    """The host CPU. Options: `threads` (0: every core this process may use), `thread_min_work` (the
+    work estimate below which a kernel runs on one core) and `spin_us` (how long the core pool's threads poll
+    before they sleep: native_pool.py).
 
     Every CPU device (CPU:0..CPU:n-1) is this process's memory and runs its kernels to completion before the runner
     returns, so they are host-shared peers: a kernel of one reads another's buffers in place."""
@@ -271,9 +281,10 @@ class CPUDevice(Compiled):
         self._lock = threading.Lock()
         self._loaded: dict[str | bytes, Any] = {}
         self._llvm: Any = None
-        self._pools: dict[int, CorePool] = {}
+        self._pools: dict[int, CorePool | NativeCorePool] = {}
         self._peaks: dict[str, float | None] = {}  # fp32_peak_gflops of one core, measured when first asked
-        self.pool: CorePool | None = None
+        self.pool: CorePool | NativeCorePool | None = None
+        self.spin_us = options.get("spin_us", SPIN_US)
         self.configure_threads(options.get("threads", 0), options.get("thread_min_work", MIN_WORK))
 
     def configure_threads(self, threads: int = 0, min_work: int = MIN_WORK) -> None:
@@ -287,7 +298,7 @@ class CPUDevice(Compiled):
             self.thread_min_work = min_work
             # pools are kept per size: runners compiled earlier (a JIT may hold some) still use theirs
             if self.threads not in self._pools:
-                self._pools[self.threads] = CorePool(self.threads)
+                self._pools[self.threads] = make_pool(self.threads, self.spin_us)
             self.pool = self._pools[self.threads]
         self.forget_runners()
 

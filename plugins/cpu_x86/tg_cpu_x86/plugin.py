@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("tg.cpu")
 X86_64 = ("x86_64", "amd64")
 MAX_THREADS = 1024  # one OS thread per core of a kernel's split: more is a typo, not a machine
+# how long a worker of a split kernel polls for its next part, and the caller for a worker's end, before sleeping
+# (native_pool.py): waking a sleeping thread on an idle CPU of a VM costs far more than on a busy host
+SPIN_US = 1000
 
 
 def native_renderers() -> list[type[Renderer]]:
@@ -40,6 +43,9 @@ def tg_devices() -> list[DeviceSpec]:
                                              maximum=MAX_THREADS),
                            "thread_min_work": Option(int, MIN_WORK, "a kernel with fewer loop iterations than "
                                                                     "this runs on one core", minimum=0),
+                           "spin_us": Option(int, SPIN_US, "microseconds a split kernel's worker polls for its next "
+                                                        "part before sleeping (0: sleep at once)", minimum=0,
+                                             maximum=1_000_000),
                            "count": Option(int, 1, "CPU devices (CPU:0 .. CPU:n-1: separate devices, each with its "
                                                    "own buffers, for multi-device tensors)", minimum=1, maximum=64),
                        })]

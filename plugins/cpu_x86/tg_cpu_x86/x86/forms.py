@@ -183,6 +183,8 @@ def _integer_rows() -> list[tuple[str, ...]]:
     add(("pop", "r64", "58+r", "O")); add(("pop", "m64", "8F /0", "M"))
     add(("call", "rm64", "FF /2", "M")); add(("jmp", "rm64", "FF /4", "M"))
     add(("ret", "", "C3", "")); add(("nop", "", "90", "")); add(("int3", "", "CC", "")); add(("ud2", "", "0F 0B", ""))
+    # the native core pool's waits (native_pool.py): a spin loop's hint, the time-stamp counter, futex calls
+    add(("pause", "", "F3 90", "")); add(("rdtsc", "", "0F 31", "")); add(("syscall", "", "0F 05", ""))
     return rows
 
 
