@@ -57,9 +57,12 @@ def _lanes(x: UOp, r: UOp) -> list[UOp]:
                     copies[u] = lanes
                     continue
             op, dt, arg, tag = u.op, u.dtype, u.arg, u.tag
-            copies[u] = [UOp(op, dt, (a, y), arg, tag) for y in cb] if ca is None else \
-                [UOp(op, dt, (y, b), arg, tag) for y in ca] if cb is None else \
-                [UOp(op, dt, (y, z), arg, tag) for y, z in zip(ca, cb)]
+            if ca is None:
+                copies[u] = [UOp(op, dt, (a, y), arg, tag) for y in cb or ()]
+            elif cb is None:
+                copies[u] = [UOp(op, dt, (y, b), arg, tag) for y in ca]
+            else:
+                copies[u] = [UOp(op, dt, (y, z), arg, tag) for y, z in zip(ca, cb)]
             continue
         src_lanes = [get(s) for s in src]
         if all(c is None for c in src_lanes):
