@@ -9,18 +9,17 @@ from __future__ import annotations
 import gc
 import inspect
 import threading
-from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from tg_core.helpers import REWRITE_STEP_LIMIT
 from tg_core.uop.ops import Ops
+from tg_core.uop.rule_compile import Dispatch, compile_rules
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat, _UPatAny
 
 RuleFn = Callable[..., UOp | None]
-_CONST = Ops.CONST  # a module constant: Ops.X goes through EnumType.__getattr__'s hook on Python 3.11
-
+Compiled = Dispatch | Literal[False]  # False: no rule of the op accepts the dtype
 
 def _describe(fn: Callable, pat: UPat | None = None) -> str:
     code = getattr(fn, "__code__", None)
@@ -29,11 +28,10 @@ def _describe(fn: Callable, pat: UPat | None = None) -> str:
 
 
 class _Rule:
-    __slots__ = ("pat", "fn", "wants_ctx", "trivial_name", "direct", "early_any", "early_all", "early_consts",
-                 "early")
+    __slots__ = ("pat", "fn", "index", "wants_ctx", "trivial_name", "direct")
 
-    def __init__(self, pat: UPat, fn: RuleFn):
-        self.pat, self.fn = pat, fn
+    def __init__(self, pat: UPat, fn: RuleFn, index: int):
+        self.pat, self.fn, self.index = pat, fn, index  # index: its position in the matcher's rules
         try:
             params = list(inspect.signature(fn).parameters)
         except (TypeError, ValueError):
@@ -41,10 +39,20 @@ class _Rule:
         self.wants_ctx = "ctx" in params
         # patterns like UPat(Ops.ADD, name="x") bind the node itself: no matching needed
         self.trivial_name = pat.name if pat.trivial and not isinstance(pat, _UPatAny) else None
-        # ... and when the function takes just that node, it is called positionally (no kwargs dict)
+        # ... and when the function takes just that node, it is called positionally (no keywords)
         self.direct = self.trivial_name is not None and params == [self.trivial_name]
-        self.early_any, self.early_all, self.early_consts = pat.early_any, pat.early_all, pat.early_consts
-        self.early = bool(self.early_any or self.early_all is not None or self.early_consts)
+
+
+def _note(e: Exception, rule: _Rule, u: UOp) -> None:
+    """Name the rule an exception came out of (once: outer rewrites that see it again add nothing)."""
+    if not getattr(e, "_tg_noted", False):
+        e.add_note(f"raised by {_describe(rule.fn, rule.pat)} on {u.op} node")
+        e._tg_noted = True  # type: ignore[attr-defined]  # a marker: outer rewrites do not note it again
+
+
+def _bad_result(ret: Any, rule: _Rule) -> None:
+    raise TypeError(f"{_describe(rule.fn, rule.pat)} returned {type(ret).__name__} {ret!r}; "
+                    "a rule must return a UOp or None")
 
 
 class PatternMatcher:
@@ -52,23 +60,28 @@ class PatternMatcher:
 
     def __init__(self, patterns: list[tuple[UPat, RuleFn]]):
         self.patterns = list(patterns)
+        self._rule_list: list[_Rule] = []
         self.rules_by_op: dict[Ops, list[_Rule]] = {}
         for pat, fn in self.patterns:
             if not isinstance(pat, UPat) or not callable(fn):
                 raise TypeError(f"a pattern must be (UPat, callable), got ({type(pat).__name__}, {type(fn).__name__})")
-            rule = _Rule(pat, fn)
+            rule = _Rule(pat, fn, len(self._rule_list))
+            self._rule_list.append(rule)
             for op in (pat.op if pat.op is not None else Ops):
                 self.rules_by_op.setdefault(op, []).append(rule)
-        # (op, dtype) -> the rules of that op whose pattern accepts that dtype, filled on first use: a node's
-        # dtype rules out most rules of its op (a float MUL meets no index-math rule), and checking that once
-        # per (op, dtype) instead of per node and rule keeps the order and the outcome of every match
-        self._rules_for: dict[tuple[Ops, Any], tuple[_Rule, ...]] = {}
+        # op -> dtype -> the rules of that op that accept that dtype, compiled into one function on first use
+        # (rule_compile.py), or False when none does: a node's dtype rules out most rules of its op (a float
+        # MUL meets no index-math rule), and deciding that once per (op, dtype) keeps the order and the outcome
+        # of every match. An op with no rules has no entry, so the walk skips its nodes with one lookup.
+        self.dispatch: dict[Ops, dict[Any, Compiled]] = {op: {} for op in self.rules_by_op}
 
-    def _rules(self, op: Ops, dtype: Any) -> tuple[_Rule, ...]:
-        rules = tuple(r for r in self.rules_by_op.get(op, ())
+    def compiled(self, op: Ops, dtype: Any) -> Compiled:
+        """The function trying this matcher's rules on a node of `op` and `dtype` (False: no rule can apply)."""
+        rules = tuple((r.index, r) for r in self.rules_by_op.get(op, ())
                       if r.pat.dtype is None or dtype in r.pat.dtype or dtype.scalar() in r.pat.dtype)
-        self._rules_for[(op, dtype)] = rules
-        return rules
+        fn: Compiled = compile_rules(rules, self._rule_list, _note, _bad_result) if rules else False
+        self.dispatch[op][dtype] = fn
+        return fn
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.patterns + other.patterns)
@@ -81,61 +94,15 @@ class PatternMatcher:
         hit = self._rewrite(u, ctx)
         return None if hit is None else hit[0]
 
-    def _rewrite(self, u: UOp, ctx: Any) -> tuple[UOp, _Rule] | None:
-        """The replacement and the rule that made it, so that errors can name the rule."""
-        rules = self._rules_for.get((u.op, u.dtype))
-        if rules is None:
-            rules = self._rules(u.op, u.dtype)
-        srcops: set[Ops] | None = None
-        consts: set | None = None
-        for rule in rules:
-            try:
-                if rule.direct:
-                    ret = rule.fn(u)
-                    if ret is None or ret is u:
-                        continue
-                    return self._checked(ret, rule)
-                if rule.trivial_name is not None:
-                    matches: Any = ({rule.trivial_name: u},)
-                else:
-                    if rule.early:
-                        # reject on the sources' ops and constants before paying for a full match
-                        if srcops is None:
-                            srcops = {s.op for s in u.src}
-                        if rule.early_all is not None and not srcops <= rule.early_all:
-                            continue
-                        reject = False
-                        for req in rule.early_any:
-                            if srcops.isdisjoint(req):
-                                reject = True
-                                break
-                        if not reject and rule.early_consts:
-                            if consts is None:
-                                consts = {s.arg for s in u.src if s.op is _CONST}
-                            for c in rule.early_consts:
-                                if c not in consts:
-                                    reject = True
-                                    break
-                        if reject:
-                            continue
-                    matches = rule.pat.match(u, {})
-                for store in matches:
-                    ret = rule.fn(ctx=ctx, **store) if rule.wants_ctx else rule.fn(**store)
-                    if ret is not None and ret is not u:
-                        return self._checked(ret, rule)
-            except Exception as e:
-                if not getattr(e, "_tg_noted", False):
-                    e.add_note(f"raised by {_describe(rule.fn, rule.pat)} on {u.op} node")
-                    e._tg_noted = True  # type: ignore[attr-defined]  # a marker: outer rewrites do not note it again
-                raise
-        return None
-
-    @staticmethod
-    def _checked(ret: Any, rule: _Rule) -> tuple[UOp, _Rule]:
-        if type(ret) is not UOp:
-            raise TypeError(f"{_describe(rule.fn, rule.pat)} returned {type(ret).__name__} {ret!r}; "
-                            "a rule must return a UOp or None")
-        return ret, rule
+    def _rewrite(self, u: UOp, ctx: Any) -> tuple[UOp, int] | None:
+        """The replacement and the index of the rule that made it, so that errors can name the rule."""
+        by_dtype = self.dispatch.get(u.op)
+        if by_dtype is None:
+            return None
+        fn = by_dtype.get(u.dtype)
+        if fn is None:
+            fn = self.compiled(u.op, u.dtype)
+        return fn(u, ctx) if fn else None
 
 
 class RewriteError(RuntimeError):
@@ -147,6 +114,9 @@ def _short(u: UOp, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit // 2] + " ... " + text[-limit // 2:]
 
 
+_BUSY: Any = object()  # the value in `done` of a node entered and not finished: reaching it again is a cycle
+
+
 class _Rewriter:
     """Applies a PatternMatcher to every node of a graph until no rule applies anywhere."""
 
@@ -154,30 +124,30 @@ class _Rewriter:
         self.pm, self.ctx = pm, ctx
         self.applied = 0
         self.limit = REWRITE_STEP_LIMIT.value
-        self.rule_counts: Counter = Counter()
-        # each pending rewrite result -> (the node it replaced, the rule), to name the rules when a rewrite
-        # loops; an entry is dropped once its node is done, so this holds only the current path
-        self.made_by: dict[UOp, tuple[UOp, _Rule]] = {}
+        self.rule_counts = [0] * len(pm._rule_list)  # applications of each rule, by its index
+        # each pending rewrite result -> (the node it replaced, the rule's index), to name the rules when a
+        # rewrite loops; an entry is dropped once its node is done, so this holds only the current path
+        self.made_by: dict[UOp, tuple[UOp, int]] = {}
 
-    def _apply(self, u: UOp) -> UOp | None:
-        rules = self.pm.rules_by_op.get(u.op)
-        if rules is None:
-            return None
-        hit = self.pm._rewrite(u, self.ctx)
-        if hit is None:
-            return None
-        ret, rule = hit
+    def _hit(self, u: UOp, hit: tuple[UOp, int]) -> UOp:
+        """Count a rule application and remember what it replaced."""
+        ret, idx = hit
         self.applied += 1
-        self.rule_counts[rule] += 1
-        self.made_by[ret] = (u, rule)
+        self.rule_counts[idx] += 1
+        self.made_by[ret] = (u, idx)
         if self.applied > self.limit:
-            self._too_many(u, ret, rule)
+            self._too_many(u, ret, idx)
         return ret
 
-    def _too_many(self, u: UOp, ret: UOp, rule: _Rule) -> None:
-        top = ", ".join(f"{_describe(r.fn, r.pat)} ({n} times)" for r, n in self.rule_counts.most_common(3))
+    def _rule_name(self, idx: int) -> str:
+        rule = self.pm._rule_list[idx]
+        return _describe(rule.fn, rule.pat)
+
+    def _too_many(self, u: UOp, ret: UOp, idx: int) -> None:
+        most = sorted(range(len(self.rule_counts)), key=lambda i: -self.rule_counts[i])[:3]
+        top = ", ".join(f"{self._rule_name(i)} ({self.rule_counts[i]} times)" for i in most if self.rule_counts[i])
         raise RewriteError(f"graph_rewrite did not reach a fixed point after {self.applied} rule applications "
-                           f"(REWRITE_STEP_LIMIT={self.limit}); the last rewrite, by {_describe(rule.fn, rule.pat)}, "
+                           f"(REWRITE_STEP_LIMIT={self.limit}); the last rewrite, by {self._rule_name(idx)}, "
                            f"turned {_short(u)} into {_short(ret)}. Most applied: {top}. "
                            "A rule is probably undoing another one or growing the graph forever.")
 
@@ -185,12 +155,11 @@ class _Rewriter:
         """`back`, still being rewritten, was reached again while rewriting `start`: list the rewrites between."""
         steps, node, seen = [], start, set()
         if back in self.made_by and self.made_by[back][0] is start:  # reached as the rewrite of start itself
-            steps.append(f"{_describe(self.made_by[back][1].fn, self.made_by[back][1].pat)} rewrote "
-                         f"{_short(start)} into {_short(back)}")
+            steps.append(f"{self._rule_name(self.made_by[back][1])} rewrote {_short(start)} into {_short(back)}")
         while node in self.made_by and node not in seen:
             seen.add(node)
-            orig, rule = self.made_by[node]
-            steps.append(f"{_describe(rule.fn, rule.pat)} rewrote {_short(orig)} into {_short(node)}")
+            orig, idx = self.made_by[node]
+            steps.append(f"{self._rule_name(idx)} rewrote {_short(orig)} into {_short(node)}")
             if orig is back:
                 break
             node = orig
@@ -200,6 +169,10 @@ class _Rewriter:
                f"this leads back to {_short(back)}, so the rules keep undoing each other")
         raise RewriteError(f"graph_rewrite does not terminate: {how}; {why}")
 
+    def _busy_source(self, n: UOp, new_src: tuple) -> None:
+        """A source of `n` is still being rewritten (its result contains `n`'s subgraph): report the cycle."""
+        self._cycle(n, n.src[new_src.index(_BUSY)])
+
     def run(self, root: UOp, node_first: bool) -> UOp:
         """Rewrite every node reachable from `root` to a fixed point, with an explicit stack (graphs can be
         thousands of nodes deep). Stage 0 enters a node, stage 1 rebuilds it from its finished sources,
@@ -207,57 +180,109 @@ class _Rewriter:
 
         Sources first: rules run on the rebuilt node in stage 1. Node first: rules run in stage 0, before
         the sources are entered, and again on the rebuilt node if its sources changed. Either way a rule's
-        result is processed from stage 0, so the final node is one no rule rewrites."""
+        result is processed from stage 0, so the final node is one no rule rewrites.
+
+        This loop runs once or twice per node of every graph the compiler rewrites, so it is written out:
+        a node entered and not finished is marked in `done` itself (one lookup tells new, busy and finished
+        apart), sources are scanned without building a list, and one- and two-source nodes are rebuilt from
+        their sources' results without a comprehension."""
         done: dict[UOp, UOp] = {}
-        busy: set[UOp] = set()  # entered and not finished: reaching one again is a cycle
         stack: list[tuple[int, UOp, UOp | None]] = [(0, root, None)]
-        pop, push = stack.pop, stack.append
-        apply, has_rules, made_by = self._apply, self.pm.rules_by_op.__contains__, self.made_by
+        pop, push, get = stack.pop, stack.append, done.get
+        dispatch, compiled, ctx, hit_, busy = self.pm.dispatch, self.pm.compiled, self.ctx, self._hit, _BUSY
+        ret: UOp | None
         while stack:
             stage, n, aux = pop()
             if stage == 0:
-                if n in done:
+                d = get(n)
+                if d is not None:
+                    if d is busy:
+                        self._cycle(aux if aux is not None else n, n)
                     continue
-                if n in busy:
-                    self._cycle(aux if aux is not None else n, n)
-                if node_first and has_rules(n.op):
-                    ret = apply(n)
-                    if ret is not None:
-                        busy.add(n)
-                        push((2, n, ret))
-                        push((0, ret, n))
-                        continue
-                pending = [s for s in n.src if s not in done]
+                if node_first:
+                    by_dtype = dispatch.get(n.op)
+                    if by_dtype is not None:
+                        fn = by_dtype.get(n.dtype)
+                        if fn is None:
+                            fn = compiled(n.op, n.dtype)
+                        hit = fn(n, ctx) if fn else None
+                        if hit is not None:
+                            ret = hit_(n, hit)
+                            done[n] = busy
+                            push((2, n, ret))
+                            push((0, ret, n))
+                            continue
+                src = n.src
+                pending = False
+                for s in src:
+                    if s not in done:
+                        pending = True
+                        break
                 if pending:
-                    busy.add(n)
+                    done[n] = busy
                     push((1, n, None))
-                    for s in pending:
-                        push((0, s, n))
+                    for s in src:
+                        if s not in done:
+                            push((0, s, n))
                     continue
                 # every source is finished: stage 1 right away (what popping it next would do)
             elif stage == 2:
                 assert aux is not None  # stage 2 entries carry the node's rewrite
                 done[n] = done[aux]
-                busy.discard(n)
-                made_by.pop(aux, None)
+                self.made_by.pop(aux, None)
                 continue
             # stage 1: rebuild from the finished sources, then rewrite (sources first)
             src = n.src
-            new_src = tuple([done[s] for s in src])
-            nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg, n.tag)
+            if len(src) == 2:
+                s0, s1 = src
+                a, b = done[s0], done[s1]
+                if a is s0 and b is s1:
+                    nn = n
+                else:
+                    if a is busy or b is busy:
+                        self._busy_source(n, (a, b))
+                    nn = UOp(n.op, n.dtype, (a, b), n.arg, n.tag)
+            elif len(src) == 1:
+                a = done[src[0]]
+                if a is src[0]:
+                    nn = n
+                else:
+                    if a is busy:
+                        self._busy_source(n, (a,))
+                    nn = UOp(n.op, n.dtype, (a,), n.arg, n.tag)
+            elif src:
+                new_src = tuple([done[s] for s in src])
+                if new_src == src:
+                    nn = n
+                else:
+                    if busy in new_src:
+                        self._busy_source(n, new_src)
+                    nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag)
+            else:
+                nn = n
             if node_first:
-                ret = None if nn is n else nn  # a rebuilt node gets its rules from stage 0
+                if nn is n:
+                    done[n] = n
+                    continue
+                ret = nn  # a rebuilt node gets its rules from stage 0
             else:
-                ret = apply(nn) if has_rules(nn.op) else None
-                if ret is None and nn is not n:
-                    done.setdefault(nn, nn)
-            if ret is None:
-                done[n] = nn
-                busy.discard(n)
-            else:
-                busy.add(n)
-                push((2, n, ret))
-                push((0, ret, n))
+                ret = None
+                by_dtype = dispatch.get(nn.op)
+                if by_dtype is not None:
+                    fn = by_dtype.get(nn.dtype)
+                    if fn is None:
+                        fn = compiled(nn.op, nn.dtype)
+                    hit = fn(nn, ctx) if fn else None
+                    if hit is not None:
+                        ret = hit_(nn, hit)
+                if ret is None:
+                    done[n] = nn
+                    if nn is not n:
+                        done.setdefault(nn, nn)
+                    continue
+            done[n] = busy
+            push((2, n, ret))
+            push((0, ret, n))
         return done[root]
 
 
