@@ -218,12 +218,22 @@ def _rebuilt_const(c: UOp, dt) -> bool:
     return c.tag is None and c.dtype is dt and type(v) is int and (dt is _WEAKINT or as_const(v, dt) == v)
 
 
-def _plain_terms(terms: dict[UOp, int]) -> bool:
-    """No base is a sum: what the walk below accepts (rebuild also writes the opaque sums of long ones as bases)."""
+_HAS_MOD, _HAS_DIV, _NOT_PLAIN = 1, 2, 4
+
+
+def _scan_terms(terms: dict[UOp, int]) -> int:
+    """_NOT_PLAIN if a base is a sum (rebuild also writes the opaque sums of long ones as bases: the walk below
+    rejects those), else which of MOD and IDIV the bases include (flags)."""
+    flags = 0
     for b in terms:
-        if b.op is _ADD:
-            return False
-    return True
+        op = b.op
+        if op is _ADD:
+            return _NOT_PLAIN
+        if op is _MOD:
+            flags |= _HAS_MOD
+        elif op is _IDIV:
+            flags |= _HAS_DIV
+    return flags
 
 
 def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
@@ -245,13 +255,16 @@ def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
     found: list[tuple[UOp, int]] = []
     seen: set[UOp] = set()
     below: dict[UOp, int] | None = None  # the remembered terms of the inner sum the walk stopped at
+    mods = divs = False  # whether the walk met MOD and IDIV bases: only they can make a div/mod pair
     while n is not None:
         if n.op is _ADD:
             lin = n._lin
-            if lin is not None and lin[0] is not None and _plain_terms(lin[0]):
+            if lin is not None and lin[0] is not None and (flags := _scan_terms(lin[0])) != _NOT_PLAIN:
                 if lin[1] != 0:
                     return None  # a constant inside the chain: not canonical
                 below = lin[0]
+                mods = mods or bool(flags & _HAS_MOD)
+                divs = divs or bool(flags & _HAS_DIV)
                 if exact and (type(below) is not ExactTerms or n.dtype is not dt):
                     exact = False
                 break
@@ -276,6 +289,11 @@ def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
             return None  # a repeated base combines: decided at the first repeat, not after walking the whole sum
         seen.add(base)
         found.append((base, coeff))
+        bop = base.op
+        if bop is _MOD:
+            mods = True
+        elif bop is _IDIV:
+            divs = True
     if below is None:
         terms = dict(reversed(found))  # first-seen order, as rebuild writes it
     else:
@@ -283,7 +301,8 @@ def _canonical_terms(x: UOp) -> tuple[dict[UOp, int], int] | None:
             return None
         terms = dict(below)
         terms.update(reversed(found))
-    if _merge_divmod_pairs(terms) is not None:  # it changes terms only when it merges, and then they are dropped
+    # _merge_divmod_pairs changes terms only when it merges, and then they are dropped
+    if mods and divs and _merge_divmod_pairs(terms) is not None:
         return None
     return (ExactTerms(terms) if exact else terms), const
 

@@ -168,17 +168,23 @@ def fill(u: UOp) -> Bounds:
         return _fill_recursive(u, 0)
     except _TooDeep:
         pass
-    stack: list[tuple[UOp, bool]] = [(u, False)]
+    # a node stays on the stack until its sources are analyzed: seen once to push them, once more to compute
+    stack: list[UOp] = [u]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, ready = stack.pop()
+        node = stack[-1]
         if node._minmax is not None:
+            pop()
             continue
-        if ready:
+        missing = False
+        if node.op not in _FLOAT_BLIND or not _blind(node):
+            for s in node.src:
+                if s._minmax is None:
+                    push(s)
+                    missing = True
+        if not missing:
             node._minmax = minmax(node)
-            continue
-        stack.append((node, True))
-        if not _blind(node):
-            stack.extend((s, False) for s in node.src if s._minmax is None)
+            pop()
     filled = u._minmax
     assert filled is not None  # filled by the loop above
     return filled
