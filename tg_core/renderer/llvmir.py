@@ -175,7 +175,7 @@ class LLVMFunction:
                         else f"{ltype(p.dtype)} %data{idx}")
         for v in self.prog.variables:
             self.names[v] = "%var." + _ident(v.arg[0])  # the prefix keeps user names apart from temporaries
-            args.append(f"{ltype(v.dtype)} {self.names[v]}")
+            args.append(f"{ltype(v.dtype)}{self._range(v)} {self.names[v]}")
         for u in self.prog.uops:
             self.render(u)
         head = [f"; kernel {self.prog.name}"]
@@ -188,6 +188,18 @@ class LLVMFunction:
         head.append(f"define {cc}void @{fn}({', '.join(args)}) {self.r.attributes(self.prog)} {{")
         return "\n".join(head + ["entry:"] + self.allocas + self.lines + ["  ret void", "}", *self.declares,
                                                                           *self.metadata]) + "\n"
+
+    def _range(self, v: UOp) -> str:
+        """With the renderer's `variable_ranges`, a variable's bounds as its parameter's `range` attribute: LLVM
+        then knows that index arithmetic over it cannot wrap (a core's column offset, `core_id * 512`, left
+        the SLP vectorizer unable to prove a tile's lanes consecutive)."""
+        lo, hi = v.arg[1], v.arg[2]
+        if not self.r.variable_ranges or not (isinstance(lo, int) and isinstance(hi, int)) or hi < lo:
+            return ""
+        if not dtypes.min(v.dtype) <= lo <= hi < dtypes.max(v.dtype):
+            return ""
+        t = ltype(v.dtype)
+        return f" range({t} {lo}, {hi + 1})"
 
     def render(self, u: UOp) -> None:
         """Render one uop of the program, in order."""
@@ -551,6 +563,8 @@ class LLVMRenderer(Renderer):
     # reduction's order is unspecified, so LLVM may split it into vector accumulators (the loop vectorizer
     # needs reassoc for that) without reassociating any other float arithmetic of the kernel
     reduce_flags: str = ""
+    # variables' bounds (DEFINE_VAR min/max) as their parameters' `range` attributes (LLVM 19 and later)
+    variable_ranges: bool = False
     # SPECIAL name -> the intrinsic (no arguments, i32 result) that reads it, e.g. a GPU's workgroup id
     special_intrinsics: dict[str, str] = {}
     # CUSTOM name -> the function rendering that device intrinsic: (LLVMFunction, uop) -> the result's name
