@@ -513,6 +513,19 @@ class Compiled:
             profile_events.host_event("compile", f"compile {name}", start, {"device": self.device})
         return runner
 
+    def start_runner(self, ast: UOp) -> RunnerFn:
+        """`get_runner(ast)`, except that the device may return before the runner's code is ready (CPU:LLVM
+        compiles in a thread while the caller lowers the next kernel: LLVM releases the GIL); the caller then
+        calls `finish_builds()` before running anything. The engine builds a schedule's kernels with it. The
+        default is get_runner itself."""
+        return self.get_runner(ast)
+
+    def finish_builds(self) -> None:
+        """Wait for the code of the runners `start_runner` returned on this thread; raises what building them
+        raised, after forgetting those runners (a later call builds them again). The engine calls it after
+        building a schedule's kernels and before running any, so a kernel that fails to build still fails the
+        realize before anything ran. The default builds at once: nothing to wait for."""
+
     def forget_runners(self) -> None:
         """Drop the cached runners (after a change of renderer or of what `prepare` does); compiled code stays."""
         with self._build_lock:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tg_core.device import Buffer, Device
+from tg_core.device import Buffer, Compiled, Device
 from tg_core.engine import checks
 from tg_core.helpers import DEBUG
 from tg_core.profile import events as profile_events
@@ -180,6 +180,8 @@ def _build(targets: list[UOp], devices: Sequence[str | None] | None
     # has written anything (a half-done optimizer step, a write without the values that read the old contents)
     # (the device from the node, not buffer_of: a Buffer made now would keep memory planning off it)
     plan: Plan = []
+    # a device may compile in the background meanwhile (start_runner): finish_builds waits before anything runs
+    built: list[Compiled] = []
     for ast, nodes in items:
         dev = Device[nodes[0].src[1].arg]
         if ast.op is Ops.COPY:
@@ -187,7 +189,11 @@ def _build(targets: list[UOp], devices: Sequence[str | None] | None
             queued = all(getattr(Device[n.src[1].arg], "hcq", False) for n in nodes)
             plan.append((ast, nodes, None, _QUEUED if queued else _COPY))
         else:
-            plan.append((ast, nodes, dev.get_runner(ast), _QUEUED if getattr(dev, "hcq", False) else _KERNEL))
+            plan.append((ast, nodes, dev.start_runner(ast), _QUEUED if getattr(dev, "hcq", False) else _KERNEL))
+            if dev not in built:
+                built.append(dev)
+    for dev in built:
+        dev.finish_builds()
     return items, out, var_vals, plan
 
 

@@ -19,6 +19,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -210,6 +211,33 @@ def _addr(b: Buffer) -> int:
     return (o if o is not None else b.opaque).addr
 
 
+class _Pending(NamedTuple):
+    """A kernel whose LLVM compile runs in the device's build thread: the future of its loaded code, and the
+    ctypes argument types of its function."""
+    future: Future
+    argtypes: tuple[Any, ...]
+
+
+class _PendingCPURunner(CPURunner):
+    """A CPURunner whose code is still being compiled (`keep` is its _Pending): the first call or prebind waits
+    for it and turns the object into a plain CPURunner, so later calls pay nothing."""
+    __slots__ = ()
+
+    def _ready(self) -> None:
+        pending = self.keep
+        loaded = pending.future.result()
+        self.fn, self.keep = ctypes.CFUNCTYPE(None, *pending.argtypes)(loaded.address), loaded
+        self.__class__ = CPURunner  # type: ignore[assignment]
+
+    def __call__(self, bufs: list[Buffer], var_vals: Mapping[str, int]) -> None:
+        self._ready()
+        CPURunner.__call__(self, bufs, var_vals)
+
+    def prebind(self, bufs: Sequence[Buffer | None], inputs: Sequence[tuple[int, int]]) -> BoundCall:
+        self._ready()
+        return CPURunner.prebind(self, bufs, inputs)
+
+
 class BoundCall:
     """A CPURunner's call with its arguments made once: one list per core (the buffers' addresses, the
     variables, core_id in its place), into which a call writes only the input buffers' addresses and the
@@ -281,6 +309,9 @@ class CPUDevice(Compiled):
         self._lock = threading.Lock()
         self._loaded: dict[str | bytes, Any] = {}
         self._llvm: Any = None
+        self._builder: ThreadPoolExecutor | None = None  # CPU:LLVM's compiles while the engine builds (load)
+        self._pending: dict[int, list[str]] = {}  # per thread: sources compiling since its last finish_builds
+        self._deferring = threading.local()  # on: inside start_runner's build
         self._pools: dict[int, CorePool | NativeCorePool] = {}
         self._peaks: dict[str, float | None] = {}  # fp32_peak_gflops of one core, measured when first asked
         self.pool: CorePool | NativeCorePool | None = None
@@ -340,6 +371,10 @@ class CPUDevice(Compiled):
                                 f"passes {', '.join(repr(d) for d in _CTYPE)}")
             argtypes.append(_CTYPE[v.dtype])
         fn_name = renderer.function_name(program) if hasattr(renderer, "function_name") else program.name
+        if isinstance(lib, str) and getattr(self._deferring, "on", False) and DEBUG < 3:
+            # start_runner (the engine building a schedule): LLVM optimizes and compiles this kernel in the build
+            # thread (its calls release the GIL) while the engine lowers the next one; finish_builds waits for it
+            return CPUKernel(None, _Pending(self._load_later(lib, fn_name), tuple(argtypes)))
         loaded = self._load(lib, fn_name)
         fn = ctypes.CFUNCTYPE(None, *argtypes)(loaded.address)
         if DEBUG >= 3:
@@ -351,7 +386,8 @@ class CPUDevice(Compiled):
         """The CPURunner of the one kernel `prepare` made: on as many cores as it was split across."""
         (kernel,), (program,), (code,) = prepared.kernels, programs, loaded
         assert self.pool is not None  # configure_threads, in __init__, made it
-        return CPURunner(code.fn, program.name, [v.name for v in program.layout.variables], core_count(kernel.ast),
+        runner = CPURunner if code.fn is not None else _PendingCPURunner
+        return runner(code.fn, program.name, [v.name for v in program.layout.variables], core_count(kernel.ast),
                          self.pool, code.keep, partial_reduction(kernel.ast))
 
     def _show(self, renderer: Renderer, program: Any, src: str | bytes, cores: int) -> None:
@@ -361,6 +397,61 @@ class CPUDevice(Compiled):
         else:
             text = renderer.asm_str(program) if hasattr(renderer, "asm_str") else f"({len(src)} bytes of machine code)"
         print(f"tg: CPU {renderer.name} kernel {program.name} on {cores} core(s):\n{text}", file=sys.stderr)
+
+    def _load_later(self, src: str, fn_name: str) -> Future:
+        """The future of `src`'s loaded code, compiled in the build thread (once per source, as `_load`)."""
+        with self._lock:
+            loaded = self._loaded.get(src)
+            if isinstance(loaded, Future):
+                return loaded
+            future: Future = Future()
+            if loaded is not None:
+                future.set_result(loaded)
+                return future
+            if self._llvm is None:
+                from tg_cpu_x86.llvm import LLVMCompiler
+                self._llvm = LLVMCompiler()
+            if self._builder is None:
+                self._builder = ThreadPoolExecutor(1, thread_name_prefix="tg-llvm")
+            future = self._loaded[src] = self._builder.submit(self._llvm.load, src, fn_name, True)
+            self._pending.setdefault(threading.get_ident(), []).append(src)
+            return future
+
+    def start_runner(self, ast: UOp) -> Any:
+        """get_runner, with an LLVM kernel's compile left to the build thread (see load); finish_builds waits."""
+        runner = self._runners.get(ast)
+        if runner is None:
+            self._deferring.on = True
+            try:
+                runner = self.get_runner(ast)
+            finally:
+                self._deferring.on = False
+        return runner
+
+    def finish_builds(self) -> None:
+        """Wait for the compiles `load` started in the build thread for this thread's start_runner calls; a failed
+        one's runners are forgotten (a later get_runner compiles again) and its error raised."""
+        if not self._pending:
+            return
+        with self._lock:
+            pending = self._pending.pop(threading.get_ident(), [])
+        error: BaseException | None = None
+        for src in pending:
+            future = self._loaded[src]
+            assert isinstance(future, Future)  # only finish_builds replaces it
+            try:
+                loaded = future.result()
+            except BaseException as e:
+                with self._build_lock:
+                    del self._loaded[src]
+                    for ast in [a for a, r in self._runners.items()
+                                if isinstance(r, _PendingCPURunner) and r.keep.future is future]:
+                        del self._runners[ast]
+                error = error or e
+            else:
+                self._loaded[src] = loaded
+        if error is not None:
+            raise error
 
     def _load(self, src: str | bytes, fn_name: str) -> Any:
         """The loaded code of `src` (its `address` is the kernel's), compiled and loaded once per source."""
@@ -378,7 +469,8 @@ class CPUDevice(Compiled):
                 else:
                     loaded = ExecMemory(src)
                 self._loaded[src] = loaded
-            return loaded
+        # being compiled in the build thread (asked for again outside the engine's build): wait for it
+        return loaded.result() if isinstance(loaded, Future) else loaded
 
     def compile_host_function(self, render: Callable[[Any], str], function: str) -> Any | None:
         """hcq's host programs as functions of this process: `render` is given the CPU's LLVM renderer (this
@@ -416,5 +508,7 @@ class CPUDevice(Compiled):
 
     def close(self) -> None:
         super().close()
+        if self._builder is not None:
+            self._builder.shutdown(wait=True)
         for pool in self._pools.values():
             pool.close()

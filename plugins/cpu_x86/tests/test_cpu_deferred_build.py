@@ -1,0 +1,79 @@
+"""CPU:LLVM compiles in a build thread while the engine builds a schedule (start_runner, finish_builds)."""
+import threading
+
+import numpy as np
+import pytest
+
+from tg_core.device import Device
+from tg_core.tensor import Tensor
+from tg_core.uop import Ops
+
+pytest.importorskip("llvmlite.binding")
+from tg_cpu_x86.device import CPURunner, _PendingCPURunner  # noqa: E402
+from tg_cpu_x86.llvm import LLVMCompiler  # noqa: E402
+
+DEV = "CPU:LLVM"
+
+
+def _mlp(scale: float):
+    """Three kernels (two matmul layers and a softmax) whose constants make them new to this process."""
+    rng = np.random.default_rng(3)
+    x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((8, 32), (32, 48), (48, 16)))
+    h = np.maximum(x @ w1 * scale, 0) @ w2
+    e = np.exp(h - h.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    tx, tw1, tw2 = (Tensor(a, device=DEV).realize() for a in (x, w1, w2))
+    return (((tx @ tw1) * scale).relu() @ tw2).softmax(-1), want
+
+
+def test_kernels_compile_in_the_build_thread_and_run_right(monkeypatch):
+    threads = []
+    real = LLVMCompiler.load
+
+    def load(self, src, function, cache=False):
+        threads.append(threading.current_thread().name)
+        return real(self, src, function, cache)
+    monkeypatch.setattr(LLVMCompiler, "load", load)
+    out, want = _mlp(1.0625)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-6)
+    assert threads and all(t.startswith("tg-llvm") for t in threads), threads
+    # the runners the engine built are plain CPURunners once run
+    assert not any(isinstance(r, _PendingCPURunner) for r in Device[DEV]._runners.values())
+
+
+def test_a_failed_compile_fails_the_realize_before_anything_runs(monkeypatch):
+    target = Tensor(np.full((8, 16), 7, np.float32), device=DEV).realize()
+    out, want = _mlp(1.125)
+
+    def fail(self, src, function, cache=False):
+        raise RuntimeError("LLVM rejected the rendered kernel: injected")
+    with monkeypatch.context() as m:
+        m.setattr(LLVMCompiler, "load", fail)
+        with pytest.raises(RuntimeError, match="injected"):
+            target.assign(out).realize()
+    np.testing.assert_array_equal(target.numpy(), np.full((8, 16), 7, np.float32))  # nothing was written
+    # the failed runners were forgotten: the same kernels compile now and compute the result
+    target.assign(out).realize()
+    np.testing.assert_allclose(target.numpy(), want, rtol=1e-4, atol=1e-6)
+
+
+def test_a_pending_runner_waits_on_first_use_and_outside_the_engine_runners_are_ready():
+    dev = Device[DEV]
+    out, want = _mlp(1.1875)
+    kernels = [ast for ast, _ in _schedule(out) if ast.op is Ops.SINK]
+    dev.forget_runners()  # two of the kernels are the earlier tests' (compiled code is kept: it is reused)
+    pending = [dev.start_runner(ast) for ast in kernels]
+    assert len(pending) == 3 and all(type(r) is _PendingCPURunner for r in pending)
+    assert [dev.start_runner(ast) for ast in kernels] == pending  # cached as they are
+    dev.finish_builds()
+    # the engine finds these runners cached; each waits for its code on its first call, then is a CPURunner
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-6)
+    assert all(type(r) is CPURunner for r in pending)
+    out, want = _mlp(1.25)
+    assert all(type(dev.get_runner(ast)) is CPURunner for ast, _ in _schedule(out) if ast.op is Ops.SINK)
+
+
+def _schedule(t):
+    from tg_core.schedule.cache import schedule
+    items, _, _ = schedule([t.uop], [DEV])
+    return items
