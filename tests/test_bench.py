@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tg_core import bench
 
@@ -116,3 +117,20 @@ def test_cpu_matmul_reports_its_fraction_of_the_measured_peak():
         assert ("peak_fraction" in c["extra"]) == (c["name"] == "matmul")
         if c["name"] == "matmul":
             assert c["extra"]["peak_fraction"] == c["throughput"] / report["fp32_peak_gflops"]
+
+
+def test_first_mlp_on_llvm_is_measured_cold_and_with_a_warm_cache(tmp_path, monkeypatch):
+    """CPU:LLVM's first_mlp figure runs without TG_LLVM_CACHE even when the caller sets it (the figure is the
+    cold compile); the warm-cache figure comes from a temporary directory of its own."""
+    pytest.importorskip("llvmlite.binding")
+    from tg_core.device import Device
+    if "LLVM" not in [r.name for r in Device["CPU"].renderers]:
+        pytest.skip("no LLVM renderer for CPU")
+    mine = tmp_path / "callers-cache"
+    monkeypatch.setenv("TG_LLVM_CACHE", str(mine))
+    report = bench.run("CPU:LLVM", ["first_mlp"], quick=True, repeat=1)
+    (case,) = report["cases"]
+    assert case["verified"] is True and case["error"] is None, case
+    assert case["tg_s"] > 0 and case["extra"]["llvm_cache_s"] > 0
+    assert not mine.exists()  # neither figure used the caller's directory
+    assert "with a warm TG_LLVM_CACHE: " in bench.format_report(report)

@@ -17,7 +17,8 @@ Cases (full size; `--quick` uses small sizes for smoke runs):
   mlp          the demo MLP forward: batch 256, 784-1024-1024-10, relu
   launch       1000 eager realizes of x+1 on 16 elements (one tiny kernel each); launch_jit: the same
                replayed by a TinyJit
-  first_mlp    the MLP forward in a fresh process (subprocess): schedule + codegen + compile + run
+  first_mlp    the MLP forward in a fresh process (subprocess): schedule + codegen + compile + run; on CPU:LLVM also
+               with a warm TG_LLVM_CACHE (compiled kernels from disk), reported beside it
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -37,6 +39,7 @@ import numpy as np
 from tg_core.cli import command
 
 RNG_SEED = 0
+_LLVM_CACHE = "TG_LLVM_CACHE"  # tg_cpu_x86/objcache.py: first_mlp measures without it, then with it warm
 
 
 @dataclass
@@ -212,26 +215,41 @@ class _Bench:
         return [res, jit]
 
     def first_mlp(self) -> list[Result]:
-        """The MLP forward in a new process: nothing cached, so this is schedule + codegen + compile + run."""
+        """The MLP forward in a new process: nothing cached, so this is schedule + codegen + compile + run. A
+        renderer with a disk cache of compiled code (CPU:LLVM's TG_LLVM_CACHE, off by default) is measured
+        without it, and again in a third process once a second one has filled a temporary cache (`extra`)."""
         batch, *dims = self.sizes.mlp
         res = Result("first_mlp", f"batch {batch}, {'-'.join(map(str, dims))}, fresh process")
-        root = str(Path(__file__).resolve().parents[1])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-        code = _FIRST_MLP.format(device=self.device, sizes=tuple(self.sizes.mlp), seed=RNG_SEED)
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-        if proc.returncode != 0:
-            last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
-            res.error = f"subprocess failed: {last}"
-            return [res]
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
-        if not out["ok"]:
-            res.max_error = out["max_error"]
-            res.error = f"result differs from numpy (max abs error {res.max_error:.3g})"
+        env = {k: v for k, v in os.environ.items() if k != _LLVM_CACHE}
+        out = self._fresh_process(res, env)
+        if out is None:
             return [res]
         res.verified, res.tg_s, res.numpy_s = True, out["tg_s"], out["numpy_s"]
         res.ratio = res.numpy_s / res.tg_s
         res.extra["import_s"] = out["import_s"]
+        if self.dev.renderer is not None and self.dev.renderer.name == "LLVM":
+            with tempfile.TemporaryDirectory(prefix="tg-bench-llvm-cache-") as cache:
+                env[_LLVM_CACHE] = cache
+                if self._fresh_process(res, env) is not None and (warm := self._fresh_process(res, env)) is not None:
+                    res.extra["llvm_cache_s"] = warm["tg_s"]
         return [res]
+
+    def _fresh_process(self, res: Result, env: dict[str, str]) -> dict[str, Any] | None:
+        """first_mlp's run in a new process with `env`: its JSON line, or None (`res` then says what failed)."""
+        root = str(Path(__file__).resolve().parents[1])
+        env = dict(env, PYTHONPATH=os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+        code = _FIRST_MLP.format(device=self.device, sizes=tuple(self.sizes.mlp), seed=RNG_SEED)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+        if proc.returncode != 0:
+            last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
+            res.verified, res.error = False, f"subprocess failed: {last}"
+            return None
+        out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        if not out["ok"]:
+            res.verified, res.max_error = False, out["max_error"]
+            res.error = f"result differs from numpy (max abs error {out['max_error']:.3g})"
+            return None
+        return out
 
 
 def _per_kernel(res: Result, n: int) -> None:
@@ -337,7 +355,10 @@ def format_report(report: dict[str, Any]) -> str:
         if r["tg_cpu_s"] is not None:
             extra += f" (CPU {_fmt_time(r['tg_cpu_s'])})"
         if "import_s" in r["extra"]:
-            extra = f"(import took {_fmt_time(r['extra']['import_s'])})"
+            extra = f"(import took {_fmt_time(r['extra']['import_s'])}"
+            if "llvm_cache_s" in r["extra"]:
+                extra += f"; with a warm {_LLVM_CACHE}: {_fmt_time(r['extra']['llvm_cache_s'])}"
+            extra += ")"
         rows.append((r["name"], r["size"], _fmt_time(r["tg_s"]), _fmt_time(r["numpy_s"]), f"{r['ratio']:.2f}x", isa,
                      extra))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
