@@ -65,6 +65,43 @@ def test_equal_graphs_built_concurrently_are_identical():
             assert len(other_nodes) == len(nodes) and all(a is b for a, b in zip(nodes, other_nodes))
 
 
+def test_nodes_freed_and_rebuilt_while_threads_race_and_the_cache_sweeps_stay_unique(monkeypatch):
+    # insertions take no lock (one setdefault); replacing dead entries and sweeping do: threads rebuilding graphs
+    # that just died, across sweeps (the cache passes its 65536-entry sweep mark), must still share every node
+    from tg_core.uop import uop as uop_module
+    barrier = threading.Barrier(4)
+    x = UOp.variable("sweep_x", 0, 1000)
+
+    def build(round_: int) -> list[UOp]:
+        barrier.wait()
+        out = []
+        for i in range(6000):
+            out.append(((x * (i + 3) + round_) // 7) % (i + 11))
+        return out
+
+    sweeps = []
+    real_sweep = uop_module._sweep_dead
+
+    def sweep() -> None:
+        real_sweep()
+        sweeps.append(len(uop_module._ucache))
+        uop_module._sweep_at = len(uop_module._ucache) + 5000  # sweep again soon, while the threads still race
+    monkeypatch.setattr(uop_module, "_sweep_dead", sweep)
+    monkeypatch.setattr(uop_module, "_sweep_at", len(uop_module._ucache) + 5000)
+    for round_ in range(4):
+        with ThreadPoolExecutor(4) as ex:
+            results = list(ex.map(build, [round_ % 2] * 4))
+        first = results[0]
+        for other in results[1:]:
+            assert all(a is b for a, b in zip(first, other))
+        assert first[5].render() == f"((((sweep_x*8)+{round_ % 2})//7)%16)"
+        del results, first, other  # the graphs die: the next round rebuilds half of them over dead entries
+    assert len(sweeps) >= 4
+    monkeypatch.undo()
+    uop_module._sweep_dead()
+    uop_module._sweep_at = max(1 << 16, 2 * len(uop_module._ucache))
+
+
 def test_nodes_with_nothing_referencing_them_are_freed_and_rebuilt_equal():
     import gc
     import weakref

@@ -24,19 +24,35 @@ from tg_core.uop.tensor_ops import Shape, TensorOps, _NoShape
 
 # The hash-consing cache: key -> weak reference to the node. Entries of dead nodes are swept when the
 # cache has doubled since the last sweep (amortized O(1) per node, and cheaper than a weakref callback
-# per node). Lookups that hit a live node take no lock: a live entry is never removed. Inserting and
-# sweeping hold the lock, so two threads building the same node always end with the same object.
+# per node). Lookups that hit a live node take no lock: a live entry is never removed. A new key is
+# inserted with one atomic setdefault; replacing a dead entry and sweeping hold the lock, so two threads
+# building the same node always end with the same object.
 _ucache: dict[tuple, weakref.ref] = {}
 _ucache_lock = threading.Lock()
 _sweep_at = 1 << 16
 
 
 def _sweep_dead() -> None:
-    """Drop the entries of dead nodes (keys hold no nodes, so a dead entry costs only its own memory)."""
+    """Drop the entries of dead nodes (keys hold no nodes, so a dead entry costs only its own memory). Under the
+    lock, so that no replacement of a dead entry by a live node happens between the test and the deletion;
+    insertions of new keys go on meanwhile (the items are copied first, in one step)."""
     global _sweep_at
-    for key in [k for k, ref in _ucache.items() if ref() is None]:
-        del _ucache[key]
-    _sweep_at = max(1 << 16, 2 * len(_ucache))
+    with _ucache_lock:
+        for key, ref in list(_ucache.items()):
+            if ref() is None and _ucache.get(key) is ref:
+                del _ucache[key]
+        _sweep_at = max(1 << 16, 2 * len(_ucache))
+
+
+def _replace_dead(key: tuple, node: UOp, new: weakref.ref) -> UOp:
+    """The entry for `key` holds a node: the live one it names, or, when that died, `node`, which replaces it."""
+    with _ucache_lock:
+        ref = _ucache.get(key)
+        other = ref() if ref is not None else None
+        if other is not None:
+            return other  # another thread made it first
+        _ucache[key] = new
+    return node
 
 
 _IDENTITY_HASH: Any = object.__hash__  # the hash of types whose equality is identity
@@ -50,8 +66,11 @@ def _arg_key(arg: Any) -> Any:
         return (float, arg.hex())
     if type(arg) is bool:
         return (bool, arg)
-    if type(arg) is tuple and any(type(a) is float or type(a) is bool for a in arg):
-        return (tuple, tuple(_arg_key(a) for a in arg))
+    if type(arg) is tuple:
+        for a in arg:  # a loop, not any(): a RANGE's (axis, kind) is keyed once per loop index built
+            ta = type(a)
+            if ta is float or ta is bool:
+                return (tuple, tuple([_arg_key(a) for a in arg]))
     return arg
 
 
@@ -121,40 +140,51 @@ class UOp(TensorOps):
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
         if type(src) is not tuple:
             src = tuple(src)
-        targ = type(arg)
         # sources by address: a key must not keep them alive (a dead node's entry would otherwise hold its
         # whole graph, and the device memory of its buffers, until the next sweep). Addresses are unique
         # while the entry's node lives, since it holds its sources; a dead entry is only ever replaced.
         # Args compared by identity (hcq's Mem holding a device Buffer, functions) key by address for the
         # same reason: an eager AMD loop otherwise kept every step's buffers alive until the sweep.
-        if targ is float or targ is tuple or targ is bool:
-            akey = _arg_key(arg)
-        elif targ.__hash__ is _IDENTITY_HASH and arg is not None:
-            akey = (_BY_ADDRESS, id(arg))
+        if arg is None:
+            akey = None
         else:
-            akey = arg
-        # most nodes have one or two sources: their address tuples written out are 2.5x cheaper than map()
+            targ = type(arg)
+            if targ is int or targ is str:  # the common args (constants, names) key as themselves
+                akey = arg
+            elif targ is float or targ is tuple or targ is bool:
+                akey = _arg_key(arg)
+            elif targ.__hash__ is _IDENTITY_HASH:
+                akey = (_BY_ADDRESS, id(arg))
+            else:
+                akey = arg
+        # one flat tuple, the sources' addresses last (their count is the key's length less 4): most nodes have
+        # one or two sources, and writing those out is 2.5x cheaper than map(); no inner tuple to build or hash
         n = len(src)
-        sids = (id(src[0]), id(src[1])) if n == 2 else (id(src[0]),) if n == 1 else () if n == 0 else \
-            tuple(map(id, src))
-        key = (op, dtype, sids, akey, tag)
+        key = (op, dtype, akey, tag, id(src[0]), id(src[1])) if n == 2 else (op, dtype, akey, tag, id(src[0])) \
+            if n == 1 else (op, dtype, akey, tag) if n == 0 else (op, dtype, akey, tag, *map(id, src))
         ref = _ucache.get(key)
         if ref is not None:
             node = ref()
             if node is not None:
                 return node
         node = object.__new__(cls)
-        node.op, node.dtype, node.src, node.arg, node.tag = op, dtype, src, arg, tag
+        node.op = op
+        node.dtype = dtype
+        node.src = src
+        node.arg = arg
+        node.tag = tag
         node._minmax = node._ranges = node._lin = node._shape = None
-        with _ucache_lock:
-            ref = _ucache.get(key)
-            other = ref() if ref is not None else None
-            if other is not None:
-                return other  # another thread made it first
-            _ucache[key] = weakref.ref(node)
-            if len(_ucache) > _sweep_at:
-                _sweep_dead()
-        return node
+        new = weakref.ref(node)
+        if ref is None:
+            # a new key: setdefault inserts it atomically (no lock: it never replaces an entry, so it cannot
+            # race the sweep or a replacement, which hold the lock); if another thread inserted first, its node
+            # is the one (or, had that one died already, the entry is replaced as below)
+            ref = _ucache.setdefault(key, new)
+            if ref is new:
+                if len(_ucache) > _sweep_at:
+                    _sweep_dead()
+                return node
+        return _replace_dead(key, node, new)
 
     def __reduce__(self) -> tuple:
         # the graph as a flat table, sources by position: pickling the nested sources would recurse once per
