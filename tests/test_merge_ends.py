@@ -98,23 +98,3 @@ def test_merging_in_waves_is_merging_one_range_at_a_time(make, opts):
     ends = [u.src[1] for u in order if u.op is Ops.END]
     assert len(ends) == len(set(ends))
 
-
-def _powers(n: int = 8) -> UOp:
-    """POW decomposes into EXP2 and LOG2, which decompose again: replacements that need rewriting themselves."""
-    a, b, out = UOp.param(0, F32.ptr(n)), UOp.param(1, F32.ptr(n)), UOp.param(2, F32.ptr(n))
-    i = UOp.range(n, 0)
-    x, y = a.index(i).load(), b.index(i).load()
-    return _kernel(out.index(i).store(x.alu(Ops.POW, y) + x.exp2() * y.log2()).end(i))
-
-
-@pytest.mark.parametrize("make,opts", [CASES[0], CASES[1], (_powers, (Opt(OptOps.UPCAST, 0, 4),))])
-def test_renderer_rules_as_a_walk_are_the_rewrite(make, opts):
-    from tg_core.codegen.ends import _rewrite_walk, pm_split_ends
-    from tg_core.codegen.lib.decomp import decomp
-    ast = apply_opts(make(), opts)
-    ast = lower_index_dtype(lower_reduce(graph_rewrite(expand_lanes(graph_rewrite(ast, symbolic, bottom_up=True)),
-                                                       symbolic, bottom_up=True)))
-    pm = decomp + pm_split_ends
-    want = graph_rewrite(ast, pm)
-    assert want is not ast and not any(u.op in (Ops.EXP2, Ops.LOG2, Ops.POW) for u in want.toposort())
-    assert _rewrite_walk(ast, ast.toposort(), pm) is want

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tg_core.codegen.linearize import LinearizeError
+from tg_core.codegen.rewrite_walk import rewrite_walk
 from tg_core.dtype import dtypes
-from tg_core.helpers import REWRITE_STEP_LIMIT
 from tg_core.uop.ops import Ops
-from tg_core.uop.rewrite import PatternMatcher, RewriteError, graph_rewrite, substitute
+from tg_core.uop.rewrite import PatternMatcher, graph_rewrite, substitute
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
 
@@ -208,55 +208,4 @@ def normalize_ends_order(ast: UOp, also: PatternMatcher | None = None) -> tuple[
         return merge_ends_order(graph_rewrite(graph_rewrite(ast, also), pm_split_ends))  # rules see unsplit ENDs
     if id(also) not in _with_split:
         _with_split[id(also)] = (also, also + pm_split_ends)
-    return merge_ends_order(_rewrite_walk(ast, order, _with_split[id(also)][1]))
-
-
-def _rewrite_walk(ast: UOp, order: Iterable[UOp], pm: PatternMatcher) -> UOp:
-    """`graph_rewrite(ast, pm)` (sources first) as a plain walk over `order` (the toposort of `ast`): a node is
-    rebuilt from its sources' results, and only a node of an op `pm` has rules for is matched, its replacement
-    then brought to its own fixed point the same way. The result is the same graph, since what a sources-first
-    rewrite makes of a node depends on the node alone; the walk spares the rewrite engine's bookkeeping on the
-    nodes no rule can touch (all but a few transcendentals and ENDs of a large kernel)."""
-    done: dict[UOp, UOp] = {}
-    has_rules = pm.rules_by_op.__contains__
-    for u in order:
-        if u in done:
-            continue
-        src = u.src
-        new_src = tuple([done[s] for s in src])
-        x = u if new_src == src else UOp(u.op, u.dtype, new_src, u.arg, u.tag)
-        if has_rules(x.op):
-            x = _fixed_point(x, pm, done)
-        done[u] = x
-        done.setdefault(x, x)
-    return done[ast]
-
-
-def _fixed_point(x: UOp, pm: PatternMatcher, done: dict[UOp, UOp]) -> UOp:
-    """`x` (its sources done) rewritten by `pm` until no rule applies: as graph_rewrite does, a replacement's
-    new nodes are done first (sources first, each rewritten in turn), then the replacement is rebuilt from them
-    and matched again."""
-    has_rules = pm.rules_by_op.__contains__
-    for _ in range(REWRITE_STEP_LIMIT.value):
-        if not has_rules(x.op):
-            return x
-        ret = pm.rewrite(x)
-        if ret is None:
-            return x
-        if ret in done:
-            return done[ret]
-        for n in ret.toposort(gate=lambda n: n not in done):
-            if n in done or n is ret:
-                continue
-            src = n.src
-            new_src = tuple([done[s] for s in src])
-            y = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg, n.tag)
-            if has_rules(y.op):
-                y = _fixed_point(y, pm, done)
-            done[n] = y
-            done.setdefault(y, y)
-        src = ret.src
-        new_src = tuple([done[s] for s in src])
-        x = ret if new_src == src else UOp(ret.op, ret.dtype, new_src, ret.arg, ret.tag)
-    raise RewriteError(f"the renderer's rules did not reach a fixed point after {REWRITE_STEP_LIMIT.value} "
-                       f"rewrites of one {x.op.name} node (REWRITE_STEP_LIMIT)")
+    return merge_ends_order(rewrite_walk(ast, order, _with_split[id(also)][1]))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tg_core.codegen.rewrite_walk import rewrite_walk
 from tg_core.dtype import dtypes
 from tg_core.uop.ops import Ops
-from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
+from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
 
@@ -49,6 +50,7 @@ def has_shifts(order: Iterable[UOp]) -> bool:
 
 def define_shifts(ast: UOp) -> UOp:
     """`ast` with every shift's amount inside its value's width (alu.py's value for the others)."""
-    if not has_shifts(ast.toposort()):
+    order = ast.toposort()
+    if not has_shifts(order):
         return ast
-    return graph_rewrite(ast, pm_defined_shifts)
+    return rewrite_walk(ast, order, pm_defined_shifts)  # graph_rewrite's result, matching only the shifts
