@@ -53,7 +53,7 @@ from tg_core.plugin_api import (
     param_index,
 )
 from tg_cpu_x86.x86.abi import ARG_REGS, GPR
-from tg_cpu_x86.x86.slp import INT_LANES, NARROW, Group, buffer_of, gated_index, offset, widest_plan
+from tg_cpu_x86.x86.slp import INT_LANES, NARROW, Group, buffer_of, gated_index, offset, users_of, widest_plan
 
 DONE = UOp(Ops.NOOP, dtypes.void, (), "selected")  # what a rule returns: its instructions are emitted
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -136,10 +136,8 @@ class Selector:
         # per RANGE: (counter, its init and increment, its compare, a compare of a pointer with its end instead)
         self.counted: dict[UOp, tuple[VReg, tuple[MInst, MInst], MInst, MInst]] = {}
         self._labels = itertools.count()
-        self.users: dict[UOp, list[UOp]] = {}
-        for u in self.uops:
-            for s in u.src:
-                self.users.setdefault(s, []).append(u)
+        self.users = users_of(self.uops)  # the renderer's lane choice made it for this program already
+        self._accs: dict[UOp, UOp | None] = {}  # _acc_of's answers (asked ~4 times per uop)
         self.fold_into = self._accumulator_updates()
         # where memory is written (stores to accumulators are register writes)
         self.store_pos = [i for i, u in enumerate(self.uops) if u.op is Ops.STORE and self._acc_of(u.src[0]) is None]
@@ -258,8 +256,11 @@ class Selector:
 
     def _acc_of(self, idx: UOp) -> UOp | None:
         """The DEFINE_REG an INDEX addresses (through AFTERs), if it is an accumulator (one element)."""
+        if idx in self._accs:
+            return self._accs[idx]
         buf = buffer_of(idx)
-        return buf if buf.op is Ops.DEFINE_REG and buf.ptrdtype.size == 1 else None
+        acc = self._accs[idx] = buf if buf.op is Ops.DEFINE_REG and buf.ptrdtype.size == 1 else None
+        return acc
 
     def local(self, arr: UOp) -> FrameRef:
         """A register array of more than one element (a packed panel): a stack array in the frame."""

@@ -46,7 +46,7 @@ from tg_cpu_x86.x86 import operands as x86
 from tg_cpu_x86.x86.abi import X86Arch
 from tg_cpu_x86.x86.encode import Assembler
 from tg_cpu_x86.x86.isel import SUPPORTED, select
-from tg_cpu_x86.x86.slp import Group, buffer_of, widest_plan
+from tg_cpu_x86.x86.slp import Group, buffer_of, users_of, widest_plan
 
 
 def _decompositions() -> PatternMatcher | None:
@@ -80,12 +80,8 @@ def _operand(o: Operand) -> x86.Operand:
     raise TypeError(f"X86: operand {o!r} was not allocated to a physical register")
 
 
-def _users(uops: Sequence[UOp]) -> dict[UOp, list[UOp]]:
-    users: dict[UOp, list[UOp]] = {}
-    for u in uops:
-        for s in u.src:
-            users.setdefault(s, []).append(u)
-    return users
+def _users(uops: tuple[UOp, ...]) -> dict[UOp, list[UOp]]:
+    return users_of(uops)  # made once per program: the selector reads the same map
 
 
 @dataclass

@@ -502,6 +502,22 @@ def _zero_where_of_gated_load(v: UOp) -> bool:
 _recent = threading.local()
 
 
+def users_of(uops: tuple[UOp, ...]) -> dict[UOp, list[UOp]]:
+    """Each uop's users among `uops`, in program order, made once per program and thread: the renderer's lane
+    choice (plan) and the selector read the same map."""
+    cache: tuple[tuple[UOp, ...], dict[UOp, list[UOp]]] | None = getattr(_recent, "users", None)
+    if cache is None or cache[0] is not uops:
+        users: dict[UOp, list[UOp]] = {}
+        for u in uops:
+            for s in u.src:
+                if s in users:
+                    users[s].append(u)
+                else:
+                    users[s] = [u]
+        cache = _recent.users = (uops, users)
+    return cache[1]
+
+
 def plan(uops: tuple[UOp, ...], users: dict[UOp, list[UOp]], lanes: int = LANES) -> tuple[Packer, list[Group]]:
     """A program's Packer and its groups (Packer.run) for vectors of `lanes`, computed once per program, width
     and thread: the renderer packs a program to choose vector lanes, then the selector emits the same groups
