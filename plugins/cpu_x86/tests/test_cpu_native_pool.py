@@ -106,3 +106,28 @@ def test_device_split_kernels_run_on_the_native_pool():
         np.testing.assert_allclose(Tensor(x).sum().numpy(), x.sum(dtype=np.float64), rtol=1e-4)
     finally:
         cpu.configure_threads()
+
+
+def test_a_forked_child_gets_workers_of_its_own():
+    import os
+    mem, fn = _weighted_sum_kernel(8)
+    pool = native_pool.NativeCorePool(2, 100)
+    out = np.zeros(2, np.int64)
+    args = [[out.ctypes.data, c] + [10 * c + i for i in range(2, 8)] for c in range(2)]
+    want = [sum((i + 3) * v for i, v in enumerate(a[2:])) for a in args]
+    try:
+        pool.run(fn, args)
+        assert out.tolist() == want
+        pid = os.fork()
+        if pid == 0:  # the child: its pool restarted its workers (the parent's do not exist here)
+            out[:] = 0
+            pool.run(fn, args)
+            os._exit(0 if out.tolist() == want else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        out[:] = 0
+        pool.run(fn, args)
+        assert out.tolist() == want
+    finally:
+        pool.close()
+    del mem

@@ -29,6 +29,7 @@ Linux x86-64 only (raw futex syscalls, rdtsc): elsewhere the device uses device.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import platform
@@ -246,6 +247,16 @@ def _rdtsc_code() -> bytes:
     return asm.assemble()
 
 
+_POOLS: weakref.WeakSet[NativeCorePool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_pools() -> None:
+    """Workers stop before the interpreter tears down what they read (their control blocks, the code)."""
+    for pool in list(_POOLS):
+        pool.close()
+
+
 class NativeCorePool:
     """`cores - 1` worker threads living in `worker` (see the module docstring); the calling thread runs part 0.
     `spin_us`: how long a worker polls for its next job, and the caller for a worker's end, before sleeping."""
@@ -255,6 +266,7 @@ class NativeCorePool:
         self._code = _Code.get()
         self._closed = False
         self._start()
+        _POOLS.add(self)
         me = weakref.ref(self)
 
         def restart() -> None:  # a forked child has only the forking thread: it gets workers of its own
