@@ -73,3 +73,22 @@ def test_defined_shifts_as_a_walk_are_the_rewrite(upcast):
     want = graph_rewrite(ast, pm_defined_shifts)
     assert want is not ast
     assert define_shifts(ast) is want
+
+
+def _matmul(m: int = 8, n: int = 8, k: int = 16) -> UOp:
+    a, b, out = UOp.param(0, F32.ptr(m * k)), UOp.param(1, F32.ptr(k * n)), UOp.param(2, F32.ptr(m * n))
+    i, j, r = UOp.range(m, 0), UOp.range(n, 1), UOp.range(k, 2, AxisType.REDUCE)
+    acc = (a.index(i * k + r).load() * b.index(r * n + j).load()).reduce(Ops.ADD, r)
+    return _kernel(out.index(i * n + j).store(acc).end(i, j))
+
+
+@pytest.mark.parametrize("make,opts", [
+    (_matmul, (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 4))),  # nested lanes
+    (_softmax, (Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.UNROLL, 1, 2))),
+])
+def test_lane_expansion_as_a_walk_is_the_rewrite(make, opts):
+    from tg_core.codegen.expander import pm_expand
+    ast = graph_rewrite(apply_opts(make(), opts), symbolic, bottom_up=True)
+    want = graph_rewrite(ast, pm_expand)
+    assert not any(u.op is Ops.RANGE and u.arg[1] in (AxisType.UPCAST, AxisType.UNROLL) for u in want.toposort())
+    assert expand_lanes(ast) is want

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tg_core.codegen.reduce import reduce_combine
+from tg_core.codegen.rewrite_walk import rewrite_walk
 from tg_core.dtype import dtypes
 from tg_core.uop.linear import MAX_TERMS, rebuild
 from tg_core.uop.ops import AxisType, Ops
-from tg_core.uop.rewrite import PatternMatcher, graph_rewrite
+from tg_core.uop.rewrite import PatternMatcher
 from tg_core.uop.uop import UOp
 from tg_core.uop.upat import UPat
 
@@ -127,7 +128,9 @@ pm_expand = PatternMatcher([
 def expand_lanes(ast: UOp, check: bool = True) -> UOp:
     """`ast` without UPCAST/UNROLL ranges: their bodies repeated once per lane. `check=False` leaves the check
     that none is left to the caller (`check_expanded` on a walk of the graph it makes anyway)."""
-    out = graph_rewrite(ast, pm_expand)
+    # graph_rewrite's result (sources first), in a walk that matches only ENDs and REDUCEs: the engine would enter
+    # every node of the lanes the rules build to look for more
+    out = rewrite_walk(ast, ast.toposort(), pm_expand)
     if check:
         check_expanded(out.toposort())
     return out
