@@ -131,3 +131,22 @@ def test_a_forked_child_gets_workers_of_its_own():
     finally:
         pool.close()
     del mem
+
+
+def test_unsigned_arguments_past_int64_keep_their_bits():
+    """A uint64 variable above 2**63 - 1 (or a negative int) reaches the kernel as the same 64 bits."""
+    asm = Assembler()
+    asm.emit("mov", Mem(reg("rdi"), reg("rsi"), 8, 0, 8), "rdx")  # out[core] = the third argument
+    asm.emit("ret")
+    mem = ExecMemory(asm.assemble())
+    fn = mem.function(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64)
+    pool = native_pool.NativeCorePool(2, 0)
+    out = np.zeros(2, np.uint64)
+    try:
+        pool.run(fn, [[out.ctypes.data, 0, 5], [out.ctypes.data, 1, 2**64 - 3]])
+        assert out.tolist() == [5, 2**64 - 3]
+        pool.run(fn, [[out.ctypes.data, 0, 5], [out.ctypes.data, 1, -2]])
+        assert out.tolist() == [5, 2**64 - 2]
+    finally:
+        pool.close()
+    del mem

@@ -312,7 +312,10 @@ class NativeCorePool:
                     raise ValueError(f"a kernel of {len(args)} arguments; the native core pool passes at most "
                                      f"{MAX_ARGS}")
                 row = ctl[i - 1]
-                row[_ARGS // 8:_ARGS // 8 + len(args)] = args
+                try:
+                    row[_ARGS // 8:_ARGS // 8 + len(args)] = args
+                except OverflowError:  # a uint64 value past int64's range: the same 64 bits
+                    row.view(np.uint64)[_ARGS // 8:_ARGS // 8 + len(args)] = [a & 0xFFFFFFFFFFFFFFFF for a in args]
                 row[_FN // 8] = addr
                 self._words[i - 1, _NARGS // 4] = len(args)
                 self._code.post(self._addr[i - 1], seq)
