@@ -77,3 +77,26 @@ def _schedule(t):
     from tg_core.schedule.cache import schedule
     items, _, _ = schedule([t.uop], [DEV])
     return items
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_compiles_in_a_build_thread_of_its_own():
+    import os
+    out, want = _mlp(1.3125)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-6)  # the parent's build thread exists now
+    child_out, child_want = _mlp(1.375)  # new kernels: the child compiles them
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if its result is right (a hang fails by the timeout below)
+        ok = np.allclose(child_out.numpy(), child_want, rtol=1e-4, atol=1e-6)
+        os._exit(0 if ok else 1)
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's compile did not finish (no build thread)")

@@ -312,6 +312,14 @@ class CPUDevice(Compiled):
         self._builder: ThreadPoolExecutor | None = None  # CPU:LLVM's compiles while the engine builds (load)
         self._pending: dict[int, list[str]] = {}  # per thread: sources compiling since its last finish_builds
         self._deferring = threading.local()  # on: inside start_runner's build
+        # a forked child has no build thread (its executor would queue work no thread runs): it starts its own
+        me = weakref.ref(self)
+
+        def forget_builder() -> None:
+            dev = me()
+            if dev is not None:
+                dev._builder, dev._pending = None, {}
+        os.register_at_fork(after_in_child=forget_builder)
         self._pools: dict[int, CorePool | NativeCorePool] = {}
         self._peaks: dict[str, float | None] = {}  # fp32_peak_gflops of one core, measured when first asked
         self.pool: CorePool | NativeCorePool | None = None
