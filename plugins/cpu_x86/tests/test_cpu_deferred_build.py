@@ -30,13 +30,13 @@ def test_kernels_compile_in_the_build_thread_and_run_right(monkeypatch):
     threads = []
     real = LLVMCompiler.load
 
-    def load(self, src, function, cache=False):
-        threads.append(threading.current_thread().name)
-        return real(self, src, function, cache)
+    def load(self, src, function, cache=False, own_context=False):
+        threads.append((threading.current_thread().name, own_context))
+        return real(self, src, function, cache, own_context)
     monkeypatch.setattr(LLVMCompiler, "load", load)
     out, want = _mlp(1.0625)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-6)
-    assert threads and all(t.startswith("tg-llvm") for t in threads), threads
+    assert threads and all(t.startswith("tg-llvm") and own for t, own in threads), threads
     # the runners the engine built are plain CPURunners once run
     assert not any(isinstance(r, _PendingCPURunner) for r in Device[DEV]._runners.values())
 
@@ -45,7 +45,7 @@ def test_a_failed_compile_fails_the_realize_before_anything_runs(monkeypatch):
     target = Tensor(np.full((8, 16), 7, np.float32), device=DEV).realize()
     out, want = _mlp(1.125)
 
-    def fail(self, src, function, cache=False):
+    def fail(self, src, function, cache=False, own_context=False):
         raise RuntimeError("LLVM rejected the rendered kernel: injected")
     with monkeypatch.context() as m:
         m.setattr(LLVMCompiler, "load", fail)
@@ -100,3 +100,32 @@ def test_a_forked_child_compiles_in_a_build_thread_of_its_own():
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail("the forked child's compile did not finish (no build thread)")
+
+
+def test_threads_compile_at_once_in_contexts_of_their_own():
+    """LLVMCompiler.load(own_context=True) from several threads at once (what the build threads do): every kernel
+    right, in each thread's own LLVM context."""
+    import ctypes
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tg_core.dtype import dtypes
+    from tg_core.uop import KernelInfo, UOp
+    from tg_cpu_x86.llvm import CPULLVMRenderer
+
+    def kernel(k: int) -> tuple[str, str]:
+        src, out = UOp.param(0, dtypes.float32.ptr(1000)), UOp.param(1, dtypes.float32.ptr(1000))
+        r = UOp.range(UOp.const(dtypes.weakint, 1000), 0)
+        ast = UOp(Ops.SINK, dtypes.void, (out.index(r).store(src.index(r).load() * float(k) + 1.0).end(r),),
+                  KernelInfo(f"threaded{k}"))
+        renderer = CPULLVMRenderer()
+        program = renderer.program(ast)
+        return renderer.render(program), renderer.function_name(program)
+    sources = [kernel(k) for k in range(2, 10)]
+    compiler = LLVMCompiler()
+    with ThreadPoolExecutor(4) as pool:
+        loaded = list(pool.map(lambda s: compiler.load(*s, own_context=True), sources))
+    x = np.linspace(-5, 5, 1000, dtype=np.float32)
+    for k, code in zip(range(2, 10), loaded):
+        out = np.zeros(1000, np.float32)
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(code.address)(x.ctypes.data, out.ctypes.data)
+        np.testing.assert_allclose(out, x * k + 1, rtol=1e-6, atol=1e-6)  # FMA-contracted

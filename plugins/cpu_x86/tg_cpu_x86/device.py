@@ -420,8 +420,10 @@ class CPUDevice(Compiled):
                 from tg_cpu_x86.llvm import LLVMCompiler
                 self._llvm = LLVMCompiler()
             if self._builder is None:
-                self._builder = ThreadPoolExecutor(1, thread_name_prefix="tg-llvm")
-            future = self._loaded[src] = self._builder.submit(self._llvm.load, src, fn_name, True)
+                # two threads, each compiling in an LLVM context of its own: once the engine has lowered the
+                # schedule's last kernel, its kernels' compiles use both cores of a two-core machine
+                self._builder = ThreadPoolExecutor(min(2, host_cores()), thread_name_prefix="tg-llvm")
+            future = self._loaded[src] = self._builder.submit(self._llvm.load, src, fn_name, True, True)
             self._pending.setdefault(threading.get_ident(), []).append(src)
             return future
 

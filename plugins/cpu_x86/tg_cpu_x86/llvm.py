@@ -9,6 +9,7 @@ no C compiler or linker is involved.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -221,11 +222,12 @@ class LLVMCompiler:
         self.target, self.opt_level = target or host(), opt_level
         self._lock = threading.Lock()  # LLVM contexts are not safe to use from two threads at once
         self._config: str | None = None
+        self._contexts = threading.local()  # load(own_context=True): each thread's LLVM context
 
-    def optimize(self, src: str) -> Any:
-        """The verified module of `src`, optimized at `opt_level`."""
+    def optimize(self, src: str, context: Any = None) -> Any:
+        """The verified module of `src` (in `context`, default LLVM's global one), optimized at `opt_level`."""
         try:
-            mod = llvm.parse_assembly(src)
+            mod = llvm.parse_assembly(src) if context is None else llvm.parse_assembly(src, context=context)
             mod.verify()
         except RuntimeError as e:
             raise RuntimeError(f"LLVM rejected the rendered kernel: {e}\n{src}") from e
@@ -236,20 +238,28 @@ class LLVMCompiler:
         pb.getModulePassManager().run(mod, pb)
         return mod
 
-    def load(self, src: str, function: str, cache: bool = False) -> LLVMKernel:
+    def load(self, src: str, function: str, cache: bool = False, own_context: bool = False) -> LLVMKernel:
         """Compile `src` and return the kernel named `function` in it. With `cache` and `TG_LLVM_CACHE` set, the
         object code comes from that directory when an earlier process stored it (objcache.py), and is stored
-        there otherwise."""
+        there otherwise. With `own_context` the module lives in an LLVM context of the calling thread's, so
+        threads compile at once (LLVM's threading rule: one context per thread); otherwise in the global
+        context, one load at a time."""
         directory = objcache.cache_dir() if cache else None
         key = objcache.entry_key(src, self._cache_config()) if directory is not None else ""
-        with self._lock:
+        context = None
+        if own_context:
+            context = getattr(self._contexts, "context", None)
+            if context is None:
+                context = self._contexts.context = llvm.create_context()
+        with self._lock if context is None else contextlib.nullcontext():
             obj = objcache.read(directory, key) if directory is not None else None
             if obj is not None:
                 # MCJIT asks the object cache for each module it compiles: an empty module's request gets the
                 # stored object, whose symbols the engine then resolves (nothing is optimized or compiled)
-                mod = llvm.parse_assembly(f'target triple = "{self.target.triple}"\n')
+                stub = f'target triple = "{self.target.triple}"\n'
+                mod = llvm.parse_assembly(stub) if context is None else llvm.parse_assembly(stub, context=context)
             else:
-                mod = self.optimize(src)
+                mod = self.optimize(src, context)
             engine = llvm.create_mcjit_compiler(mod, self.target.target_machine())
             if directory is not None:
                 def stored(_module: Any) -> bytes | None:
