@@ -72,12 +72,11 @@ def _double_cast(x: UOp, mid: UOp, inner: UOp) -> UOp | None:
     return None
 
 
-def _commute_const(x: UOp) -> UOp | None:
-    """Constants go on the right of commutative ops, so one rule form catches both orders."""
-    a, b = x.src
-    if a.op is _CONST and b.op is not _CONST:
-        return UOp(x.op, x.dtype, (b, a), x.arg)
-    return None
+def _commute_const(x: UOp, a: UOp, b: UOp) -> UOp | None:
+    """Constants go on the right of commutative ops, so one rule form catches both orders. (The pattern
+    names the constant on the left: matching tests that in place, where a function taking the node would be
+    called on every commutative node.)"""
+    return None if b.op is _CONST else UOp(x.op, x.dtype, (b, a), x.arg)
 
 
 def _not(x: UOp) -> UOp:
@@ -92,7 +91,8 @@ _simple_rules = PatternMatcher([
     (UPat(Ops.CAST, src=(UPat(Ops.CAST, src=(UPat.var("inner"),), name="mid"),), name="x"), _double_cast),
     (UPat(Ops.CAST, name="x"), lambda x: x.src[0] if x.src[0].dtype is x.dtype else None),
     (UPat(Ops.BITCAST, name="x"), lambda x: x.src[0] if x.src[0].dtype is x.dtype else None),
-    (UPat(GroupOp.Commutative - {Ops.CMPNE, Ops.CMPEQ}, name="x"), _commute_const),
+    (UPat(GroupOp.Commutative - {Ops.CMPNE, Ops.CMPEQ}, src=(UPat(Ops.CONST, name="a"), UPat(name="b")), name="x"),
+     _commute_const),
     # identities
     (UPat.var("x") + 0, lambda x: x if not dtypes.is_float(x.dtype) else None),  # float: x + 0 turns -0.0 into 0.0
     (UPat.var("x") * 1, lambda x: x),
