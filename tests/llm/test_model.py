@@ -10,8 +10,10 @@ from llm_helpers import write_tiny_llama
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
 
+from tg_core.dtype import dtypes  # noqa: E402
 from tg_core.llm.generate import Generator  # noqa: E402
 from tg_core.llm.gguf import GGUFFile  # noqa: E402
+from tg_core.llm.kvcache import KVCache  # noqa: E402
 from tg_core.llm.model import Transformer  # noqa: E402
 from tg_core.llm.tokenizer import Tokenizer  # noqa: E402
 from tg_core.tensor import Tensor  # noqa: E402
@@ -128,6 +130,29 @@ def test_greedy_decode_equals_recomputing(mixed_llama):
     for _ in range(6):  # greedy from scratch each step, on the reference
         ids.append(int(np.argmax(reference_logits(mixed_llama, ids)[-1])))
     assert got == ids[len(IDS):]
+
+
+def test_float16_cache_matches_a_float32_one(mixed_llama):
+    """The default float16 KV cache against a float32 one: the same greedy tokens (prefill in chunks, then cached
+    decode steps, the decode step's attention reading the cache's float16 in place) and logits within 1e-3 of
+    their scale; the first layer's cache (its keys and values do not depend on attention) holds exactly the
+    float16 rounding of the float32 cache's."""
+    f = GGUFFile(mixed_llama)
+    half, full = (Generator(Transformer.from_gguf(f, kv_dtype=dt), chunk=8) for dt in (dtypes.float16, dtypes.float32))
+    assert half.model.caches[0].kv.dtype == dtypes.float16 and full.model.caches[0].kv.dtype == dtypes.float32
+    a, b = half.prefill(IDS).numpy()[0], full.prefill(IDS).numpy()[0]
+    np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3 * float(np.abs(b).max()))
+    _close(a, reference_logits(mixed_llama, IDS)[-1])
+    n = len(IDS)
+    kv_half, kv_full = half.model.caches[0].kv.numpy()[..., :n, :], full.model.caches[0].kv.numpy()[..., :n, :]
+    np.testing.assert_array_equal(kv_half, kv_full.astype(np.float16))
+    half.cached = full.cached = []
+    assert list(half.generate(IDS, 8, stop_ids=[])) == list(full.generate(IDS, 8, stop_ids=[]))
+
+
+def test_cache_dtype_must_be_a_float():
+    with pytest.raises(ValueError, match="dtype int is not a float dtype"):
+        KVCache(1, 2, 16, 8, dtype=dtypes.int32)
 
 
 SMOL_PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"

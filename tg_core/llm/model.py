@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tg_core.dtype import DType, dtypes
 from tg_core.kernels import kernel_for
 from tg_core.llm.gguf import GGUFFile
 from tg_core.llm.kvcache import KVCache, Position, pos_slice, position_value
@@ -177,6 +178,14 @@ class Block:
     def _attention(qg: Tensor, keys: Tensor, values: Tensor) -> Tensor:
         """Grouped-query attention, causal for T > 1: qg (B, Hk, G, T, d), keys and values (B, Hk, S, d)."""
         T, d = qg.shape[-2], qg.shape[-1]
+        # a float16 cache widened as it is read. One query (decode) reads each key once: the cast fuses into the
+        # products. A prefill chunk reads each key T * G times, so its seen prefix is widened once into a float32
+        # copy of the valid length (transient: a JIT intermediate) that the products read (SmolLM2 chunk of 32 on
+        # X86, whose float16 loads are scalar: the scores 5.7x slower reading the float16 in place)
+        if keys.dtype != qg.dtype:
+            keys, values = keys.cast(qg.dtype), values.cast(qg.dtype)
+            if T > 1:
+                keys, values = keys.contiguous(), values.contiguous()
         scores = (qg @ keys.unsqueeze(2).transpose(-1, -2)) * (1 / math.sqrt(d))  # (B, Hk, G, T, S)
         if T > 1:  # causal, lower-right aligned: query t sees keys up to start_pos + t
             S = scores.shape[-1]
@@ -192,7 +201,8 @@ class Transformer:
     """`model(tokens, start_pos)` runs tokens (B, T) int32 at positions start_pos.. start_pos+T-1 (writing
     their keys and values into the cache) and returns the logits of the last position, (B, vocab)."""
 
-    def __init__(self, cfg: LlamaConfig, weights: dict[str, Tensor], batch: int = 1, device: str | None = None):
+    def __init__(self, cfg: LlamaConfig, weights: dict[str, Tensor], batch: int = 1, device: str | None = None,
+                 kv_dtype: DType = dtypes.float16):
         self.cfg, self.device, self.batch = cfg, device, batch
         need = ["token_embd.weight", "output_norm.weight"]
         for i in range(cfg.n_layers):
@@ -205,7 +215,7 @@ class Transformer:
         self.output = weights.get("output.weight", self.tok_embd)  # absent: tied to the embedding
         self.output_norm = weights["output_norm.weight"]
         self.cos, self.sin = rope_tables(cfg, device)
-        self.caches = [KVCache(batch, cfg.n_kv_heads, cfg.max_context, cfg.head_dim, device)
+        self.caches = [KVCache(batch, cfg.n_kv_heads, cfg.max_context, cfg.head_dim, device, kv_dtype)
                        for _ in range(cfg.n_layers)]
         self.blocks = []
         for i in range(cfg.n_layers):
@@ -215,7 +225,7 @@ class Transformer:
 
     @classmethod
     def from_gguf(cls, source: str | Path | GGUFFile, max_context: int | None = None, batch: int = 1,
-                  device: str | None = None) -> Transformer:
+                  device: str | None = None, kv_dtype: DType = dtypes.float16) -> Transformer:
         f = source if isinstance(source, GGUFFile) else GGUFFile(source)
         cfg = LlamaConfig.from_gguf_metadata(f.metadata, max_context)
         if any(info.ggml_type != 0 and int(f.metadata.get("general.quantization_version", 2)) != 2
@@ -224,7 +234,7 @@ class Transformer:
                                       " is not supported (2 is)")
         # each weight's bytes are uploaded here, once; the dequantization stays lazy
         weights = {name: f.tensor(name, device) for name in f.tensors if name != "rope_freqs.weight"}
-        return cls(cfg, weights, batch, device)
+        return cls(cfg, weights, batch, device, kv_dtype)
 
     def __call__(self, tokens: Tensor, start_pos: Position) -> Tensor:
         B, T = tokens.shape
