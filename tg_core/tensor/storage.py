@@ -116,19 +116,26 @@ _READS: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictiona
 _NONE: frozenset[UOp] = frozenset()
 
 
+def _reads_of(u: UOp) -> frozenset[UOp]:
+    """A node's remembered set; a BUFFER's is made on the spot: remembered, its entry's value would hold its key,
+    and the weak key would never die (every buffer a write had asked about stayed allocated for good: in SmolLM2's
+    prefill captures, one activation per layer that the JIT could not plan away)."""
+    return frozenset((u,)) if u.op is Ops.BUFFER else _READS[u]
+
+
 def buffers_read(root: UOp) -> frozenset[UOp]:
     """The BUFFER nodes a graph reads, remembered per node (nodes are immutable): every write asks this of every
     live tensor (does it read a buffer being written?), and a model's hundreds of lazy weights would otherwise be
     walked whole at every write (a cache write per layer). A node shares its sources' set when it adds nothing."""
+    if root.op is Ops.BUFFER:
+        return _reads_of(root)
     got = _READS.get(root)
     if got is not None:
         return got
     for n in root.toposort(gate=lambda u: u not in _READS):
-        if n in _READS:
+        if n in _READS or n.op is Ops.BUFFER:
             continue
-        sets = {id(r): r for r in (_READS[x] for x in n.src) if r}
-        if n.op is Ops.BUFFER:
-            sets[0] = frozenset((n,))
+        sets = {id(r): r for r in map(_reads_of, n.src) if r}
         _READS[n] = next(iter(sets.values())) if len(sets) == 1 else frozenset().union(*sets.values()) if sets else _NONE
     return _READS[root]
 
