@@ -188,15 +188,14 @@ class _Rewriter:
         their sources' results without a comprehension."""
         done: dict[UOp, UOp] = {}
         stack: list[tuple[int, UOp, UOp | None]] = [(0, root, None)]
-        pop, push, get = stack.pop, stack.append, done.get
+        pop, push = stack.pop, stack.append
         dispatch, compiled, ctx, hit_, busy = self.pm.dispatch, self.pm.compiled, self.ctx, self._hit, _BUSY
         ret: UOp | None
         while stack:
             stage, n, aux = pop()
             if stage == 0:
-                d = get(n)
-                if d is not None:
-                    if d is busy:
+                if n in done:
+                    if done[n] is busy:
                         self._cycle(aux if aux is not None else n, n)
                     continue
                 if node_first:
@@ -212,18 +211,15 @@ class _Rewriter:
                             push((2, n, ret))
                             push((0, ret, n))
                             continue
-                src = n.src
                 pending = False
-                for s in src:
+                for s in n.src:
                     if s not in done:
-                        pending = True
-                        break
+                        if not pending:  # stage 1 goes below the sources it waits for
+                            pending = True
+                            done[n] = busy
+                            push((1, n, None))
+                        push((0, s, n))
                 if pending:
-                    done[n] = busy
-                    push((1, n, None))
-                    for s in src:
-                        if s not in done:
-                            push((0, s, n))
                     continue
                 # every source is finished: stage 1 right away (what popping it next would do)
             elif stage == 2:
