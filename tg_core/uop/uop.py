@@ -55,6 +55,11 @@ def _replace_dead(key: tuple, node: UOp, new: weakref.ref) -> UOp:
     return node
 
 
+# what the hot constructors test, as module constants: on Python 3.11 `Ops.X` and `AxisType.X` go through
+# EnumType's __getattr__ hook (about 150 ns each, several times a global lookup)
+_CONST, _RANGE = Ops.CONST, Ops.RANGE
+_WEAKINT, _BOOL = dtypes.weakint, dtypes.bool
+
 _IDENTITY_HASH: Any = object.__hash__  # the hash of types whose equality is identity
 _BY_ADDRESS = object()             # marks an arg keyed by address (no real arg is this object)
 
@@ -101,12 +106,12 @@ def _binop(op: Ops, reverse: bool = False) -> Callable[[UOp, Any], UOp]:
         if dt.count == 1:
             if type(x) is UOp:
                 other = x if x.dtype is dt else None
-            elif type(x) is int and dt is dtypes.weakint:
-                other = UOp(Ops.CONST, dt, (), x)
+            elif type(x) is int and dt is _WEAKINT:
+                other = UOp(_CONST, dt, (), x)
             else:
                 other = None
             if other is not None:
-                return UOp(op, dtypes.bool if comparison else dt, (other, self) if reverse else (self, other))
+                return UOp(op, _BOOL if comparison else dt, (other, self) if reverse else (self, other))
         return self._binary(op, x, reverse)
     method.__name__ = f"__{'r' if reverse else ''}{op.name.lower()}__"
     return method
@@ -257,6 +262,8 @@ class UOp(TensorOps):
     @staticmethod
     def const(dtype: DType, value: ConstType | tuple[ConstType, ...]) -> UOp:
         """A constant of `dtype`; a tuple value makes a vector constant with one value per lane."""
+        if dtype is _WEAKINT and type(value) is int:
+            return UOp(_CONST, dtype, (), value)  # index math's constants: nothing to check or convert
         if not isinstance(dtype, DType):
             _not_a_dtype("const", dtype, value)
         if isinstance(value, UOp):
@@ -285,7 +292,7 @@ class UOp(TensorOps):
     def range(end: UOp | int, axis_id: int | tuple, kind: AxisType = AxisType.LOOP, dtype: DType = dtypes.weakint) -> UOp:
         """A loop index taking the values 0, 1, ..., end-1."""
         end_uop = end if isinstance(end, UOp) else UOp.const(dtype, end)
-        return UOp(Ops.RANGE, dtype, (end_uop,), (axis_id, kind))
+        return UOp(_RANGE, dtype, (end_uop,), (axis_id, kind))
 
     @staticmethod
     def param(index: int, dtype: DType, name: str | None = None, *, shape: Any = None) -> UOp:
