@@ -52,6 +52,8 @@ class NNMixin(TensorBase):
         k_w = w.shape[-2] if w.ndim > 1 else w.shape[0]
         if self.shape[-1] != k_w:
             raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not match ({self.shape[-1]} != {k_w})")
+        if (fast := self._dot_2d(w)) is not None:
+            return fast
         dt = least_upper_dtype(self.dtype, w.dtype)
         x = self._cast_to(dt)
         w = w._cast_to(dt)
@@ -61,6 +63,23 @@ class NNMixin(TensorBase):
         we = wt.reshape(wt.shape[:-2] + (1,) * min(x.ndim - 1, 1) + wt.shape[-2:]) if w.ndim > 1 else wt
         out = (xe * we).sum(-1, dtype=_acc(dt))
         return out.cast(dt) if out.dtype is not dt else out
+
+    def _dot_2d(self, w: Tensor) -> Tensor | None:
+        """The common (n, k) @ (k, m) of one dtype, built as the nodes the general path below makes, without its
+        intermediate tensors (an MLP forward's graph build: about 30 us less per product); None where that
+        path is needed (no_grad's DETACH on every intermediate, casts, halves' float32 sums, symbolic sizes,
+        other ranks or devices)."""
+        u, v = self.uop, w.uop
+        dt = u.dtype
+        if self.no_grad or v.dtype is not dt or dt in _HALVES or dtypes.is_weak(dt) or self._device != w._device:
+            return None
+        xs, ws = u.tensor_shape, v.tensor_shape
+        if len(xs) != 2 or len(ws) != 2 or xs[1] != ws[0] or not all(type(s) is int for s in (*xs, *ws)):
+            return None
+        (n, k), m = xs, ws[1]
+        shape = (n, m, k)
+        prod = u.reshape((n, 1, k)).expand(shape).alu(Ops.MUL, v.permute((1, 0)).reshape((1, m, k)).expand(shape))
+        return w._wrap(prod.reduce_axis(Ops.ADD, (2,)).reshape((n, m)), self._device)
 
     def matmul(self, x: Tensor, reverse: bool = False) -> Tensor:
         return x.dot(cast("Tensor", self)) if reverse else self.dot(x)
@@ -695,9 +714,12 @@ def _einsum_specs(formula: str, shapes: list[tuple[int, ...]]) -> tuple[list[lis
     return specs, out
 
 
+_HALVES = (dtypes.float16, dtypes.bfloat16)
+
+
 def _acc(dt: DType) -> DType:
     """Products of halves accumulate in float32 (as in PyTorch); other dtypes in themselves."""
-    return dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+    return dtypes.float32 if dt in _HALVES else dt
 
 
 def _conv_padding(padding: int | Sequence[int]) -> tuple[tuple[int, int], tuple[int, int]]:

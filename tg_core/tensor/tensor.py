@@ -505,8 +505,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     def where(self, x: Operand, y: Operand) -> Tensor:
         cond = self._cast_to(dtypes.bool)
-        xt, yt = cond._operand(x), cond._operand(y)
-        xt, yt = xt._broadcasted(yt)
+        ty = type(y)
+        if type(x) is Tensor and (ty is int or ty is float or ty is bool) and not Tensor.no_grad:
+            # where(c, t, 0) (relu's): the constant made as `t + 0` makes it, the nodes the general path builds
+            xt, const = x._scalar_operand(cast(ConstType, y))
+            yt = Tensor._wrap(const, xt._device)
+        else:
+            xt, yt = cond._operand(x), cond._operand(y)
+            xt, yt = xt._broadcasted(yt)
         if cond.device != xt.device:
             raise ValueError(f"where: the condition is on {cond.device} and the values on {xt.device}; move one with .to()")
         shape = broadcast_shape(cond.shape, xt.shape)
