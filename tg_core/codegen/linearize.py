@@ -165,8 +165,9 @@ class _Chains:
 
 
 def _block_items(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]], parent: dict[UOp, UOp | None]) \
-        -> tuple[dict[UOp | None, list[UOp]], dict[UOp, set[UOp]]]:
-    """(each block's items, each item's dependencies among the items of its block, for items that have any).
+        -> tuple[dict[UOp | None, list[UOp]], dict[UOp, set[UOp]], dict[UOp, list[UOp]]]:
+    """(each block's items, each item's dependencies among the items of its block, for items that have any, and
+    each item's users among them: the dependencies the other way round).
 
     A plain node is its own item in the block of the innermost range of its scope; RANGE and END of r are the
     loop item r in r's parent block. An edge from a source to a user is an edge between their items in the
@@ -178,6 +179,7 @@ def _block_items(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]], parent: dic
     blocks: dict[frozenset[UOp], UOp | None] = {}  # scope -> its innermost range, checked once per scope
     items: dict[UOp | None, list[UOp]] = {}
     deps: dict[UOp, set[UOp]] = {}
+    users: dict[UOp, list[UOp]] = {}
     # (s's block, u's block) -> the first (block, item) of chain(s's block) that is u's block or encloses it:
     # it depends on the two blocks only, and a kernel has few of them
     meet: dict[tuple[UOp | None, UOp | None], tuple[UOp | None, UOp]] = {}
@@ -222,11 +224,18 @@ def _block_items(nodes: list[UOp], scope: dict[UOp, frozenset[UOp]], parent: dic
                 block, item = m
                 mine = uitem if block is ublock else above[block]
             if mine is not item:
-                if mine in deps:
-                    deps[mine].add(item)
-                else:
+                d = deps.get(mine)
+                if d is None:
                     deps[mine] = {item}
-    return items, deps
+                elif item in d:
+                    continue
+                else:
+                    d.add(item)
+                if item in users:
+                    users[item].append(mine)
+                else:
+                    users[item] = [mine]
+    return items, deps, users
 
 
 def linearize(sink: UOp, topo: dict[UOp, None] | None = None) -> list[UOp]:
@@ -248,35 +257,23 @@ def linearize(sink: UOp, topo: dict[UOp, None] | None = None) -> list[UOp]:
     sets = _range_sets(topo)
     scope = _scopes([*nodes, sink], sets)
     parent, ends = _loop_tree(nodes, scope, sets)
-    items, deps = _block_items(nodes, scope, parent)
+    items, deps, users = _block_items(nodes, scope, parent)
+    waiting = {u: len(d) for u, d in deps.items()}  # each item's dependencies not placed yet
     out: list[UOp] = []
-    heappush, heappop = heapq.heappush, heapq.heappop
+    heappush, heappop, RANGE = heapq.heappush, heapq.heappop, Ops.RANGE
 
     # emit gets itself as an argument: a closure naming itself would be a reference cycle, which kept the whole
     # walk's state (44k objects for a first MLP forward) alive until a collection found it
     def emit(block: UOp | None, recurse: Callable[[UOp | None, Callable], None]) -> None:
         todo = items.get(block, [])
-        waiting: dict[UOp, int] = {}
-        users: dict[UOp, list[UOp]] = {}
-        ready = []
-        for u in todo:
-            du = deps.get(u)
-            if du:
-                waiting[u] = len(du)
-                for d in du:
-                    if d in users:
-                        users[d].append(u)
-                    else:
-                        users[d] = [u]
-            else:
-                ready.append(key[u])
+        ready = [key[u] for u in todo if u not in deps]
         heapq.heapify(ready)
         placed = 0
         while ready:
             u = node_at[heappop(ready)]
             placed += 1
             out.append(u)
-            if u.op is Ops.RANGE:  # a loop item: its body, then its END
+            if u.op is RANGE:  # a loop item: its body, then its END
                 recurse(u, recurse)
                 out.append(ends[u])
             for v in users.get(u, ()):
