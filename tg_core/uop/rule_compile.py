@@ -153,14 +153,14 @@ def _chain(g: _Gen, pairs: list[tuple[UPat, str]], bound: dict[str, str], ind: i
 
 def _emit_rule(g: _Gen, rule: _Rule, idx: int, ind: int) -> None:
     """One rule's block: match, call the function with the bindings, return its node if it made one."""
-    fn = g.const(rule.fn)
-    g.emit(ind, f"i = {idx}")
+    fn, ix = g.const(rule.fn), g.const(idx)  # the index a constant too: equal structures share their code
+    g.emit(ind, f"i = {ix}")
     ctx = ", ctx=ctx" if rule.wants_ctx else ""
 
     def found(at: int) -> None:
         g.emit(at, "if r is not None and r is not u:")
-        g.emit(at + 1, f"if type(r) is not UOp: _bad(r, _rules[{idx}])")
-        g.emit(at + 1, f"return r, {idx}")
+        g.emit(at + 1, f"if type(r) is not UOp: _bad(r, _rules[{ix}])")
+        g.emit(at + 1, f"return r, {ix}")
 
     def call(bound: dict[str, str], at: int) -> None:
         args = ", ".join(f"{name}={var}" for name, var in bound.items())
