@@ -134,7 +134,7 @@ def test_greedy_decode_equals_recomputing(mixed_llama):
 
 def test_float16_cache_matches_a_float32_one(mixed_llama):
     """The default float16 KV cache against a float32 one: the same greedy tokens (prefill in chunks, then cached
-    decode steps, the decode step's attention reading the cache's float16 in place) and logits within 1e-3 of
+    decode steps, each widening the cache's float16 as attention reads it) and logits within 1e-3 of
     their scale; the first layer's cache (its keys and values do not depend on attention) holds exactly the
     float16 rounding of the float32 cache's."""
     f = GGUFFile(mixed_llama)
