@@ -39,10 +39,12 @@ _sweep_at = _SWEEP_FLOOR
 def _sweep_dead() -> None:
     """Drop the entries of dead nodes (keys hold no nodes, so a dead entry costs only its own memory). Under the
     lock, so that no replacement of a dead entry by a live node happens between the test and the deletion;
-    insertions of new keys go on meanwhile (the items are copied first, in one step)."""
+    insertions of new keys go on meanwhile. The dict is copied first by `dict.copy`, which allocates no
+    GC-tracked object while it copies; `list(d.items())` makes a tuple per item, and a collection those
+    allocations start can run finalizers that switch threads mid-copy ("dictionary changed size")."""
     global _sweep_at
     with _ucache_lock:
-        for key, ref in list(_ucache.items()):
+        for key, ref in _ucache.copy().items():
             if ref() is None and _ucache.get(key) is ref:
                 del _ucache[key]
         _sweep_at = max(_SWEEP_FLOOR, 2 * len(_ucache))
