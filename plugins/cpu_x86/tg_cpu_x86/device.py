@@ -79,14 +79,7 @@ class CorePool:
         self._errors: list[BaseException] = []
         self._closed = False
         self._start()
-        # a forked child has only the forking thread: it gets workers of its own
-        me = weakref.ref(self)
-
-        def restart() -> None:
-            pool = me()
-            if pool is not None and not pool._closed:
-                pool._start()
-        os.register_at_fork(after_in_child=restart)
+        native_pool.restart_workers_after_fork(self)
 
     def _start(self) -> None:
         self._run_lock = threading.Lock()  # one split kernel at a time uses the workers

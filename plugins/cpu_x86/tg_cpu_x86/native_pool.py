@@ -257,6 +257,18 @@ def _close_pools() -> None:
         pool.close()
 
 
+def restart_workers_after_fork(pool: Any) -> None:
+    """A forked child has only the forking thread: `pool._start()` gives it workers of its own there (unless the
+    pool was closed). Held weakly, so the registration does not keep a dropped pool alive."""
+    me = weakref.ref(pool)
+
+    def restart() -> None:
+        p = me()
+        if p is not None and not p._closed:
+            p._start()
+    os.register_at_fork(after_in_child=restart)
+
+
 class NativeCorePool:
     """`cores - 1` worker threads living in `worker` (see the module docstring); the calling thread runs part 0.
     `spin_us`: how long a worker polls for its next job, and the caller for a worker's end, before sleeping."""
@@ -267,13 +279,7 @@ class NativeCorePool:
         self._closed = False
         self._start()
         _POOLS.add(self)
-        me = weakref.ref(self)
-
-        def restart() -> None:  # a forked child has only the forking thread: it gets workers of its own
-            pool = me()
-            if pool is not None and not pool._closed:
-                pool._start()
-        os.register_at_fork(after_in_child=restart)
+        restart_workers_after_fork(self)
 
     def _start(self) -> None:
         self._run_lock = threading.Lock()  # one split kernel at a time uses the workers
