@@ -10,7 +10,6 @@ no C compiler or linker is involved.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 from dataclasses import dataclass
@@ -278,6 +277,8 @@ class LLVMCompiler:
     def _cache_config(self) -> str:
         """What the object code depends on besides the IR (objcache.entry_key): versions, target, pipeline."""
         if self._config is None:
+            import hashlib  # here: it loads OpenSSL (~3.5 MB resident), and the X86 path imports this module too
+
             import llvmlite
             # this file's own text stands for how it compiles (the pass pipeline, the target machine's options):
             # editing it makes every key new

@@ -12,7 +12,6 @@ written to a temporary file and renamed, so concurrent processes see a whole ent
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import tempfile
@@ -31,6 +30,7 @@ def cache_dir() -> Path | None:
 
 def entry_key(src: str, config: str) -> str:
     """The hex key of `src` compiled under `config` (versions, target and pipeline settings as one string)."""
+    import hashlib  # here, not at the top: it loads OpenSSL (~3.5 MB resident) and only CPU:LLVM uses it
     h = hashlib.sha256(FORMAT)
     for part in (config.encode(), src.encode()):
         h.update(len(part).to_bytes(8, "little"))
@@ -44,6 +44,7 @@ def read(directory: Path, key: str) -> bytes | None:
         data = (directory / f"{key}.o").read_bytes()
     except OSError:
         return None
+    import hashlib
     digest, obj = data[:32], data[32:]
     if len(data) < 32 or hashlib.sha256(obj).digest() != digest:
         log.info("tg-cpu-x86: ignoring the damaged LLVM cache entry %s", directory / f"{key}.o")
@@ -53,6 +54,7 @@ def read(directory: Path, key: str) -> bytes | None:
 
 def write(directory: Path, key: str, obj: bytes) -> None:
     """Store `obj` under `key` (atomically); a directory that cannot be written only costs the cache."""
+    import hashlib
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{key}.", suffix=".tmp")
