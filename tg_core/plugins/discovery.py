@@ -1,19 +1,20 @@
 """Find plugins: every entry point of the group `tg.plugins`, with its manifest (phase one).
 
 Phase one never imports a plugin's hooks module: it reads the distribution's metadata (name, version,
-entry points) and the plugin's tiny manifest, and refuses a plugin whose declared core API range excludes
+entry points; dist_scan.py, without `importlib.metadata` for a path of plain directories) and the plugin's tiny
+manifest, and refuses a plugin whose declared core API range excludes
 this core's version before importing anything of it but the manifest. A plugin the config blocks is not
 even inspected.
 """
 from __future__ import annotations
 
 import enum
-import importlib.metadata as md
 import traceback
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from tg_core.plugins.dist_scan import FoundEntryPoint, find_entry_points
 from tg_core.plugins.manifest import Manifest, read_manifest
 from tg_core.plugins.version import API_VERSION, API_VERSION_STR, in_range
 
@@ -77,21 +78,13 @@ def blocked_reason(names: set[str], allow: list[str] | None, deny: list[str], so
     return None
 
 
-def entry_points(path: list[str] | None = None) -> list[tuple[md.Distribution, md.EntryPoint]]:
-    """(distribution, entry point) of the group, first distribution of each name in path order."""
-    seen: set[str] = set()
-    out = []
-    for dist in (md.distributions(path=path) if path is not None else md.distributions()):
-        name = dist.metadata["Name"]
-        if name is None or norm(name) in seen:
-            continue
-        seen.add(norm(name))
-        out += [(dist, ep) for ep in dist.entry_points.select(group=GROUP)]
-    return sorted(out, key=lambda de: (de[1].name, norm(de[0].metadata["Name"])))
+def entry_points(path: list[str] | None = None) -> list[FoundEntryPoint]:
+    """The group's entry points, first distribution of each name in path order, sorted by entry-point name."""
+    return sorted(find_entry_points(GROUP, path), key=lambda ep: (ep.name, norm(ep.dist)))
 
 
-def inspect(dist: md.Distribution, ep: md.EntryPoint, blocked: str | None) -> PluginRecord:
-    rec = PluginRecord(ep.name, dist.metadata["Name"], dist.version, f"{ep.name} = {ep.value}", ep.module)
+def inspect(ep: FoundEntryPoint, blocked: str | None) -> PluginRecord:
+    rec = PluginRecord(ep.name, ep.dist, ep.version, f"{ep.name} = {ep.value}", ep.module)
     if blocked:
         rec.status, rec.reason = Status.BLOCKED, blocked
         return rec
@@ -111,7 +104,7 @@ def discover(path: list[str] | None = None, allow: list[str] | None = None, deny
              source_allow: str | None = None, source_deny: str | None = None) -> list[PluginRecord]:
     """Phase one for every installed plugin. `path` limits the search (default: sys.path)."""
     records = []
-    for dist, ep in entry_points(path):
-        names = {norm(ep.name), norm(dist.metadata["Name"])}
-        records.append(inspect(dist, ep, blocked_reason(names, allow, deny or [], source_allow, source_deny)))
+    for ep in entry_points(path):
+        names = {norm(ep.name), norm(ep.dist)}
+        records.append(inspect(ep, blocked_reason(names, allow, deny or [], source_allow, source_deny)))
     return records
