@@ -40,15 +40,15 @@ def fold_divmod(x: UOp) -> UOp | None:
         # x // -c == -(x // c) and x % -c == x % c under truncation
         if not _fits(x.dtype, -c):
             return None  # the dtype's minimum has no positive counterpart (int8: 128 wraps back to -128)
-        if x.op is Ops.MOD:
-            return UOp(Ops.MOD, x.dtype, (num, d.const_like(-c)))
-        return UOp(Ops.MUL, x.dtype, (UOp(Ops.IDIV, x.dtype, (num, d.const_like(-c))), d.const_like(-1)))
+        if x.op is _MOD:
+            return UOp(_MOD, x.dtype, (num, d.const_like(-c)))
+        return UOp(_MUL, x.dtype, (UOp(_IDIV, x.dtype, (num, d.const_like(-c))), d.const_like(-1)))
     mm = num._minmax  # read once: vmin and vmax are a property call each
     lo, hi = mm if mm is not None else num._compute_minmax()
     # the numerator stays in one period: the quotient is fixed and the remainder is a shift
     if lo >= 0 and lo // c == hi // c:
         q = lo // c
-        return num.const_like(q) if x.op is Ops.IDIV else (num if q == 0 else num + num.const_like(-q * c))
+        return num.const_like(q) if x.op is _IDIV else (num if q == 0 else num + num.const_like(-q * c))
     if x.op is _MOD and hi <= 0 and lo > -c:
         return num
     if num.dtype is not _WEAKINT and not no_overflow(num):
@@ -65,9 +65,9 @@ def fold_divmod(x: UOp) -> UOp | None:
     g = math.gcd(c, const, *terms.values())
     if g > 1:
         small = rebuild(x.dtype, {b: k // g for b, k in terms.items()}, const // g)
-        if x.op is Ops.IDIV:
-            return UOp(Ops.IDIV, x.dtype, (small, d.const_like(c // g)))
-        return UOp(Ops.MUL, x.dtype, (UOp(Ops.MOD, x.dtype, (small, d.const_like(c // g))), d.const_like(g)))
+        if x.op is _IDIV:
+            return UOp(_IDIV, x.dtype, (small, d.const_like(c // g)))
+        return UOp(_MUL, x.dtype, (UOp(_MOD, x.dtype, (small, d.const_like(c // g))), d.const_like(g)))
     if lo < 0:
         return None
     return _split_by_divisor(x, terms, const, c)
@@ -101,15 +101,15 @@ def _declines(num: UOp, c: int) -> bool:
 
 
 def _fold_nested(x: UOp, num: UOp, c: int) -> UOp | None:
-    if num.op is Ops.IDIV and num.src[1].op is Ops.CONST and num.src[1].arg > 0 and x.op is Ops.IDIV \
+    if num.op is _IDIV and num.src[1].op is _CONST and num.src[1].arg > 0 and x.op is _IDIV \
             and _fits(x.dtype, num.src[1].arg * c):
         # trunc(trunc(a/b)/c) == trunc(a/(b*c)) for positive b, c (and b*c must not wrap in a strong dtype)
-        return UOp(Ops.IDIV, x.dtype, (num.src[0], num.src[1].const_like(num.src[1].arg * c)))
-    if num.op is Ops.MOD and num.src[1].op is Ops.CONST and x.op is Ops.MOD:
+        return UOp(_IDIV, x.dtype, (num.src[0], num.src[1].const_like(num.src[1].arg * c)))
+    if num.op is _MOD and num.src[1].op is _CONST and x.op is _MOD:
         m = abs(num.src[1].arg)
         if m != 0 and m % c == 0:
             # a % (k*c) keeps a's sign and is congruent to a mod c, so (a % (k*c)) % c == a % c
-            return UOp(Ops.MOD, x.dtype, (num.src[0], num.src[1].const_like(c)))
+            return UOp(_MOD, x.dtype, (num.src[0], num.src[1].const_like(c)))
     return None
 
 
@@ -129,15 +129,15 @@ def _split_by_divisor(x: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp 
         return None  # r >= 0 in exact arithmetic, but in a strong dtype it may wrap (a negative constant moved into it)
     small = r.vmax < c  # the remainder part never reaches c
     # only the node the result needs is built: a declining call (r is the numerator) then builds nothing new
-    if x.op is Ops.MOD:
-        new = r if small else UOp(Ops.MOD, x.dtype, (r, x.src[1]))
+    if x.op is _MOD:
+        new = r if small else UOp(_MOD, x.dtype, (r, x.src[1]))
     else:
         q = rebuild(x.dtype, q_terms, q_const)
         if small:
             new = q
         else:
-            rdiv = UOp(Ops.IDIV, x.dtype, (r, x.src[1]))
-            new = rdiv if q.op is Ops.CONST and q.arg == 0 else q + rdiv
+            rdiv = UOp(_IDIV, x.dtype, (r, x.src[1]))
+            new = rdiv if q.op is _CONST and q.arg == 0 else q + rdiv
     return None if new is x else new
 
 
@@ -149,9 +149,9 @@ def _split_exact(x: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp | Non
     rest = rebuild(x.dtype, {b: k for b, k in terms.items() if k % c != 0}, const)
     if rest.vmin < 0:
         return None
-    if x.op is Ops.MOD:
-        return UOp(Ops.MOD, x.dtype, (rest, x.src[1]))
-    return rebuild(x.dtype, exact, 0) + UOp(Ops.IDIV, x.dtype, (rest, x.src[1]))
+    if x.op is _MOD:
+        return UOp(_MOD, x.dtype, (rest, x.src[1]))
+    return rebuild(x.dtype, exact, 0) + UOp(_IDIV, x.dtype, (rest, x.src[1]))
 
 
 def fold_int_compare(x: UOp) -> UOp | None:
