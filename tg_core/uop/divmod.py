@@ -118,12 +118,20 @@ def _split_by_divisor(x: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp 
     With non-negative bases, num = c*q + r where q, r >= 0, so num // c == q + r // c and num % c == r % c."""
     q_terms: dict[UOp, int] = {}
     r_terms: dict[UOp, int] = {}
+    q_const, r_const = const // c, const % c
+    r_hi: int | float = r_const  # the remainder's maximum, as range analysis of the sum rebuild writes gives it in index math
     for b, k in terms.items():
         mm = b._minmax
-        if k < 0 or (mm if mm is not None else b._compute_minmax())[0] < 0:
+        if mm is None:
+            mm = b._compute_minmax()
+        if k < 0 or mm[0] < 0:
             return _split_exact(x, terms, const, c)
-        q_terms[b], r_terms[b] = divmod(k, c)
-    q_const, r_const = const // c, const % c
+        q_terms[b], rk = divmod(k, c)
+        r_terms[b] = rk
+        r_hi += rk * mm[1]
+    if x.op is _IDIV and x.dtype is _WEAKINT and r_hi < c:
+        q = rebuild(_WEAKINT, q_terms, q_const)  # the remainder part never reaches c: it is not even built
+        return None if q is x else q
     r = rebuild(x.dtype, r_terms, r_const)
     if r.dtype is not _WEAKINT and not no_overflow(r):
         return None  # r >= 0 in exact arithmetic, but in a strong dtype it may wrap (a negative constant moved into it)
