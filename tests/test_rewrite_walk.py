@@ -14,6 +14,7 @@ from tg_core.codegen.reduce import lower_reduce
 from tg_core.codegen.rewrite_walk import rewrite_walk
 from tg_core.codegen.shifts import define_shifts, pm_defined_shifts
 from tg_core.dtype import dtypes
+from tg_core.testing.kernels import softmax_kernel
 from tg_core.uop import KernelInfo, Ops, UOp
 from tg_core.uop.ops import AxisType
 from tg_core.uop.rewrite import graph_rewrite
@@ -26,14 +27,7 @@ def _kernel(*effects: UOp) -> UOp:
     return UOp(Ops.SINK, dtypes.void, effects, KernelInfo("k"))
 
 
-def _softmax(rows: int = 8, cols: int = 16) -> UOp:
-    a, out = UOp.param(0, F32.ptr(rows * cols)), UOp.param(1, F32.ptr(rows * cols))
-    i = UOp.range(rows, 0)
-    r1, r2 = UOp.range(cols, 1, AxisType.REDUCE), UOp.range(cols, 2, AxisType.REDUCE)
-    j = UOp.range(cols, 3)
-    mx = a.index(i * cols + r1).load().reduce(Ops.MAX, r1)
-    sm = (a.index(i * cols + r2).load() - mx).exp2().reduce(Ops.ADD, r2)
-    return _kernel(out.index(i * cols + j).store((a.index(i * cols + j).load() - mx).exp2() / sm).end(i, j))
+_softmax = softmax_kernel
 
 
 def _powers(n: int = 8) -> UOp:

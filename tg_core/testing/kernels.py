@@ -28,6 +28,20 @@ def kernel(*effects: UOp, name: str = "k") -> UOp:
     return UOp(Ops.SINK, dtypes.void, effects, KernelInfo(name))
 
 
+def softmax_kernel(rows: int = 8, cols: int = 16) -> UOp:
+    """A row softmax as one kernel AST: a max over the row, then a sum of exp2(x - max) that needs it (dependent
+    reduce ranges), then the output over the columns: the shape that END merging and lane expansion must keep."""
+    from tg_core.uop.ops import AxisType
+    f32 = dtypes.float32
+    a, out = UOp.param(0, f32.ptr(rows * cols)), UOp.param(1, f32.ptr(rows * cols))
+    i = UOp.range(rows, 0)
+    r1, r2 = UOp.range(cols, 1, AxisType.REDUCE), UOp.range(cols, 2, AxisType.REDUCE)
+    j = UOp.range(cols, 3)
+    mx = a.index(i * cols + r1).load().reduce(Ops.MAX, r1)
+    sm = (a.index(i * cols + r2).load() - mx).exp2().reduce(Ops.ADD, r2)
+    return kernel(out.index(i * cols + j).store((a.index(i * cols + j).load() - mx).exp2() / sm).end(i, j))
+
+
 def elementwise(fn, in_dts: list[DType], out_dt: DType, n: int, name: str = "ew") -> UOp:
     """out[i] = fn(in0[i], in1[i], ...) for i < n; PARAM i is input i, the output is the last PARAM."""
     ins = [UOp.param(i, dt.ptr(n)) for i, dt in enumerate(in_dts)]
