@@ -21,6 +21,13 @@ def rewrite_walk(ast: UOp, order: Iterable[UOp], pm: PatternMatcher) -> UOp:
     rewrite makes of a node depends on the node alone; the walk spares the rewrite engine's bookkeeping on the
     nodes no rule can touch (all but a few transcendentals and ENDs of a large kernel)."""
     done: dict[UOp, UOp] = {}
+    _walk(order, pm, done)
+    return done[ast]
+
+
+def _walk(order: Iterable[UOp], pm: PatternMatcher, done: dict[UOp, UOp]) -> None:
+    """Each node of `order` not yet in `done` (its sources before it) rebuilt from its sources' results and, where
+    `pm` has rules for its op, rewritten to its fixed point; `done` maps it, and what it became, to the result."""
     has_rules = pm.rules_by_op.__contains__
     for u in order:
         if u in done:
@@ -32,7 +39,6 @@ def rewrite_walk(ast: UOp, order: Iterable[UOp], pm: PatternMatcher) -> UOp:
             x = _fixed_point(x, pm, done)
         done[u] = x
         done.setdefault(x, x)
-    return done[ast]
 
 
 def _fixed_point(x: UOp, pm: PatternMatcher, done: dict[UOp, UOp]) -> UOp:
@@ -48,16 +54,9 @@ def _fixed_point(x: UOp, pm: PatternMatcher, done: dict[UOp, UOp]) -> UOp:
             return x
         if ret in done:
             return done[ret]
-        for n in ret.toposort(gate=lambda n: n not in done):
-            if n in done or n is ret:
-                continue
-            src = n.src
-            new_src = tuple([done[s] for s in src])
-            y = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg, n.tag)
-            if has_rules(y.op):
-                y = _fixed_point(y, pm, done)
-            done[n] = y
-            done.setdefault(y, y)
+        new_nodes = ret.toposort(gate=lambda n: n not in done)
+        del new_nodes[ret]  # the toposort's last entry: it is rebuilt and matched again here, not entered
+        _walk(new_nodes, pm, done)
         src = ret.src
         new_src = tuple([done[s] for s in src])
         x = ret if new_src == src else UOp(ret.op, ret.dtype, new_src, ret.arg, ret.tag)
